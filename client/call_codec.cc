@@ -1,0 +1,157 @@
+#include "client/call_codec.h"
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "core/wire/proto_convert.h"
+
+namespace farcall::client_internal {
+namespace {
+
+v1::Attribute ToProto(const AttributeValue& v) {
+  v1::Attribute a;
+  if (const auto* i = std::get_if<int64_t>(&v)) a.set_i64(*i);
+  if (const auto* d = std::get_if<double>(&v)) a.set_f64(*d);
+  if (const auto* b = std::get_if<bool>(&v)) a.set_b(*b);
+  if (const auto* s = std::get_if<std::string>(&v)) a.set_str(*s);
+  return a;
+}
+
+}  // namespace
+
+absl::StatusOr<PreparedCall> Prepare(const CallRequest& request,
+                                     const CallOptions& options) {
+  PreparedCall p;
+  v1::CallHeader& h = p.header;
+  h.set_handler(request.handler);
+  h.add_platforms(request.platform);
+  CallDescriptor d;
+  d.handler = request.handler;
+  d.platforms = {request.platform};
+  for (const Arg& a : request.args) {
+    *h.add_args() = SpecToProto(a.spec());
+    d.args.push_back(a.spec());
+  }
+  for (const TensorSpec& r : request.results) {
+    *h.add_results() = SpecToProto(r);
+    d.results.push_back(r);
+  }
+  for (const auto& [i, o] : request.aliases) (*h.mutable_input_output_aliases())[i] = o;
+  d.aliases = request.aliases;
+  for (const auto& [name, v] : request.attributes) (*h.mutable_attributes())[name] = ToProto(v);
+  h.set_has_side_effect(request.has_side_effect);
+  h.set_command_buffer_compatible(request.command_buffer_compatible);
+  h.set_call_id(options.call_id);
+  // The same validation the servers run, so a bad call fails here with the
+  // same code and message, without a round trip.
+  FARCALL_ASSIGN_OR_RETURN(p.validated, ValidateCall(d));
+  for (const auto& [i, o] : request.aliases) {
+    if (request.args[i].writable_data() == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "args[", i, "] is aliased to results[", o,
+          "] but was passed read-only; pass it with Arg::InOut so that the "
+          "result can be written into it."));
+    }
+  }
+  p.args = request.args;
+  return p;
+}
+
+RequestWriter::RequestWriter(const PreparedCall& call, int64_t chunk_bytes)
+    : call_(call), chunk_bytes_(chunk_bytes > 0 ? chunk_bytes : INT64_MAX) {}
+
+bool RequestWriter::Next(grpc::ByteBuffer* out) {
+  const size_t n = call_.args.size();
+  if (header_sent_ && index_ >= n) return false;
+  FrameEncoder enc;
+  if (!header_sent_) {
+    enc.AddMessageField(kHeaderField, call_.header);
+    header_sent_ = true;
+  }
+  int64_t budget = chunk_bytes_;
+  while (index_ < n && budget > 0) {
+    const int64_t size = call_.validated.arg_bytes[index_];
+    const int64_t take = std::min(budget, size - offset_);
+    if (take > 0) {
+      // No keepalive: the caller's memory outlives the call by contract.
+      enc.AddChunk(static_cast<uint32_t>(index_), offset_,
+                   call_.args[index_].data() + offset_, take, nullptr);
+      budget -= take;
+      offset_ += take;
+    }
+    if (offset_ == size) {
+      ++index_;
+      offset_ = 0;
+    }
+  }
+  *out = enc.Finish();
+  return true;
+}
+
+ResponseReader::ResponseReader(const PreparedCall& call) {
+  std::vector<ChunkAssembler::Target> targets;
+  for (size_t o = 0; o < call.header.results_size(); ++o) {
+    ResultTensor r;
+    r.spec = SpecFromProto(call.header.results(o));
+    r.size = call.validated.result_bytes[o];
+    const int64_t alias = call.validated.result_alias[o];
+    if (alias >= 0) {
+      r.aliased = true;
+      r.data = call.args[alias].writable_data();
+    } else {
+      // Not zero-filled: every byte is written by a chunk.
+      r.storage.reset(new uint8_t[r.size > 0 ? r.size : 1]);
+      r.data = r.storage.get();
+    }
+    targets.push_back({r.spec, r.size, r.data});
+    result_.results.push_back(std::move(r));
+  }
+  assembler_.emplace("results", std::move(targets));
+}
+
+absl::Status ResponseReader::OnFrame(const grpc::ByteBuffer& frame) {
+  return DecodeFrame(frame, *this);
+}
+
+absl::Status ResponseReader::OnMessageField(uint32_t field,
+                                            absl::string_view bytes) {
+  if (field == kHeaderField) {
+    v1::ResultHeader h;
+    if (!h.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+      return absl::InternalError("the result header does not parse.");
+    }
+    if (static_cast<size_t>(h.results_size()) != result_.results.size()) {
+      return absl::InternalError(absl::StrCat(
+          "the agent answered with ", h.results_size(), " results; the call asked for ",
+          result_.results.size(), "."));
+    }
+    result_.agent_id = h.agent_id();
+    result_.platform = h.platform();
+    header_seen_ = true;
+  } else if (field == kStatsField) {
+    v1::CallStats s;
+    if (s.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+      result_.queue_time = absl::Nanoseconds(s.queue_ns());
+      result_.transfer_time = absl::Nanoseconds(s.transfer_ns());
+      result_.execute_time = absl::Nanoseconds(s.execute_ns());
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ResponseReader::OnChunk(uint32_t index, uint64_t offset,
+                                     const ChunkBytes& data) {
+  absl::StatusOr<uint8_t*> dst = assembler_->Accept(index, offset, data.size());
+  // A malformed answer is the server's fault, not the caller's.
+  if (!dst.ok()) return absl::InternalError(dst.status().message());
+  data.CopyTo(*dst);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CallResult> ResponseReader::Finish() {
+  if (!header_seen_) return absl::InternalError("the answer had no result header.");
+  absl::Status s = assembler_->Finish();
+  if (!s.ok()) return absl::InternalError(s.message());
+  return std::move(result_);
+}
+
+}  // namespace farcall::client_internal

@@ -1,0 +1,65 @@
+// The client's half of the frame protocol: cutting the caller's args into
+// request frames, and assembling response frames into results.
+// Internal to client/.
+#ifndef FARCALL_CLIENT_CALL_CODEC_H_
+#define FARCALL_CLIENT_CALL_CODEC_H_
+
+#include <optional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/call_validation.h"
+#include "core/chunk_assembler.h"
+#include "core/wire/frame_codec.h"
+#include "farcall/client.h"
+
+namespace farcall::client_internal {
+
+// Validates a request locally (the same checks and messages as the servers)
+// and prepares its header.
+struct PreparedCall {
+  v1::CallHeader header;
+  ValidatedCall validated;
+  std::vector<Arg> args;
+};
+absl::StatusOr<PreparedCall> Prepare(const CallRequest& request,
+                                     const CallOptions& options);
+
+// Produces request frames of at most `chunk_bytes` of data each; the first
+// carries the header. The frames refer to the caller's memory.
+class RequestWriter {
+ public:
+  RequestWriter(const PreparedCall& call, int64_t chunk_bytes);
+  // False when everything was written (an empty call still gets one frame).
+  bool Next(grpc::ByteBuffer* out);
+
+ private:
+  const PreparedCall& call_;
+  int64_t chunk_bytes_;
+  bool header_sent_ = false;
+  size_t index_ = 0;
+  int64_t offset_ = 0;
+};
+
+// Assembles response frames into a CallResult, writing aliased results into
+// the caller's InOut memory.
+class ResponseReader final : private FrameVisitor {
+ public:
+  explicit ResponseReader(const PreparedCall& call);
+  absl::Status OnFrame(const grpc::ByteBuffer& frame);
+  // After the RPC succeeded: checks completeness and hands the result over.
+  absl::StatusOr<CallResult> Finish();
+
+ private:
+  absl::Status OnMessageField(uint32_t field, absl::string_view bytes) override;
+  absl::Status OnChunk(uint32_t index, uint64_t offset,
+                       const ChunkBytes& data) override;
+
+  CallResult result_;
+  std::optional<ChunkAssembler> assembler_;
+  bool header_seen_ = false;
+};
+
+}  // namespace farcall::client_internal
+
+#endif  // FARCALL_CLIENT_CALL_CODEC_H_

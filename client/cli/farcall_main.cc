@@ -1,0 +1,214 @@
+// farcall: the command-line client.
+//
+//   farcall call HANDLER [ARG ...] --target=HOST:PORT --platform=cpu
+//       --results='float32[8]' [--alias=1:0] [--attr=alpha=2.0] [--out_dir=DIR]
+//   farcall agents --target=ROUTER
+//   farcall health --target=HOST:PORT
+//   farcall describe --target=AGENT
+//
+// ARG is a .npy file or SPEC[:FILL], such as float32[4,8]:iota. Errors print
+// the gRPC code and message and exit 1.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "client/cli/npy.h"
+#include "client/cli/tensor_args.h"
+#include "farcall/client.h"
+
+ABSL_FLAG(std::string, target, "127.0.0.1:50050", "router or agent address");
+ABSL_FLAG(std::string, platform, "cpu", "platform to run on");
+ABSL_FLAG(std::string, results, "",
+          "result specs, separated by ';', e.g. 'float32[4,8];int32[]'");
+ABSL_FLAG(std::vector<std::string>, alias, {}, "aliases IN:OUT, comma-separated");
+ABSL_FLAG(std::vector<std::string>, attr, {},
+          "attributes NAME=VALUE, comma-separated (int, float, true/false, str:TEXT)");
+ABSL_FLAG(std::string, out_dir, "", "write each result to DIR/result<i>.npy");
+ABSL_FLAG(int, print, 8, "elements to print per tensor");
+ABSL_FLAG(double, timeout_s, 60, "deadline of the call in seconds");
+ABSL_FLAG(int64_t, chunk_bytes, 1 << 20, "tensor bytes per message");
+ABSL_FLAG(std::string, transport, "auto", "auto, unary or stream");
+ABSL_FLAG(bool, refresh, true, "agents: probe every agent before listing");
+
+namespace {
+
+int Fail(const absl::Status& s) {
+  std::fprintf(stderr, "farcall: %s: %s\n",
+               absl::StatusCodeToString(s.code()).c_str(),
+               std::string(s.message()).c_str());
+  return 1;
+}
+
+std::string Ms(absl::Duration d) {
+  return absl::StrFormat("%.3f ms", absl::ToDoubleMilliseconds(d));
+}
+
+absl::StatusOr<std::unique_ptr<farcall::Client>> Connect() {
+  return farcall::Client::Connect(absl::GetFlag(FLAGS_target));
+}
+
+int RunCall(const std::vector<char*>& pos) {
+  using farcall::cli::HostTensor;
+  if (pos.size() < 3) {
+    return Fail(absl::InvalidArgumentError(
+        "usage: farcall call HANDLER [ARG ...] --results=SPECS"));
+  }
+  farcall::CallRequest req;
+  req.handler = pos[2];
+  req.platform = absl::GetFlag(FLAGS_platform);
+  std::vector<HostTensor> inputs;
+  for (size_t i = 3; i < pos.size(); ++i) {
+    absl::StatusOr<HostTensor> t = farcall::cli::ParseTensorArg(pos[i]);
+    if (!t.ok()) return Fail(t.status());
+    inputs.push_back(*std::move(t));
+  }
+  for (const std::string& a : absl::GetFlag(FLAGS_alias)) {
+    auto p = farcall::cli::ParseAlias(a);
+    if (!p.ok()) return Fail(p.status());
+    req.aliases[p->first] = p->second;
+  }
+  for (HostTensor& t : inputs) {
+    // Every arg may be aliased: the CLI owns the memory anyway.
+    req.args.push_back(farcall::Arg::InOut(t.spec, t.bytes.data()));
+  }
+  const std::string results = absl::GetFlag(FLAGS_results);
+  if (!results.empty()) {
+    for (absl::string_view s : absl::StrSplit(results, ';', absl::SkipEmpty())) {
+      auto spec = farcall::ParseTensorSpec(s);
+      if (!spec.ok()) return Fail(spec.status());
+      req.results.push_back(*spec);
+    }
+  }
+  for (const std::string& a : absl::GetFlag(FLAGS_attr)) {
+    auto kv = farcall::cli::ParseAttr(a);
+    if (!kv.ok()) return Fail(kv.status());
+    std::visit([&](const auto& v) { req.attributes[kv->first] = v; }, kv->second);
+  }
+  farcall::CallOptions opts;
+  opts.timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+  opts.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
+  const std::string transport = absl::GetFlag(FLAGS_transport);
+  if (transport == "unary") {
+    opts.transport = farcall::Transport::kUnary;
+  } else if (transport == "stream") {
+    opts.transport = farcall::Transport::kStream;
+  } else if (transport != "auto") {
+    return Fail(absl::InvalidArgumentError("--transport must be auto, unary or stream"));
+  }
+
+  const int n = absl::GetFlag(FLAGS_print);
+  std::fflush(stdout);
+  std::printf("farcall call %s on %s via %s\n", req.handler.c_str(),
+              req.platform.c_str(), absl::GetFlag(FLAGS_target).c_str());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    std::string note;
+    for (const auto& [in, out] : req.aliases)
+      if (in == i) note = absl::StrCat("  (aliased to results[", out, "])");
+    std::printf("  args[%zu]    %s%s\n", i,
+                farcall::cli::FormatTensor(inputs[i].spec, inputs[i].bytes.data(),
+                                           inputs[i].bytes.size(), n).c_str(),
+                note.c_str());
+  }
+  // The CLI prints the inputs before the call because aliased ones change.
+  auto client = Connect();
+  if (!client.ok()) return Fail(client.status());
+  absl::Time start = absl::Now();
+  absl::StatusOr<farcall::CallResult> r = (*client)->Call(req, opts);
+  absl::Duration took = absl::Now() - start;
+  if (!r.ok()) return Fail(r.status());
+  std::printf("  -> agent %s (%s), %s, %s (queue %s, transfer %s, execute %s)\n",
+              r->agent_id.c_str(), r->platform.c_str(),
+              r->transport == farcall::Transport::kUnary ? "unary Call" : "streamed Execute",
+              Ms(took).c_str(), Ms(r->queue_time).c_str(),
+              Ms(r->transfer_time).c_str(), Ms(r->execute_time).c_str());
+  const std::string out_dir = absl::GetFlag(FLAGS_out_dir);
+  for (size_t o = 0; o < r->results.size(); ++o) {
+    const farcall::ResultTensor& t = r->results[o];
+    std::string note;
+    for (const auto& [in, out] : req.aliases)
+      if (out == o) note = absl::StrCat("  (written in place into args[", in, "])");
+    std::printf("  results[%zu] %s%s\n", o,
+                farcall::cli::FormatTensor(t.spec, t.data, t.size, n).c_str(),
+                note.c_str());
+    if (!out_dir.empty()) {
+      std::string path = absl::StrCat(out_dir, "/result", o, ".npy");
+      absl::Status s = farcall::cli::WriteNpy(path, t.spec, t.data, t.size);
+      if (!s.ok()) return Fail(s);
+      std::printf("             saved to %s\n", path.c_str());
+    }
+  }
+  return 0;
+}
+
+int RunAgents() {
+  auto client = Connect();
+  if (!client.ok()) return Fail(client.status());
+  auto list = (*client)->ListAgents(absl::GetFlag(FLAGS_refresh));
+  if (!list.ok()) return Fail(list.status());
+  std::printf("%-22s %-20s %-8s %-12s %8s %8s  %s\n", "ADDRESS", "AGENT", "PLATFORM",
+              "HEALTH", "INFLIGHT", "CALLS", "HANDLERS / LAST ERROR");
+  for (const farcall::v1::AgentEntry& a : list->agents()) {
+    std::vector<std::string> handlers;
+    for (const auto& h : a.info().handlers()) handlers.push_back(h.name());
+    std::string tail = a.last_error().empty() ? absl::StrJoin(handlers, ",")
+                                              : a.last_error();
+    std::printf("%-22s %-20s %-8s %-12s %8lld %8llu  %s\n", a.address().c_str(),
+                a.info().agent_id().c_str(), a.info().platform().c_str(),
+                farcall::v1::AgentEntry::Health_Name(a.health()).c_str(),
+                static_cast<long long>(a.inflight_calls()),
+                static_cast<unsigned long long>(a.calls_total()), tail.c_str());
+  }
+  return 0;
+}
+
+int RunHealth() {
+  auto client = Connect();
+  if (!client.ok()) return Fail(client.status());
+  absl::Status s = (*client)->Health();
+  if (!s.ok()) return Fail(s);
+  std::printf("%s: SERVING\n", absl::GetFlag(FLAGS_target).c_str());
+  return 0;
+}
+
+int RunDescribe() {
+  auto client = Connect();
+  if (!client.ok()) return Fail(client.status());
+  auto info = (*client)->Describe();
+  if (!info.ok()) return Fail(info.status());
+  std::printf("agent %s, platform %s, version %s, max call %lld bytes\n",
+              info->agent_id().c_str(), info->platform().c_str(),
+              info->version().c_str(), static_cast<long long>(info->max_call_bytes()));
+  for (const auto& d : info->devices()) {
+    std::printf("  device %d: %s, %lld bytes\n", d.ordinal(), d.name().c_str(),
+                static_cast<long long>(d.memory_bytes()));
+  }
+  for (const auto& h : info->handlers()) {
+    std::printf("  handler %-20s %s%s\n", h.name().c_str(), h.source().c_str(),
+                h.command_buffer_compatible() ? " (command_buffer_compatible)" : "");
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "farcall call|agents|health|describe [flags]\n"
+      "  farcall call axpy float32[8]:iota float32[8]:ones --results='float32[8]' "
+      "--alias=1:0 --attr=alpha=2.0 --target=127.0.0.1:50050");
+  std::vector<char*> pos = absl::ParseCommandLine(argc, argv);
+  const std::string cmd = pos.size() > 1 ? pos[1] : "";
+  if (cmd == "call") return RunCall(pos);
+  if (cmd == "agents") return RunAgents();
+  if (cmd == "health") return RunHealth();
+  if (cmd == "describe") return RunDescribe();
+  std::fprintf(stderr, "%s\n", absl::ProgramUsageMessage());
+  return 2;
+}

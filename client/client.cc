@@ -1,0 +1,283 @@
+#include "farcall/client.h"
+
+#include <atomic>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "client/call_codec.h"
+#include "core/wire/grpc_status.h"
+#include "farcall/v1/farcall.grpc.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/grpcpp.h"
+
+namespace farcall {
+namespace {
+
+using client_internal::PreparedCall;
+using client_internal::RequestWriter;
+using client_internal::ResponseReader;
+
+std::chrono::system_clock::time_point DeadlineAfter(absl::Duration d) {
+  return std::chrono::system_clock::now() + absl::ToChronoNanoseconds(d);
+}
+
+// Whether the target is an agent or a router: the method paths differ.
+enum class Service { kUnknown, kAgent, kRouter };
+
+// A streamed call: request frames out, one at a time; response frames in.
+class StreamCall final
+    : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  StreamCall(PreparedCall call, const CallOptions& options, CallCallback done)
+      : call_(std::move(call)),
+        writer_(call_, options.chunk_bytes),
+        reader_(call_),
+        done_(std::move(done)) {
+    ctx_.set_deadline(DeadlineAfter(options.timeout));
+  }
+
+  void Start(grpc::GenericStub& stub, const std::string& method) {
+    stub.PrepareBidiStreamingCall(&ctx_, method, grpc::StubOptions(), this);
+    StartRead(&in_);
+    WriteNext();
+    StartCall();
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (ok) WriteNext();  // else OnDone carries the reason
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;
+    absl::Status s = reader_.OnFrame(in_);
+    in_.Clear();
+    if (!s.ok()) {
+      absl::MutexLock l(&mu_);
+      local_error_ = s;
+      ctx_.TryCancel();
+      return;
+    }
+    StartRead(&in_);
+  }
+
+  void OnDone(const grpc::Status& status) override {
+    absl::StatusOr<CallResult> result;
+    absl::Status local;
+    {
+      absl::MutexLock l(&mu_);
+      local = local_error_;
+    }
+    if (!local.ok()) {
+      result = local;
+    } else if (!status.ok()) {
+      result = FromGrpcStatus(status);
+    } else {
+      result = reader_.Finish();
+      if (result.ok()) result->transport = Transport::kStream;
+    }
+    done_(std::move(result));
+    delete this;
+  }
+
+ private:
+  void WriteNext() {
+    out_.Clear();
+    if (writer_.Next(&out_)) {
+      StartWrite(&out_);
+    } else {
+      StartWritesDone();
+    }
+  }
+
+  PreparedCall call_;
+  RequestWriter writer_;
+  ResponseReader reader_;
+  CallCallback done_;
+  grpc::ClientContext ctx_;
+  grpc::ByteBuffer in_;
+  grpc::ByteBuffer out_;
+  absl::Mutex mu_;
+  absl::Status local_error_ ABSL_GUARDED_BY(mu_);
+};
+
+// A unary call: one frame each way.
+class UnaryCall {
+ public:
+  UnaryCall(PreparedCall call, const CallOptions& options, CallCallback done)
+      : call_(std::move(call)), reader_(call_), done_(std::move(done)) {
+    ctx_.set_deadline(DeadlineAfter(options.timeout));
+    RequestWriter writer(call_, 0);
+    writer.Next(&request_);
+  }
+
+  void Start(grpc::GenericStub& stub, const std::string& method) {
+    stub.UnaryCall(&ctx_, method, grpc::StubOptions(), &request_, &response_,
+                   [this](grpc::Status s) { OnDone(s); });
+  }
+
+ private:
+  void OnDone(const grpc::Status& status) {
+    absl::StatusOr<CallResult> result;
+    if (!status.ok()) {
+      result = FromGrpcStatus(status);
+    } else {
+      absl::Status s = reader_.OnFrame(response_);
+      if (s.ok()) {
+        result = reader_.Finish();
+        if (result.ok()) result->transport = Transport::kUnary;
+      } else {
+        result = s;
+      }
+    }
+    done_(std::move(result));
+    delete this;
+  }
+
+  PreparedCall call_;
+  ResponseReader reader_;
+  CallCallback done_;
+  grpc::ClientContext ctx_;
+  grpc::ByteBuffer request_;
+  grpc::ByteBuffer response_;
+};
+
+}  // namespace
+
+struct Client::Impl {
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<grpc::GenericStub> generic;
+  std::unique_ptr<v1::Agent::Stub> agent;
+  std::unique_ptr<v1::Router::Stub> router;
+  Options options;
+  absl::Mutex mu;
+  Service service ABSL_GUARDED_BY(mu) = Service::kUnknown;
+
+  // Learns once whether the target is an agent (Describe answers) or a
+  // router (Describe is unimplemented there).
+  absl::StatusOr<Service> GetService(absl::Duration timeout) {
+    {
+      absl::MutexLock l(&mu);
+      if (service != Service::kUnknown) return service;
+    }
+    grpc::ClientContext ctx;
+    ctx.set_deadline(DeadlineAfter(timeout));
+    v1::AgentInfo info;
+    grpc::Status s = agent->Describe(&ctx, v1::DescribeRequest(), &info);
+    Service found;
+    if (s.ok()) {
+      found = Service::kAgent;
+    } else if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+      found = Service::kRouter;
+    } else {
+      return FromGrpcStatus(s);
+    }
+    absl::MutexLock l(&mu);
+    service = found;
+    return found;
+  }
+};
+
+Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Client::~Client() = default;
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& target,
+                                                        Options options) {
+  if (target.empty()) return absl::InvalidArgumentError("empty target address.");
+  auto impl = std::make_unique<Impl>();
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(-1);
+  impl->channel = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  impl->generic = std::make_unique<grpc::GenericStub>(impl->channel);
+  impl->agent = v1::Agent::NewStub(impl->channel);
+  impl->router = v1::Router::NewStub(impl->channel);
+  impl->options = options;
+  return std::unique_ptr<Client>(new Client(std::move(impl)));
+}
+
+void Client::CallAsync(const CallRequest& request, const CallOptions& options,
+                       CallCallback done) {
+  absl::StatusOr<PreparedCall> prepared = client_internal::Prepare(request, options);
+  if (!prepared.ok()) return done(prepared.status());
+  absl::StatusOr<Service> service = impl_->GetService(options.timeout);
+  if (!service.ok()) return done(service.status());
+  const char* prefix = *service == Service::kAgent ? "/farcall.v1.Agent/"
+                                                   : "/farcall.v1.Router/";
+  bool unary = options.transport == Transport::kUnary;
+  if (options.transport == Transport::kAuto) {
+    int64_t in = 0, out = 0;
+    for (int64_t b : prepared->validated.arg_bytes) in += b;
+    for (int64_t b : prepared->validated.result_bytes) out += b;
+    unary = in <= options.chunk_bytes && out <= options.chunk_bytes;
+  }
+  if (unary) {
+    auto* call = new UnaryCall(*std::move(prepared), options, std::move(done));
+    call->Start(*impl_->generic, std::string(prefix) + "Call");
+  } else {
+    auto* call = new StreamCall(*std::move(prepared), options, std::move(done));
+    call->Start(*impl_->generic, std::string(prefix) + "Execute");
+  }
+}
+
+absl::StatusOr<CallResult> Client::Call(const CallRequest& request,
+                                        const CallOptions& options) {
+  absl::Notification done;
+  absl::StatusOr<CallResult> result;
+  CallAsync(request, options, [&](absl::StatusOr<CallResult> r) {
+    result = std::move(r);
+    done.Notify();
+  });
+  done.WaitForNotification();
+  return result;
+}
+
+std::future<absl::StatusOr<CallResult>> Client::CallFuture(const CallRequest& request,
+                                                           const CallOptions& options) {
+  auto promise = std::make_shared<std::promise<absl::StatusOr<CallResult>>>();
+  std::future<absl::StatusOr<CallResult>> f = promise->get_future();
+  CallAsync(request, options, [promise](absl::StatusOr<CallResult> r) {
+    promise->set_value(std::move(r));
+  });
+  return f;
+}
+
+absl::StatusOr<v1::AgentInfo> Client::Describe(absl::Duration timeout) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineAfter(timeout));
+  v1::AgentInfo info;
+  grpc::Status s = impl_->agent->Describe(&ctx, v1::DescribeRequest(), &info);
+  if (!s.ok()) return FromGrpcStatus(s);
+  return info;
+}
+
+absl::StatusOr<v1::ListAgentsResponse> Client::ListAgents(bool refresh,
+                                                          absl::Duration timeout) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineAfter(timeout));
+  v1::ListAgentsRequest req;
+  req.set_refresh(refresh);
+  v1::ListAgentsResponse resp;
+  grpc::Status s = impl_->router->ListAgents(&ctx, req, &resp);
+  if (!s.ok()) return FromGrpcStatus(s);
+  return resp;
+}
+
+absl::Status Client::Health(absl::Duration timeout) {
+  grpc::health::v1::Health::Stub stub(impl_->channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineAfter(timeout));
+  grpc::health::v1::HealthCheckResponse resp;
+  grpc::Status s = stub.Check(&ctx, grpc::health::v1::HealthCheckRequest(), &resp);
+  if (!s.ok()) return FromGrpcStatus(s);
+  if (resp.status() != grpc::health::v1::HealthCheckResponse::SERVING) {
+    return absl::UnavailableError(absl::StrCat(
+        "the server reports ",
+        grpc::health::v1::HealthCheckResponse::ServingStatus_Name(resp.status()), "."));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace farcall

@@ -1,0 +1,159 @@
+// farcall C++ client: runs buffer callbacks on remote agents, directly or
+// through a router. The same API serves both.
+//
+//   auto client = farcall::Client::Connect("localhost:50050");   // StatusOr
+//   std::vector<float> x(8, 1.0f), y(8, 2.0f);
+//   farcall::TensorSpec spec{farcall::DType::kF32, {8}};
+//   farcall::CallRequest req;
+//   req.handler = "axpy";
+//   req.platform = "cpu";
+//   req.args = {farcall::Arg::In(spec, x.data()), farcall::Arg::InOut(spec, y.data())};
+//   req.results = {spec};
+//   req.aliases = {{1, 0}};                    // y is updated in place
+//   req.attributes["alpha"] = 3.0;
+//   absl::StatusOr<farcall::CallResult> r = (*client)->Call(req);
+//   // y now holds 3*x + y.
+//
+// A call whose tensors all fit in one message (CallOptions::chunk_bytes) goes
+// as one unary Call RPC; larger ones stream in chunks over Execute. Errors
+// are the wire contract's codes and messages, as absl::Status.
+//
+// Thread safety: a Client may be used from many threads at once. Memory
+// passed in Args must stay valid, and InOut memory untouched, until the call
+// completes (the sync form returns, or the async callback runs).
+#ifndef FARCALL_CLIENT_INCLUDE_FARCALL_CLIENT_H_
+#define FARCALL_CLIENT_INCLUDE_FARCALL_CLIENT_H_
+
+#include <cstdint>
+#include <functional>
+#include <future>
+#include <map>
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "core/tensor_spec.h"
+#include "farcall/v1/farcall.pb.h"
+
+namespace farcall {
+
+// One argument: a spec and the caller's memory, ByteSize(spec) bytes.
+class Arg {
+ public:
+  // Read-only input.
+  static Arg In(TensorSpec spec, const void* data) {
+    return Arg(std::move(spec), const_cast<void*>(data), false);
+  }
+  // An input that a result may alias: that result is written back here.
+  static Arg InOut(TensorSpec spec, void* data) {
+    return Arg(std::move(spec), data, true);
+  }
+  const TensorSpec& spec() const { return spec_; }
+  const uint8_t* data() const { return static_cast<const uint8_t*>(data_); }
+  uint8_t* writable_data() const {
+    return writable_ ? static_cast<uint8_t*>(data_) : nullptr;
+  }
+
+ private:
+  Arg(TensorSpec spec, void* data, bool writable)
+      : spec_(std::move(spec)), data_(data), writable_(writable) {}
+  TensorSpec spec_;
+  void* data_;
+  bool writable_;
+};
+
+using AttributeValue = std::variant<int64_t, double, bool, std::string>;
+
+struct CallRequest {
+  std::string handler;
+  std::string platform = "cpu";
+  std::vector<Arg> args;
+  std::vector<TensorSpec> results;
+  std::map<uint32_t, uint32_t> aliases;  // input index -> output index
+  std::map<std::string, AttributeValue> attributes;
+  bool has_side_effect = false;
+  bool command_buffer_compatible = false;
+};
+
+enum class Transport { kAuto, kUnary, kStream };
+
+struct CallOptions {
+  absl::Duration timeout = absl::Seconds(60);
+  // Bytes of tensor data per message. Calls whose args and results each fit
+  // in one chunk use the unary Call RPC.
+  int64_t chunk_bytes = 1 << 20;
+  std::string call_id;  // idempotency key; empty: none
+  Transport transport = Transport::kAuto;
+};
+
+// One result. An aliased result's bytes were written into the caller's
+// InOut memory, and `data` points there.
+struct ResultTensor {
+  TensorSpec spec;
+  int64_t size = 0;
+  uint8_t* data = nullptr;
+  bool aliased = false;
+  std::unique_ptr<uint8_t[]> storage;  // owns `data` unless aliased
+
+  template <typename T>
+  const T* as() const {
+    return reinterpret_cast<const T*>(data);
+  }
+};
+
+struct CallResult {
+  std::vector<ResultTensor> results;
+  std::string agent_id;
+  std::string platform;
+  absl::Duration queue_time;
+  absl::Duration transfer_time;
+  absl::Duration execute_time;
+  Transport transport = Transport::kAuto;  // which RPC carried the call
+};
+
+using CallCallback = std::function<void(absl::StatusOr<CallResult>)>;
+
+struct ClientOptions {
+  // Reserved for channel settings; gRPC's defaults apply today.
+  bool wait_for_ready = false;
+};
+
+class Client {
+ public:
+  using Options = ClientOptions;
+
+  // Connects lazily: this never fails for an unreachable target; calls do.
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(const std::string& target,
+                                                         Options options = {});
+  ~Client();
+
+  // Blocks until the call completes.
+  absl::StatusOr<CallResult> Call(const CallRequest& request,
+                                  const CallOptions& options = {});
+  // Returns at once; `done` runs once, on a gRPC thread. `request` may be
+  // destroyed after CallAsync returns, but its Args' memory may not.
+  void CallAsync(const CallRequest& request, const CallOptions& options,
+                 CallCallback done);
+  std::future<absl::StatusOr<CallResult>> CallFuture(const CallRequest& request,
+                                                     const CallOptions& options = {});
+
+  // Agent only.
+  absl::StatusOr<v1::AgentInfo> Describe(absl::Duration timeout = absl::Seconds(5));
+  // Router only.
+  absl::StatusOr<v1::ListAgentsResponse> ListAgents(
+      bool refresh = false, absl::Duration timeout = absl::Seconds(5));
+  // The standard health check: OK when SERVING.
+  absl::Status Health(absl::Duration timeout = absl::Seconds(5));
+
+ private:
+  struct Impl;
+  explicit Client(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace farcall
+
+#endif  // FARCALL_CLIENT_INCLUDE_FARCALL_CLIENT_H_

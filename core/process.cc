@@ -1,0 +1,40 @@
+#include "core/process.h"
+
+#include <signal.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <string>
+
+namespace farcall {
+namespace {
+sigset_t TerminationSet() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  return set;
+}
+}  // namespace
+
+void BlockTerminationSignals() {
+  sigset_t set = TerminationSet();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+std::string WaitForTerminationSignal() {
+  sigset_t set = TerminationSet();
+  int sig = 0;
+  sigwait(&set, &sig);
+  return sig == SIGINT ? "SIGINT" : "SIGTERM";
+}
+
+void ReportReady(int fd, int port) {
+  if (fd < 0) return;
+  std::string line = std::to_string(port) + "\n";
+  ssize_t unused = write(fd, line.data(), line.size());
+  (void)unused;
+  close(fd);
+}
+
+}  // namespace farcall

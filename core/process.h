@@ -1,0 +1,22 @@
+// Process plumbing shared by the farcall binaries.
+#ifndef FARCALL_CORE_PROCESS_H_
+#define FARCALL_CORE_PROCESS_H_
+
+#include <string>
+
+namespace farcall {
+
+// Blocks SIGINT and SIGTERM in the calling thread (call it first in main,
+// before other threads start, so they inherit the mask).
+void BlockTerminationSignals();
+// Waits for SIGINT or SIGTERM; returns the signal's name.
+std::string WaitForTerminationSignal();
+
+// Writes "PORT\n" to file descriptor `fd` and closes it, so that a parent
+// that started this process on port 0 learns the port without polling.
+// Does nothing for fd < 0.
+void ReportReady(int fd, int port);
+
+}  // namespace farcall
+
+#endif  // FARCALL_CORE_PROCESS_H_

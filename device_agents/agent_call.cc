@@ -1,0 +1,252 @@
+#include "absl/strings/string_view.h"
+#include "device_agents/agent_call.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "core/wire/proto_convert.h"
+
+namespace farcall::agent {
+
+uint8_t* AgentCall::Tensor::host() const {
+  if (staging != nullptr) return staging->data();
+  return memory->host_ptr();
+}
+
+AgentCall::AgentCall(AgentState& agent) : agent_(agent) {
+  agent_.inflight_calls.fetch_add(1, std::memory_order_relaxed);
+}
+
+AgentCall::~AgentCall() {
+  agent_.inflight_calls.fetch_sub(1, std::memory_order_relaxed);
+  agent_.inflight_bytes.fetch_sub(admitted_bytes_, std::memory_order_relaxed);
+}
+
+absl::Status AgentCall::OnRequestFrame(const grpc::ByteBuffer& frame) {
+  ++frames_;
+  return DecodeFrame(frame, *this);
+}
+
+absl::Status AgentCall::OnMessageField(uint32_t field, absl::string_view bytes) {
+  if (field != kHeaderField) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("request message ", frames_, " has field ", field,
+                     ", which requests do not use."));
+  }
+  if (frames_ > 1 || validated_.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "request message ", frames_,
+        " carries a call header; only the first message may."));
+  }
+  v1::CallHeader header;
+  if (!header.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+    return absl::InvalidArgumentError("the call header does not parse.");
+  }
+  return Start(header);
+}
+
+absl::Status AgentCall::Start(const v1::CallHeader& header) {
+  header_time_ = absl::Now();
+  header_ = header;
+  const AgentConfig& cfg = agent_.config;
+  FARCALL_ASSIGN_OR_RETURN(
+      ValidatedCall v,
+      ValidateCall(DescriptorFromProto(header_), cfg.max_call_bytes, "agent"));
+  const absl::string_view served = PlatformName(cfg.platform);
+  if (v.platform != cfg.platform) {
+    return PlatformNotServedError(served, PlatformName(v.platform));
+  }
+  handler_ = agent_.registry.Find(header_.handler(), served);
+  if (handler_ == nullptr) return HandlerNotFoundError(header_.handler(), served);
+  device_ = agent_.backend.devices.front().get();
+
+  admitted_bytes_ = v.footprint_bytes;
+  agent_.inflight_bytes.fetch_add(admitted_bytes_, std::memory_order_relaxed);
+
+  auto allocate = [&](const TensorSpec& spec, int64_t size) -> absl::StatusOr<Tensor> {
+    Tensor t;
+    t.spec = spec;
+    t.size = size;
+    FARCALL_ASSIGN_OR_RETURN(std::unique_ptr<DeviceMemory> m, device_->Allocate(size));
+    t.memory = std::move(m);
+    if (t.memory->host_ptr() == nullptr) {
+      t.staging = std::make_shared<std::vector<uint8_t>>(size);
+    }
+    return t;
+  };
+  std::vector<ChunkAssembler::Target> targets;
+  for (size_t i = 0; i < header_.args_size(); ++i) {
+    FARCALL_ASSIGN_OR_RETURN(Tensor t, allocate(SpecFromProto(header_.args(i)),
+                                                v.arg_bytes[i]));
+    targets.push_back({t.spec, t.size, t.host()});
+    args_.push_back(std::move(t));
+  }
+  for (size_t o = 0; o < header_.results_size(); ++o) {
+    if (v.result_alias[o] >= 0) {
+      // An aliased result is its input's memory: no second buffer.
+      results_.push_back(args_[v.result_alias[o]]);
+      continue;
+    }
+    FARCALL_ASSIGN_OR_RETURN(Tensor t, allocate(SpecFromProto(header_.results(o)),
+                                                v.result_bytes[o]));
+    results_.push_back(std::move(t));
+  }
+  assembler_.emplace("args", std::move(targets));
+  validated_ = std::move(v);
+  return absl::OkStatus();
+}
+
+absl::Status AgentCall::OnChunk(uint32_t index, uint64_t offset,
+                                const ChunkBytes& data) {
+  if (!validated_) {
+    return absl::InvalidArgumentError(
+        "the first request message must carry the call header.");
+  }
+  FARCALL_ASSIGN_OR_RETURN(uint8_t * dst,
+                           assembler_->Accept(index, offset, data.size()));
+  data.CopyTo(dst);
+  return absl::OkStatus();
+}
+
+absl::Status AgentCall::EndOfInputs() {
+  if (!validated_) {
+    return absl::InvalidArgumentError(
+        "the call ended before its header was sent.");
+  }
+  FARCALL_RETURN_IF_ERROR(assembler_->Finish());
+  for (Tensor& t : args_) {
+    if (t.staging != nullptr) {
+      FARCALL_RETURN_IF_ERROR(
+          device_->CopyToDevice(t.staging->data(), *t.memory, 0, t.size));
+    }
+  }
+  inputs_done_time_ = absl::Now();
+  return absl::OkStatus();
+}
+
+absl::Status AgentCall::CheckFitsOneMessage() const {
+  int64_t total = 0;
+  for (const Tensor& t : results_) total += t.size;
+  // Leave room for the header and framing.
+  const int64_t limit = agent_.config.max_message_bytes - (64 << 10);
+  if (total > limit) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the results need ", total, " bytes, over the ", limit,
+        " bytes one Call response can carry; use Execute."));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AgentCall::Run(const CancellationToken& cancel) {
+  run_start_time_ = absl::Now();
+  if (cancel.cancelled()) {
+    return absl::CancelledError("the call was cancelled before its handler ran.");
+  }
+  HandlerInvocation inv;
+  inv.platform = std::string(PlatformName(agent_.config.platform));
+  inv.device_ordinal = device_->ordinal();
+  inv.stream_kind = device_->stream_kind();
+  inv.stream = device_->stream();
+  inv.cancel = &cancel;
+  auto buffer = [](const Tensor& t, int64_t alias) {
+    FarcallBuffer b{};
+    b.struct_size = sizeof(b);
+    b.dtype = static_cast<int32_t>(t.spec.dtype);
+    b.rank = static_cast<int64_t>(t.spec.dims.size());
+    b.dims = t.spec.dims.data();
+    b.data = t.memory->device_ptr();
+    b.size_bytes = static_cast<uint64_t>(t.size);
+    b.aliased_arg = alias;
+    return b;
+  };
+  for (const Tensor& t : args_) inv.args.push_back(buffer(t, -1));
+  for (size_t o = 0; o < results_.size(); ++o) {
+    inv.results.push_back(buffer(results_[o], validated_->result_alias[o]));
+  }
+  for (const auto& [name, attr] : header_.attributes()) {
+    FarcallAttribute a{};
+    a.struct_size = sizeof(a);
+    a.name = name.data();
+    a.name_size = name.size();
+    switch (attr.value_case()) {
+      case v1::Attribute::kI64:
+        a.type = FARCALL_ATTR_I64;
+        a.i64 = attr.i64();
+        break;
+      case v1::Attribute::kF64:
+        a.type = FARCALL_ATTR_F64;
+        a.f64 = attr.f64();
+        break;
+      case v1::Attribute::kB:
+        a.type = FARCALL_ATTR_BOOL;
+        a.b = attr.b() ? 1 : 0;
+        break;
+      case v1::Attribute::kStr:
+        a.type = FARCALL_ATTR_STR;
+        a.str = attr.str().data();
+        a.str_size = attr.str().size();
+        break;
+      case v1::Attribute::VALUE_NOT_SET:
+        return absl::InvalidArgumentError(
+            absl::StrCat("attribute '", name, "' has no value."));
+    }
+    inv.attrs.push_back(a);
+  }
+  absl::Status s = InvokeHandler(handler_->fn, inv);
+  if (s.ok()) s = device_->Synchronize();
+  for (Tensor& t : results_) {
+    if (s.ok() && t.staging != nullptr) {
+      s = device_->CopyToHost(*t.memory, 0, t.size, t.staging->data());
+    }
+  }
+  if (s.ok()) s = device_->Synchronize();
+  run_end_time_ = absl::Now();
+  return s;
+}
+
+bool AgentCall::NextResponseFrame(int64_t max_chunk_bytes,
+                                  grpc::ByteBuffer* out) {
+  if (header_sent_ && out_index_ > results_.size()) return false;
+  FrameEncoder enc;
+  if (!header_sent_) {
+    v1::ResultHeader h;
+    for (const auto& r : header_.results()) *h.add_results() = r;
+    h.set_agent_id(agent_.config.agent_id);
+    h.set_platform(std::string(PlatformName(agent_.config.platform)));
+    enc.AddMessageField(kHeaderField, h);
+    header_sent_ = true;
+  }
+  int64_t budget = max_chunk_bytes > 0 ? max_chunk_bytes : INT64_MAX;
+  while (out_index_ < results_.size() && budget > 0) {
+    const Tensor& t = results_[out_index_];
+    int64_t n = std::min(budget, t.size - out_offset_);
+    if (n > 0) {
+      // The frame refers to the result's memory; the keepalive holds it
+      // until gRPC has sent it, even if the call is gone by then.
+      std::shared_ptr<const void> keep =
+          t.staging ? std::shared_ptr<const void>(t.staging)
+                    : std::shared_ptr<const void>(t.memory);
+      enc.AddChunk(static_cast<uint32_t>(out_index_), out_offset_,
+                   t.host() + out_offset_, n, std::move(keep));
+      budget -= n;
+      out_offset_ += n;
+    }
+    if (out_offset_ == t.size) {
+      ++out_index_;
+      out_offset_ = 0;
+    }
+  }
+  if (out_index_ == results_.size()) {
+    v1::CallStats stats;
+    stats.set_queue_ns(absl::ToInt64Nanoseconds(run_start_time_ - inputs_done_time_));
+    stats.set_transfer_ns(absl::ToInt64Nanoseconds(inputs_done_time_ - header_time_));
+    stats.set_execute_ns(absl::ToInt64Nanoseconds(run_end_time_ - run_start_time_));
+    enc.AddMessageField(kStatsField, stats);
+    ++out_index_;  // past the end: nothing more to send
+  }
+  *out = enc.Finish();
+  return true;
+}
+
+}  // namespace farcall::agent

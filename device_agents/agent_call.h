@@ -1,0 +1,115 @@
+// One call inside an agent, independent of the RPC that carries it:
+// header -> validation -> device buffers -> chunks -> handler -> results.
+//
+// The Execute and Call RPCs (agent_service.cc) feed it request frames and
+// take response frames from it, so both give the same codes and messages.
+//
+// Thread safety: thread-compatible. The RPC feeds frames from gRPC's
+// threads and Run() happens on a worker, but never at the same time.
+#ifndef FARCALL_DEVICE_AGENTS_AGENT_CALL_H_
+#define FARCALL_DEVICE_AGENTS_AGENT_CALL_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "core/call_validation.h"
+#include "core/chunk_assembler.h"
+#include "core/wire/frame_codec.h"
+#include "device_agents/device.h"
+#include "device_agents/handler_registry.h"
+#include "device_agents/handler_runtime.h"
+#include "farcall/v1/farcall.pb.h"
+
+namespace farcall::agent {
+
+struct AgentConfig {
+  std::string agent_id;
+  Platform platform = Platform::kCpu;
+  // Largest footprint (args plus non-aliased results) of one call.
+  int64_t max_call_bytes = int64_t{4} << 30;
+  // Chunk data per response message on Execute.
+  int64_t response_chunk_bytes = 1 << 20;
+  // Largest single gRPC message, which bounds what a unary Call can carry.
+  int64_t max_message_bytes = 64 << 20;
+};
+
+// What every call of one agent shares. Read-only while serving.
+struct AgentState {
+  AgentConfig config;
+  Backend backend;
+  HandlerRegistry registry;
+  std::atomic<int64_t> inflight_calls{0};
+  std::atomic<int64_t> inflight_bytes{0};
+};
+
+class AgentCall final : private FrameVisitor {
+ public:
+  explicit AgentCall(AgentState& agent);
+  ~AgentCall() override;
+  AgentCall(const AgentCall&) = delete;
+  AgentCall& operator=(const AgentCall&) = delete;
+
+  // Feeds one request frame; the first must carry the header, no later one
+  // may. Errors are the contract's (validation, chunks, limits).
+  absl::Status OnRequestFrame(const grpc::ByteBuffer& frame);
+  // At half-close: OK when every arg is complete.
+  absl::Status EndOfInputs();
+  // For a unary Call: RESOURCE_EXHAUSTED if the results cannot fit in one
+  // response message.
+  absl::Status CheckFitsOneMessage() const;
+  // Runs the handler on the calling (worker) thread.
+  absl::Status Run(const CancellationToken& cancel);
+  // Fills `out` with the next response frame carrying up to about
+  // `max_chunk_bytes` of result data (0: everything). The first frame has the
+  // header, the last the stats. False once everything was sent.
+  bool NextResponseFrame(int64_t max_chunk_bytes, grpc::ByteBuffer* out);
+
+  bool has_header() const { return validated_.has_value(); }
+
+ private:
+  struct Tensor {
+    TensorSpec spec;
+    int64_t size = 0;
+    std::shared_ptr<DeviceMemory> memory;
+    // Host copy for devices the host cannot address directly.
+    std::shared_ptr<std::vector<uint8_t>> staging;
+    uint8_t* host() const;
+  };
+
+  absl::Status OnMessageField(uint32_t field, absl::string_view bytes) override;
+  absl::Status OnChunk(uint32_t index, uint64_t offset,
+                       const ChunkBytes& data) override;
+  absl::Status Start(const v1::CallHeader& header);
+
+  AgentState& agent_;
+  Device* device_ = nullptr;
+  int frames_ = 0;
+  v1::CallHeader header_;
+  std::optional<ValidatedCall> validated_;
+  const RegisteredHandler* handler_ = nullptr;
+  std::vector<Tensor> args_;
+  std::vector<Tensor> results_;
+  std::optional<ChunkAssembler> assembler_;
+  int64_t admitted_bytes_ = 0;
+
+  // Response cursor.
+  bool header_sent_ = false;
+  size_t out_index_ = 0;
+  int64_t out_offset_ = 0;
+
+  absl::Time header_time_;
+  absl::Time inputs_done_time_;
+  absl::Time run_start_time_;
+  absl::Time run_end_time_;
+};
+
+}  // namespace farcall::agent
+
+#endif  // FARCALL_DEVICE_AGENTS_AGENT_CALL_H_

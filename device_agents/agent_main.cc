@@ -1,0 +1,76 @@
+// farcall-agent: serves one platform's devices and handlers over gRPC.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_join.h"
+#include "core/platform.h"
+#include "core/process.h"
+#include "device_agents/agent_service.h"
+
+ABSL_FLAG(std::string, platform, "cpu", "cpu, cuda, rocm or oneapi");
+ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
+          "HOST:PORT to serve on; port 0 picks a free one");
+ABSL_FLAG(std::vector<std::string>, plugins, {},
+          "comma-separated handler plugins (.so) to load");
+ABSL_FLAG(std::string, agent_id, "", "id reported to clients (default: PLATFORM-agent-PORT)");
+ABSL_FLAG(int64_t, max_call_bytes, int64_t{4} << 30,
+          "largest call, args plus non-aliased results, in bytes");
+ABSL_FLAG(int64_t, max_message_bytes, 64 << 20,
+          "largest single gRPC message (bounds unary Call)");
+ABSL_FLAG(int64_t, response_chunk_bytes, 1 << 20,
+          "result bytes per streamed response message");
+ABSL_FLAG(int, workers, 0, "handler threads (0: one per core)");
+ABSL_FLAG(int, ready_fd, -1,
+          "write the bound port to this file descriptor once serving");
+
+int main(int argc, char** argv) {
+  farcall::BlockTerminationSignals();
+  absl::SetProgramUsageMessage(
+      "farcall-agent --platform=cpu|cuda|rocm|oneapi --listen=HOST:PORT "
+      "[--plugins=A.so,B.so]");
+  absl::ParseCommandLine(argc, argv);
+
+  const std::string platform_name = absl::GetFlag(FLAGS_platform);
+  std::optional<farcall::Platform> platform = farcall::ParsePlatform(platform_name);
+  if (!platform) {
+    std::fprintf(stderr,
+                 "farcall-agent: INVALID_ARGUMENT: `buffer_callback` not "
+                 "supported on %s backend.\n",
+                 platform_name.c_str());
+    return 2;
+  }
+  farcall::agent::AgentServer::Options options;
+  options.listen = absl::GetFlag(FLAGS_listen);
+  options.plugins = absl::GetFlag(FLAGS_plugins);
+  options.workers = absl::GetFlag(FLAGS_workers);
+  options.config.platform = *platform;
+  options.config.agent_id = absl::GetFlag(FLAGS_agent_id);
+  options.config.max_call_bytes = absl::GetFlag(FLAGS_max_call_bytes);
+  options.config.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  options.config.response_chunk_bytes = absl::GetFlag(FLAGS_response_chunk_bytes);
+
+  auto server = farcall::agent::AgentServer::Start(options);
+  if (!server.ok()) {
+    std::fprintf(stderr, "farcall-agent: %s\n", server.status().ToString().c_str());
+    return 1;
+  }
+  const auto& state = (*server)->state();
+  std::vector<std::string> names;
+  for (const auto* h : state.registry.List()) names.push_back(h->name);
+  std::fprintf(stderr,
+               "farcall-agent: %s serving platform %s on port %d with %zu "
+               "device(s); handlers: %s\n",
+               state.config.agent_id.c_str(), platform_name.c_str(),
+               (*server)->port(), state.backend.devices.size(),
+               absl::StrJoin(names, ", ").c_str());
+  farcall::ReportReady(absl::GetFlag(FLAGS_ready_fd), (*server)->port());
+
+  std::string sig = farcall::WaitForTerminationSignal();
+  std::fprintf(stderr, "farcall-agent: %s received, shutting down\n", sig.c_str());
+  (*server)->Shutdown();
+  return 0;
+}

@@ -1,0 +1,251 @@
+#include "device_agents/agent_service.h"
+
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/ref_counted.h"
+#include "core/status_macros.h"
+#include "core/wire/grpc_status.h"
+#include "device_agents/plugin_loader.h"
+#include "device_agents/worker_pool.h"
+#include "farcall/v1/farcall.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+
+namespace farcall::agent {
+namespace {
+
+constexpr char kVersion[] = "0.1.0";
+
+struct Shared {
+  AgentState state;
+  std::unique_ptr<WorkerPool> pool;
+};
+
+// Streamed call: reads frames until half-close, runs the handler on the
+// pool, then writes the results one frame at a time.
+class ExecuteReactor final
+    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
+      public RefCounted {
+ public:
+  ExecuteReactor(Shared& shared, grpc::CallbackServerContext* ctx)
+      : shared_(shared), call_(std::make_unique<AgentCall>(shared.state)) {
+    ctx->AddInitialMetadata(kAgentIdMetadataKey, shared.state.config.agent_id);
+    StartSendInitialMetadata();
+    StartRead(&in_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // half-close, or the call broke
+      absl::Status s = call_->EndOfInputs();
+      if (!s.ok()) return FinishWith(s);
+      Ref();
+      shared_.pool->Submit([this] {
+        absl::Status run = call_->Run(cancel_);
+        if (run.ok()) {
+          WriteNext();
+        } else {
+          FinishWith(run);
+        }
+        Unref();
+      });
+      return;
+    }
+    absl::Status s = call_->OnRequestFrame(in_);
+    in_.Clear();  // drop the slices now: the bytes are in the tensors
+    if (!s.ok()) return FinishWith(s);
+    StartRead(&in_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      return FinishWith(absl::CancelledError(
+          "the caller went away while results were being sent."));
+    }
+    WriteNext();
+  }
+
+  void OnCancel() override { cancel_.Cancel(); }
+  void OnDone() override { Unref(); }
+
+ private:
+  void WriteNext() {
+    out_.Clear();
+    if (!call_->NextResponseFrame(shared_.state.config.response_chunk_bytes,
+                                  &out_)) {
+      return FinishWith(absl::OkStatus());
+    }
+    StartWrite(&out_);
+  }
+
+  void FinishWith(const absl::Status& s) {
+    call_.reset();  // frees the call's memory now, not at OnDone
+    Finish(ToGrpcStatus(s));
+  }
+
+  Shared& shared_;
+  std::unique_ptr<AgentCall> call_;
+  CancellationToken cancel_;
+  grpc::ByteBuffer in_;
+  grpc::ByteBuffer out_;
+};
+
+// Unary call: the request and the response are one frame each.
+class CallReactor final : public grpc::ServerUnaryReactor, public RefCounted {
+ public:
+  CallReactor(Shared& shared, grpc::CallbackServerContext* ctx,
+              const grpc::ByteBuffer* request, grpc::ByteBuffer* response)
+      : shared_(shared),
+        response_(response),
+        call_(std::make_unique<AgentCall>(shared.state)) {
+    // In trailing metadata too: an error answer is "trailers only", and the
+    // router must still see that the agent answered.
+    ctx->AddInitialMetadata(kAgentIdMetadataKey, shared.state.config.agent_id);
+    ctx->AddTrailingMetadata(kAgentIdMetadataKey, shared.state.config.agent_id);
+    absl::Status s = call_->OnRequestFrame(*request);
+    if (s.ok()) s = call_->EndOfInputs();
+    if (s.ok()) s = call_->CheckFitsOneMessage();
+    if (!s.ok()) {
+      FinishWith(s);
+      return;
+    }
+    Ref();
+    shared_.pool->Submit([this] {
+      absl::Status run = call_->Run(cancel_);
+      if (run.ok()) call_->NextResponseFrame(0, response_);
+      FinishWith(run);
+      Unref();
+    });
+  }
+
+  void OnCancel() override { cancel_.Cancel(); }
+  void OnDone() override { Unref(); }
+
+ private:
+  void FinishWith(const absl::Status& s) {
+    call_.reset();
+    Finish(ToGrpcStatus(s));
+  }
+
+  Shared& shared_;
+  grpc::ByteBuffer* response_;
+  std::unique_ptr<AgentCall> call_;
+  CancellationToken cancel_;
+};
+
+class AgentService final
+    : public v1::Agent::WithRawCallbackMethod_Execute<
+          v1::Agent::WithRawCallbackMethod_Call<
+              v1::Agent::WithCallbackMethod_Describe<v1::Agent::Service>>> {
+ public:
+  explicit AgentService(Shared& shared) : shared_(shared) {}
+
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Execute(
+      grpc::CallbackServerContext* ctx) override {
+    return new ExecuteReactor(shared_, ctx);
+  }
+
+  grpc::ServerUnaryReactor* Call(grpc::CallbackServerContext* ctx,
+                                 const grpc::ByteBuffer* request,
+                                 grpc::ByteBuffer* response) override {
+    return new CallReactor(shared_, ctx, request, response);
+  }
+
+  grpc::ServerUnaryReactor* Describe(grpc::CallbackServerContext* ctx,
+                                     const v1::DescribeRequest*,
+                                     v1::AgentInfo* info) override {
+    const AgentState& s = shared_.state;
+    info->set_agent_id(s.config.agent_id);
+    info->set_platform(std::string(PlatformName(s.config.platform)));
+    info->set_version(kVersion);
+    info->set_max_call_bytes(s.config.max_call_bytes);
+    for (const auto& d : s.backend.devices) {
+      v1::DeviceInfo* di = info->add_devices();
+      di->set_ordinal(d->ordinal());
+      di->set_name(d->name());
+      di->set_memory_bytes(d->memory_bytes());
+    }
+    for (const RegisteredHandler* h : s.registry.List()) {
+      v1::HandlerInfo* hi = info->add_handlers();
+      hi->set_name(h->name);
+      hi->set_command_buffer_compatible(
+          (h->traits & FARCALL_TRAIT_COMMAND_BUFFER_COMPATIBLE) != 0);
+      hi->set_source(h->source);
+    }
+    grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
+    r->Finish(grpc::Status::OK);
+    return r;
+  }
+
+ private:
+  Shared& shared_;
+};
+
+}  // namespace
+
+struct AgentServer::Impl {
+  Shared shared;
+  std::unique_ptr<AgentService> service;
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;
+};
+
+AgentServer::AgentServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+AgentServer::~AgentServer() { Shutdown(); }
+
+absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(Options options) {
+  auto impl = std::make_unique<Impl>();
+  AgentState& state = impl->shared.state;
+  state.config = options.config;
+  FARCALL_ASSIGN_OR_RETURN(state.backend, OpenBackend(state.config.platform));
+  for (const FarcallHandlerDef& def : state.backend.builtin_handlers) {
+    FARCALL_RETURN_IF_ERROR(state.registry.Register(def, "builtin"));
+  }
+  for (const std::string& path : options.plugins) {
+    FARCALL_RETURN_IF_ERROR(LoadPlugin(path, state.registry));
+  }
+  int workers = options.workers > 0
+                    ? options.workers
+                    : static_cast<int>(std::thread::hardware_concurrency());
+  impl->shared.pool = std::make_unique<WorkerPool>(workers);
+  impl->service = std::make_unique<AgentService>(impl->shared);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(),
+                           &impl->port);
+  builder.RegisterService(impl->service.get());
+  const int max_message = static_cast<int>(state.config.max_message_bytes);
+  builder.SetMaxReceiveMessageSize(max_message);
+  builder.SetMaxSendMessageSize(max_message);
+  impl->server = builder.BuildAndStart();
+  if (impl->server == nullptr || impl->port == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("farcall-agent could not listen on ", options.listen,
+                     " (address in use, or not a HOST:PORT)."));
+  }
+  if (state.config.agent_id.empty()) {
+    state.config.agent_id = absl::StrCat(PlatformName(state.config.platform),
+                                         "-agent-", impl->port);
+  }
+  impl->server->GetHealthCheckService()->SetServingStatus(true);
+  return std::unique_ptr<AgentServer>(new AgentServer(std::move(impl)));
+}
+
+int AgentServer::port() const { return impl_->port; }
+
+const AgentState& AgentServer::state() const { return impl_->shared.state; }
+
+void AgentServer::Shutdown() {
+  if (impl_->server == nullptr) return;
+  impl_->server->GetHealthCheckService()->SetServingStatus(false);
+  impl_->server->Shutdown(std::chrono::system_clock::now() +
+                          std::chrono::seconds(2));
+  impl_->server->Wait();
+  impl_->server.reset();
+  impl_->shared.pool.reset();  // runs what is queued, then joins
+}
+
+}  // namespace farcall::agent

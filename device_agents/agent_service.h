@@ -1,0 +1,55 @@
+// The agent's gRPC server: Agent.Execute (streamed), Agent.Call (unary),
+// Agent.Describe and grpc.health.v1, on gRPC's callback API.
+//
+// Layers:
+//   1. AgentServer: owns the gRPC server, the worker pool and AgentState.
+//   2. Reactors (agent_service.cc): move frames between gRPC and AgentCall,
+//      one read and one write in flight, and run handlers on the pool.
+//   3. AgentCall: the call itself, shared by Execute and Call.
+//
+//   auto server = AgentServer::Start(options);   // StatusOr
+//   (*server)->port();                           // the port actually bound
+//   (*server)->Shutdown();
+#ifndef FARCALL_DEVICE_AGENTS_AGENT_SERVICE_H_
+#define FARCALL_DEVICE_AGENTS_AGENT_SERVICE_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "device_agents/agent_call.h"
+
+namespace farcall::agent {
+
+// Initial metadata key on every Execute and Call response: the agent's id.
+// The router uses it to tell "the agent answered" from "never reached it".
+inline constexpr char kAgentIdMetadataKey[] = "farcall-agent-id";
+
+class AgentServer {
+ public:
+  struct Options {
+    std::string listen = "127.0.0.1:0";
+    AgentConfig config;
+    int workers = 0;  // 0: one per core
+    std::vector<std::string> plugins;
+  };
+
+  // Opens the platform's devices, loads plugins, binds and starts serving.
+  static absl::StatusOr<std::unique_ptr<AgentServer>> Start(Options options);
+  ~AgentServer();
+
+  int port() const;
+  const AgentState& state() const;
+  // Stops accepting calls, cancels the ones in flight after a short grace.
+  void Shutdown();
+
+ private:
+  struct Impl;
+  explicit AgentServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace farcall::agent
+
+#endif  // FARCALL_DEVICE_AGENTS_AGENT_SERVICE_H_

@@ -1,0 +1,94 @@
+#include "device_agents/cpu/cpu_device.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <new>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "device_agents/cpu/builtin_handlers.h"
+
+namespace farcall::agent::cpu {
+namespace {
+
+// Cache-line alignment suits every dtype and vectorised loops.
+constexpr size_t kAlignment = 64;
+
+class HostMemory final : public DeviceMemory {
+ public:
+  HostMemory(uint8_t* data, int64_t size) : data_(data), size_(size) {}
+  ~HostMemory() override { std::free(data_); }
+  void* device_ptr() override { return data_; }
+  uint8_t* host_ptr() override { return data_; }
+  int64_t size() const override { return size_; }
+
+ private:
+  uint8_t* data_;
+  int64_t size_;
+};
+
+std::string CpuModelName() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      size_t colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(colon + 2);
+    }
+  }
+  return "host CPU";
+}
+
+class CpuDevice final : public Device {
+ public:
+  Platform platform() const override { return Platform::kCpu; }
+  int ordinal() const override { return 0; }
+  std::string name() const override { return name_; }
+  int64_t memory_bytes() const override {
+    return static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+  }
+
+  absl::StatusOr<std::unique_ptr<DeviceMemory>> Allocate(int64_t size) override {
+    // Round up: aligned_alloc wants a multiple of the alignment. Memory is
+    // left uninitialised; every byte is written by a chunk or a handler.
+    size_t bytes = (static_cast<size_t>(size) + kAlignment - 1) / kAlignment *
+                   kAlignment;
+    if (bytes == 0) bytes = kAlignment;
+    void* p = std::aligned_alloc(kAlignment, bytes);
+    if (p == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cpu: out of host memory allocating ", size, " bytes."));
+    }
+    return std::make_unique<HostMemory>(static_cast<uint8_t*>(p), size);
+  }
+  absl::Status CopyToDevice(const void* host, DeviceMemory& dst, int64_t offset,
+                            int64_t size) override {
+    std::memcpy(dst.host_ptr() + offset, host, size);
+    return absl::OkStatus();
+  }
+  absl::Status CopyToHost(DeviceMemory& src, int64_t offset, int64_t size,
+                          void* host) override {
+    std::memcpy(host, src.host_ptr() + offset, size);
+    return absl::OkStatus();
+  }
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+  FarcallStreamKind stream_kind() const override { return FARCALL_STREAM_NONE; }
+  void* stream() override { return nullptr; }
+
+ private:
+  std::string name_ = CpuModelName();
+};
+
+}  // namespace
+
+absl::StatusOr<Backend> OpenCpuBackend() {
+  Backend b;
+  b.devices.push_back(std::make_unique<CpuDevice>());
+  for (const FarcallHandlerDef& d : BuiltinHandlers()) b.builtin_handlers.push_back(d);
+  return b;
+}
+
+}  // namespace farcall::agent::cpu

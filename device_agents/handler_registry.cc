@@ -1,0 +1,39 @@
+#include "absl/strings/string_view.h"
+#include "device_agents/handler_registry.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace farcall::agent {
+
+absl::Status HandlerRegistry::Register(const FarcallHandlerDef& def,
+                                       std::string source) {
+  if (def.name == nullptr || def.name[0] == '\0' || def.platform == nullptr ||
+      def.fn == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "handler definition from ", source, " lacks a name, platform or function."));
+  }
+  auto key = std::make_pair(std::string(def.name), std::string(def.platform));
+  auto it = handlers_.find(key);
+  if (it != handlers_.end()) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "handler '", def.name, "' for platform '", def.platform, "' from ",
+        source, " is already registered by ", it->second.source, "."));
+  }
+  handlers_.emplace(key, RegisteredHandler{def.name, def.platform, def.traits,
+                                           def.fn, std::move(source)});
+  return absl::OkStatus();
+}
+
+const RegisteredHandler* HandlerRegistry::Find(absl::string_view name,
+                                               absl::string_view platform) const {
+  auto it = handlers_.find(std::make_pair(std::string(name), std::string(platform)));
+  return it == handlers_.end() ? nullptr : &it->second;
+}
+
+std::vector<const RegisteredHandler*> HandlerRegistry::List() const {
+  std::vector<const RegisteredHandler*> out;
+  for (const auto& [key, h] : handlers_) out.push_back(&h);
+  return out;
+}
+
+}  // namespace farcall::agent

@@ -1,0 +1,82 @@
+#include "device_agents/handler_registry.h"
+
+#include "device_agents/handler_runtime.h"
+#include "device_agents/plugin_loader.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace farcall::agent {
+namespace {
+
+using ::testing::HasSubstr;
+
+FarcallError* Nop(const FarcallCallFrame*) { return nullptr; }
+
+TEST(HandlerRegistryTest, RegistersAndFinds) {
+  HandlerRegistry r;
+  FarcallHandlerDef def{sizeof(def), "h", "cpu", 0, &Nop};
+  ASSERT_TRUE(r.Register(def, "builtin").ok());
+  ASSERT_NE(r.Find("h", "cpu"), nullptr);
+  EXPECT_EQ(r.Find("h", "cpu")->source, "builtin");
+  EXPECT_EQ(r.Find("h", "cuda"), nullptr);
+  EXPECT_EQ(r.Find("g", "cpu"), nullptr);
+}
+
+TEST(HandlerRegistryTest, RefusesDuplicates) {
+  HandlerRegistry r;
+  FarcallHandlerDef def{sizeof(def), "h", "cpu", 0, &Nop};
+  ASSERT_TRUE(r.Register(def, "builtin").ok());
+  absl::Status s = r.Register(def, "x.so");
+  EXPECT_EQ(s.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(s.message(), HasSubstr("already registered by builtin"));
+}
+
+TEST(HandlerRegistryTest, RefusesIncompleteDefs) {
+  HandlerRegistry r;
+  FarcallHandlerDef def{sizeof(def), "h", "cpu", 0, nullptr};
+  EXPECT_EQ(r.Register(def, "x.so").code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(PluginLoaderTest, LoadsExamplePluginAndRunsIt) {
+  HandlerRegistry r;
+  ASSERT_TRUE(LoadPlugin(FARCALL_EXAMPLE_PLUGIN, r).ok());
+  const RegisteredHandler* h = r.Find("example.negate", "cpu");
+  ASSERT_NE(h, nullptr);
+  EXPECT_EQ(h->source, FARCALL_EXAMPLE_PLUGIN);
+
+  float x[3] = {1, -2, 3};
+  float y[3] = {};
+  int64_t dims[1] = {3};
+  HandlerInvocation inv;
+  inv.args.push_back({sizeof(FarcallBuffer), FARCALL_DTYPE_F32, 1, dims, x, 12, -1});
+  inv.results.push_back({sizeof(FarcallBuffer), FARCALL_DTYPE_F32, 1, dims, y, 12, -1});
+  ASSERT_TRUE(InvokeHandler(h->fn, inv).ok());
+  EXPECT_EQ(y[0], -1);
+  EXPECT_EQ(y[1], 2);
+  EXPECT_EQ(y[2], -3);
+
+  // Its own validation comes back as the handler's status.
+  inv.args[0].dtype = FARCALL_DTYPE_S32;
+  absl::Status s = InvokeHandler(h->fn, inv);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("example.negate"));
+}
+
+TEST(PluginLoaderTest, RefusesOtherAbiMajor) {
+  HandlerRegistry r;
+  absl::Status s = LoadPlugin(FARCALL_WRONG_ABI_PLUGIN, r);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("was built for farcall handler ABI 99.0"));
+  EXPECT_THAT(s.message(), HasSubstr("this agent speaks ABI 1.0"));
+  EXPECT_EQ(r.Find("example.negate", "cpu"), nullptr);
+}
+
+TEST(PluginLoaderTest, MissingFileIsNotFound) {
+  HandlerRegistry r;
+  absl::Status s = LoadPlugin("/nonexistent/plugin.so", r);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(s.message(), HasSubstr("/nonexistent/plugin.so"));
+}
+
+}  // namespace
+}  // namespace farcall::agent

@@ -1,0 +1,59 @@
+// The agent side of the handler ABI: the FarcallApi that handlers call back
+// into, cancellation, and invoking one handler with a prepared frame.
+//
+// Thread safety: HandlerApi() is immutable; a CancellationToken may be
+// cancelled from any thread while a handler waits on it.
+#ifndef FARCALL_DEVICE_AGENTS_HANDLER_RUNTIME_H_
+#define FARCALL_DEVICE_AGENTS_HANDLER_RUNTIME_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "farcall/handler_api.h"
+
+namespace farcall::agent {
+
+// Set once when a call is cancelled or its deadline passes.
+class CancellationToken {
+ public:
+  void Cancel();
+  bool cancelled() const;
+  // Waits up to `timeout`; true as soon as the token is cancelled.
+  bool WaitFor(absl::Duration timeout) const;
+
+ private:
+  mutable absl::Mutex mu_;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// The services table handed to every handler. Static; never null.
+const FarcallApi* HandlerApi();
+
+// Converts an error made by HandlerApi()->error_create into a Status and
+// frees it. nullptr is OK.
+absl::Status ConsumeHandlerError(FarcallError* error);
+
+// Everything needed to run one handler once. The vectors' elements and the
+// memory they point to are owned by the caller and must outlive Invoke().
+struct HandlerInvocation {
+  std::string platform = "cpu";
+  int32_t device_ordinal = 0;
+  FarcallStreamKind stream_kind = FARCALL_STREAM_NONE;
+  void* stream = nullptr;
+  std::vector<FarcallBuffer> args;
+  std::vector<FarcallBuffer> results;
+  std::vector<FarcallAttribute> attrs;
+  const CancellationToken* cancel = nullptr;  // may be null: never cancelled
+};
+
+// Runs `fn` on the calling thread and returns its status.
+absl::Status InvokeHandler(FarcallHandlerFn fn, const HandlerInvocation& inv);
+
+}  // namespace farcall::agent
+
+#endif  // FARCALL_DEVICE_AGENTS_HANDLER_RUNTIME_H_

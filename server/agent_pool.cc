@@ -1,0 +1,155 @@
+#include "server/agent_pool.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/call_validation.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+
+namespace farcall::router {
+
+AgentPool::AgentPool(const std::vector<std::string>& addresses, Options options)
+    : options_(options) {
+  absl::MutexLock l(&mu_);
+  for (const std::string& a : addresses) {
+    auto h = std::make_shared<AgentHandle>();
+    h->address = a;
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(-1);
+    args.SetMaxSendMessageSize(-1);
+    // Reconnect quickly once an agent comes back.
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+    h->channel = grpc::CreateCustomChannel(a, grpc::InsecureChannelCredentials(), args);
+    h->generic = std::make_unique<grpc::GenericStub>(h->channel);
+    entries_.push_back(Entry{std::move(h)});
+  }
+}
+
+AgentPool::~AgentPool() {
+  stop_.Notify();
+  if (prober_.joinable()) prober_.join();
+}
+
+void AgentPool::ProbeOne(size_t i) {
+  std::shared_ptr<AgentHandle> h;
+  bool need_describe;
+  {
+    absl::MutexLock l(&mu_);
+    h = entries_[i].handle;
+    need_describe = !entries_[i].described ||
+                    entries_[i].health != v1::AgentEntry::SERVING;
+  }
+  auto deadline = [&] {
+    return std::chrono::system_clock::now() +
+           absl::ToChronoMilliseconds(options_.probe_timeout);
+  };
+  grpc::health::v1::Health::Stub health(h->channel);
+  grpc::ClientContext hctx;
+  hctx.set_deadline(deadline());
+  grpc::health::v1::HealthCheckRequest hreq;
+  grpc::health::v1::HealthCheckResponse hresp;
+  grpc::Status hs = health.Check(&hctx, hreq, &hresp);
+
+  v1::AgentInfo info;
+  grpc::Status ds = grpc::Status::OK;
+  if (hs.ok() && hresp.status() == grpc::health::v1::HealthCheckResponse::SERVING &&
+      need_describe) {
+    v1::Agent::Stub stub(h->channel);
+    grpc::ClientContext dctx;
+    dctx.set_deadline(deadline());
+    ds = stub.Describe(&dctx, v1::DescribeRequest(), &info);
+  }
+
+  absl::MutexLock l(&mu_);
+  Entry& e = entries_[i];
+  if (!hs.ok()) {
+    e.health = v1::AgentEntry::DOWN;
+    e.last_error = absl::StrCat("health check failed: ", hs.error_message());
+  } else if (hresp.status() != grpc::health::v1::HealthCheckResponse::SERVING) {
+    e.health = v1::AgentEntry::NOT_SERVING;
+    e.last_error = "the agent reports NOT_SERVING";
+  } else if (!ds.ok()) {
+    e.health = v1::AgentEntry::DOWN;
+    e.last_error = absl::StrCat("Describe failed: ", ds.error_message());
+  } else {
+    if (need_describe) {
+      e.info = std::move(info);
+      e.described = true;
+    }
+    e.health = v1::AgentEntry::SERVING;
+    e.last_error.clear();
+  }
+}
+
+void AgentPool::ProbeAll() {
+  size_t n;
+  {
+    absl::MutexLock l(&mu_);
+    n = entries_.size();
+  }
+  // In parallel, so that one hung agent does not delay the others.
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < n; ++i) threads.emplace_back([this, i] { ProbeOne(i); });
+  for (std::thread& t : threads) t.join();
+}
+
+void AgentPool::StartProbing() {
+  prober_ = std::thread([this] {
+    while (!stop_.WaitForNotificationWithTimeout(options_.probe_interval)) {
+      ProbeAll();
+    }
+  });
+}
+
+absl::StatusOr<std::vector<std::shared_ptr<AgentHandle>>> AgentPool::Candidates(
+    Platform platform, absl::string_view handler) const {
+  const absl::string_view name = PlatformName(platform);
+  std::vector<std::shared_ptr<AgentHandle>> out;
+  bool any_live = false;
+  absl::MutexLock l(&mu_);
+  for (const Entry& e : entries_) {
+    if (e.health != v1::AgentEntry::SERVING || !e.described ||
+        e.info.platform() != name) {
+      continue;
+    }
+    any_live = true;
+    for (const v1::HandlerInfo& h : e.info.handlers()) {
+      if (h.name() == handler) {
+        out.push_back(e.handle);
+        break;
+      }
+    }
+  }
+  if (!any_live) return NoLiveAgentError(name);
+  if (out.empty()) return HandlerNotFoundError(handler, name);
+  return out;
+}
+
+void AgentPool::MarkDown(const AgentHandle& agent, absl::string_view why) {
+  absl::MutexLock l(&mu_);
+  for (Entry& e : entries_) {
+    if (e.handle.get() == &agent) {
+      e.health = v1::AgentEntry::DOWN;
+      e.last_error = std::string(why);
+    }
+  }
+}
+
+v1::ListAgentsResponse AgentPool::List() const {
+  v1::ListAgentsResponse r;
+  absl::MutexLock l(&mu_);
+  for (const Entry& e : entries_) {
+    v1::AgentEntry* a = r.add_agents();
+    a->set_address(e.handle->address);
+    *a->mutable_info() = e.info;
+    a->set_health(e.health);
+    a->set_inflight_calls(e.handle->inflight.load());
+    a->set_calls_total(e.handle->calls_total.load());
+    a->set_last_error(e.last_error);
+  }
+  return r;
+}
+
+}  // namespace farcall::router

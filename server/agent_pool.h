@@ -1,0 +1,79 @@
+// The router's view of its agents: discovery (Describe), health (the
+// standard health service), and load (calls in flight).
+//
+// Thread safety: all methods may be called from any thread.
+#ifndef FARCALL_SERVER_AGENT_POOL_H_
+#define FARCALL_SERVER_AGENT_POOL_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "core/platform.h"
+#include "farcall/v1/farcall.grpc.pb.h"
+#include "grpcpp/generic/generic_stub.h"
+
+namespace farcall::router {
+
+// One agent. Stubs are immutable; state is guarded by the pool.
+struct AgentHandle {
+  std::string address;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<grpc::GenericStub> generic;
+  std::atomic<int64_t> inflight{0};
+  std::atomic<uint64_t> calls_total{0};
+};
+
+class AgentPool {
+ public:
+  struct Options {
+    absl::Duration probe_interval = absl::Milliseconds(250);
+    absl::Duration probe_timeout = absl::Milliseconds(500);
+  };
+
+  AgentPool(const std::vector<std::string>& addresses, Options options);
+  ~AgentPool();
+
+  // Probes every agent once and waits for the answers.
+  void ProbeAll();
+  // Probes in the background every probe_interval until destroyed.
+  void StartProbing();
+
+  // The live agents of `platform` that serve `handler`. UNAVAILABLE when no
+  // agent of the platform is live; NOT_FOUND when none has the handler.
+  absl::StatusOr<std::vector<std::shared_ptr<AgentHandle>>> Candidates(
+      Platform platform, absl::string_view handler) const;
+
+  // Marks an agent down at once, e.g. after a call could not reach it.
+  void MarkDown(const AgentHandle& agent, absl::string_view why);
+
+  v1::ListAgentsResponse List() const;
+
+ private:
+  struct Entry {
+    std::shared_ptr<AgentHandle> handle;
+    v1::AgentInfo info;
+    bool described = false;
+    v1::AgentEntry::Health health = v1::AgentEntry::UNKNOWN;
+    std::string last_error;
+  };
+  void ProbeOne(size_t i);
+
+  const Options options_;
+  mutable absl::Mutex mu_;
+  std::vector<Entry> entries_ ABSL_GUARDED_BY(mu_);
+  absl::Notification stop_;
+  std::thread prober_;
+};
+
+}  // namespace farcall::router
+
+#endif  // FARCALL_SERVER_AGENT_POOL_H_

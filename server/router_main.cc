@@ -1,0 +1,52 @@
+// farcall-router: picks a live agent by platform, handler and load, and
+// forwards calls to it.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "core/process.h"
+#include "server/router_service.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:50050",
+          "HOST:PORT to serve on; port 0 picks a free one");
+ABSL_FLAG(std::vector<std::string>, agents, {},
+          "comma-separated agent addresses (HOST:PORT, or dns:///NAME:PORT)");
+ABSL_FLAG(int64_t, max_call_bytes, int64_t{16} << 30,
+          "largest call the router forwards, in bytes");
+ABSL_FLAG(int, probe_interval_ms, 250, "how often agents' health is checked");
+ABSL_FLAG(int, ready_fd, -1,
+          "write the bound port to this file descriptor once serving");
+
+int main(int argc, char** argv) {
+  farcall::BlockTerminationSignals();
+  absl::SetProgramUsageMessage(
+      "farcall-router --listen=HOST:PORT --agents=ADDR[,ADDR...]");
+  absl::ParseCommandLine(argc, argv);
+
+  farcall::router::RouterServer::Options options;
+  options.listen = absl::GetFlag(FLAGS_listen);
+  options.agents = absl::GetFlag(FLAGS_agents);
+  options.max_call_bytes = absl::GetFlag(FLAGS_max_call_bytes);
+  options.pool.probe_interval = absl::Milliseconds(absl::GetFlag(FLAGS_probe_interval_ms));
+  auto router = farcall::router::RouterServer::Start(options);
+  if (!router.ok()) {
+    std::fprintf(stderr, "farcall-router: %s\n", router.status().ToString().c_str());
+    return 1;
+  }
+  int live = 0;
+  const farcall::v1::ListAgentsResponse agents = (*router)->pool().List();
+  for (const auto& a : agents.agents()) {
+    live += a.health() == farcall::v1::AgentEntry::SERVING;
+  }
+  std::fprintf(stderr, "farcall-router: serving on port %d; %d of %zu agent(s) live\n",
+               (*router)->port(), live, options.agents.size());
+  farcall::ReportReady(absl::GetFlag(FLAGS_ready_fd), (*router)->port());
+
+  std::string sig = farcall::WaitForTerminationSignal();
+  std::fprintf(stderr, "farcall-router: %s received, shutting down\n", sig.c_str());
+  (*router)->Shutdown();
+  return 0;
+}

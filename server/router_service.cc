@@ -1,0 +1,389 @@
+#include "server/router_service.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/call_validation.h"
+#include "core/ref_counted.h"
+#include "core/status_macros.h"
+#include "core/wire/frame_codec.h"
+#include "core/wire/grpc_status.h"
+#include "core/wire/proto_convert.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "server/balancer.h"
+
+namespace farcall::router {
+namespace {
+
+constexpr char kAgentExecute[] = "/farcall.v1.Agent/Execute";
+constexpr char kAgentCall[] = "/farcall.v1.Agent/Call";
+// Set by every agent on its answers (device_agents/agent_service.h).
+constexpr char kAgentIdMetadataKey[] = "farcall-agent-id";
+
+struct Shared {
+  AgentPool* pool;
+  int64_t max_call_bytes;
+};
+
+// Where a call may go, decided from its header alone.
+struct Route {
+  Platform platform;
+  std::vector<std::shared_ptr<AgentHandle>> candidates;
+};
+
+absl::StatusOr<Route> RouteCall(const Shared& shared,
+                                const grpc::ByteBuffer& first) {
+  v1::CallHeader header;
+  FARCALL_ASSIGN_OR_RETURN(bool found,
+                           DecodeMessageField(first, kHeaderField, &header));
+  if (!found) {
+    return absl::InvalidArgumentError(
+        "the first request message must carry the call header.");
+  }
+  FARCALL_ASSIGN_OR_RETURN(
+      ValidatedCall v,
+      ValidateCall(DescriptorFromProto(header), shared.max_call_bytes, "router"));
+  Route r{v.platform, {}};
+  FARCALL_ASSIGN_OR_RETURN(r.candidates,
+                           shared.pool->Candidates(v.platform, header.handler()));
+  return r;
+}
+
+// Takes the next agent to try out of `route`, by the balancer's choice.
+std::shared_ptr<AgentHandle> TakeAgent(Route& route) {
+  if (route.candidates.empty()) return nullptr;
+  std::shared_ptr<AgentHandle> a = PickAgent(route.candidates);
+  std::erase(route.candidates, a);
+  return a;
+}
+
+bool AgentAnswered(const grpc::ClientContext& ctx) {
+  return ctx.GetServerInitialMetadata().count(kAgentIdMetadataKey) > 0 ||
+         ctx.GetServerTrailingMetadata().count(kAgentIdMetadataKey) > 0;
+}
+
+// Router.Execute: header first, then raw frames both ways, never more than
+// one message per direction held here.
+class ForwardingExecute final
+    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
+      public RefCounted {
+ public:
+  ForwardingExecute(Shared& shared, grpc::CallbackServerContext* ctx)
+      : shared_(shared), server_ctx_(ctx) {
+    StartRead(&up_in_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!routed_) {
+      routed_ = true;
+      if (!ok) {
+        return FinishUp(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                     "the call ended before its header was sent."));
+      }
+      absl::StatusOr<Route> r = RouteCall(shared_, up_in_);
+      if (!r.ok()) return FinishUp(ToGrpcStatus(r.status()));
+      route_ = std::move(*r);
+      return StartAttempt();
+    }
+    if (ok) {
+      down_->StartWrite(&up_in_);
+    } else {
+      down_->StartWritesDone();
+    }
+  }
+
+  void OnWriteDone(bool ok) override {
+    {
+      absl::MutexLock l(&mu_);
+      up_write_pending_ = false;
+    }
+    if (!ok) {
+      down_->ctx.TryCancel();
+    } else {
+      down_->StartRead(&down_in_);
+    }
+    MaybeFinish();
+  }
+
+  void OnCancel() override {
+    absl::MutexLock l(&mu_);
+    cancelled_ = true;
+    if (down_ != nullptr) down_->ctx.TryCancel();
+  }
+
+  void OnDone() override { Unref(); }
+
+ private:
+  // One attempt to reach one agent.
+  struct Downstream final
+      : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+    Downstream(ForwardingExecute* up, std::shared_ptr<AgentHandle> agent)
+        : up(up), agent(std::move(agent)) {}
+    void OnReadInitialMetadataDone(bool ok) override { up->OnAccepted(ok); }
+    void OnWriteDone(bool ok) override {
+      if (ok) up->StartRead(&up->up_in_);  // next frame from the caller
+    }
+    void OnReadDone(bool ok) override {
+      if (ok) up->ForwardResult();
+    }
+    void OnDone(const grpc::Status& s) override { up->OnAttemptDone(s); }
+
+    ForwardingExecute* up;
+    std::shared_ptr<AgentHandle> agent;
+    grpc::ClientContext ctx;
+  };
+
+  void StartAttempt() {
+    std::shared_ptr<AgentHandle> agent = TakeAgent(route_);
+    if (agent == nullptr) {
+      return FinishUp(ToGrpcStatus(NoLiveAgentError(PlatformName(route_.platform))));
+    }
+    agent->inflight.fetch_add(1);
+    agent->calls_total.fetch_add(1);
+    Ref();  // released in OnAttemptDone
+    {
+      absl::MutexLock l(&mu_);
+      attempts_.push_back(std::make_unique<Downstream>(this, agent));
+      down_ = attempts_.back().get();
+      down_->ctx.set_deadline(server_ctx_->deadline());
+      if (cancelled_) down_->ctx.TryCancel();
+    }
+    agent->generic->PrepareBidiStreamingCall(&down_->ctx, kAgentExecute,
+                                             grpc::StubOptions(), down_);
+    down_->StartCall();
+  }
+
+  void OnAccepted(bool ok) {
+    if (!ok) return;  // OnAttemptDone follows with the reason
+    {
+      absl::MutexLock l(&mu_);
+      accepted_ = true;
+    }
+    down_->StartWrite(&up_in_);  // the first frame, header included
+    down_->StartRead(&down_in_);
+  }
+
+  void ForwardResult() {
+    {
+      absl::MutexLock l(&mu_);
+      up_write_pending_ = true;
+    }
+    StartWrite(&down_in_);
+  }
+
+  void OnAttemptDone(const grpc::Status& s) {
+    std::shared_ptr<AgentHandle> agent = down_->agent;
+    agent->inflight.fetch_sub(1);
+    bool retry;
+    {
+      absl::MutexLock l(&mu_);
+      // Nothing reached the agent: safe to try another one.
+      retry = !accepted_ && !cancelled_ && !s.ok() && !AgentAnswered(down_->ctx);
+      if (!retry) {
+        down_done_ = true;
+        final_ = s;
+      }
+    }
+    if (retry) {
+      shared_.pool->MarkDown(*agent, absl::StrCat("unreachable: ", s.error_message()));
+      StartAttempt();
+    } else {
+      MaybeFinish();
+    }
+    Unref();
+  }
+
+  void MaybeFinish() {
+    grpc::Status s;
+    {
+      absl::MutexLock l(&mu_);
+      if (!down_done_ || up_write_pending_ || finished_) return;
+      finished_ = true;
+      s = final_;
+    }
+    Finish(s);
+  }
+
+  void FinishUp(const grpc::Status& s) {
+    {
+      absl::MutexLock l(&mu_);
+      if (finished_) return;
+      finished_ = true;
+    }
+    Finish(s);
+  }
+
+  Shared& shared_;
+  grpc::CallbackServerContext* server_ctx_;
+  bool routed_ = false;  // only touched by the upstream read chain
+  Route route_;
+  grpc::ByteBuffer up_in_;
+  grpc::ByteBuffer down_in_;
+
+  absl::Mutex mu_;
+  std::vector<std::unique_ptr<Downstream>> attempts_ ABSL_GUARDED_BY(mu_);
+  Downstream* down_ = nullptr;
+  bool accepted_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  bool up_write_pending_ ABSL_GUARDED_BY(mu_) = false;
+  bool down_done_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status final_ ABSL_GUARDED_BY(mu_);
+};
+
+// Router.Call: one frame each way; the agent's answer is passed through.
+class ForwardingCall final : public grpc::ServerUnaryReactor, public RefCounted {
+ public:
+  ForwardingCall(Shared& shared, grpc::CallbackServerContext* ctx,
+                 const grpc::ByteBuffer* request, grpc::ByteBuffer* response)
+      : shared_(shared), server_ctx_(ctx), request_(request), response_(response) {
+    absl::StatusOr<Route> r = RouteCall(shared_, *request_);
+    if (!r.ok()) {
+      Finish(ToGrpcStatus(r.status()));
+      return;
+    }
+    route_ = std::move(*r);
+    StartAttempt();
+  }
+
+  void OnCancel() override {
+    absl::MutexLock l(&mu_);
+    cancelled_ = true;
+    if (client_ctx_ != nullptr) client_ctx_->TryCancel();
+  }
+  void OnDone() override { Unref(); }
+
+ private:
+  void StartAttempt() {
+    std::shared_ptr<AgentHandle> agent = TakeAgent(route_);
+    if (agent == nullptr) {
+      Finish(ToGrpcStatus(NoLiveAgentError(PlatformName(route_.platform))));
+      return;
+    }
+    agent->inflight.fetch_add(1);
+    agent->calls_total.fetch_add(1);
+    grpc::ClientContext* ctx;
+    {
+      absl::MutexLock l(&mu_);
+      client_ctx_ = std::make_unique<grpc::ClientContext>();
+      ctx = client_ctx_.get();
+      ctx->set_deadline(server_ctx_->deadline());
+      if (cancelled_) ctx->TryCancel();
+    }
+    Ref();
+    agent->generic->UnaryCall(
+        ctx, kAgentCall, grpc::StubOptions(), request_, response_,
+        [this, agent, ctx](grpc::Status s) {
+          agent->inflight.fetch_sub(1);
+          bool retry;
+          {
+            absl::MutexLock l(&mu_);
+            retry = !cancelled_ && !s.ok() && !AgentAnswered(*ctx);
+          }
+          if (retry) {
+            shared_.pool->MarkDown(*agent,
+                                   absl::StrCat("unreachable: ", s.error_message()));
+            response_->Clear();
+            StartAttempt();
+          } else {
+            Finish(s);
+          }
+          Unref();
+        });
+  }
+
+  Shared& shared_;
+  grpc::CallbackServerContext* server_ctx_;
+  const grpc::ByteBuffer* request_;
+  grpc::ByteBuffer* response_;
+  Route route_;
+  absl::Mutex mu_;
+  std::unique_ptr<grpc::ClientContext> client_ctx_ ABSL_GUARDED_BY(mu_);
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+class RouterService final
+    : public v1::Router::WithRawCallbackMethod_Execute<
+          v1::Router::WithRawCallbackMethod_Call<
+              v1::Router::WithCallbackMethod_ListAgents<v1::Router::Service>>> {
+ public:
+  explicit RouterService(Shared shared) : shared_(shared) {}
+
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Execute(
+      grpc::CallbackServerContext* ctx) override {
+    return new ForwardingExecute(shared_, ctx);
+  }
+  grpc::ServerUnaryReactor* Call(grpc::CallbackServerContext* ctx,
+                                 const grpc::ByteBuffer* request,
+                                 grpc::ByteBuffer* response) override {
+    return new ForwardingCall(shared_, ctx, request, response);
+  }
+  grpc::ServerUnaryReactor* ListAgents(grpc::CallbackServerContext* ctx,
+                                       const v1::ListAgentsRequest* request,
+                                       v1::ListAgentsResponse* response) override {
+    // A refresh probes synchronously; it is rare (operators, tests), so a
+    // callback thread may block on it.
+    if (request->refresh()) shared_.pool->ProbeAll();
+    *response = shared_.pool->List();
+    grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
+    r->Finish(grpc::Status::OK);
+    return r;
+  }
+
+ private:
+  Shared shared_;
+};
+
+}  // namespace
+
+struct RouterServer::Impl {
+  std::unique_ptr<AgentPool> pool;
+  std::unique_ptr<RouterService> service;
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;
+};
+
+RouterServer::RouterServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+RouterServer::~RouterServer() { Shutdown(); }
+
+absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(Options options) {
+  if (options.agents.empty()) {
+    return absl::InvalidArgumentError("the router needs at least one agent (--agents).");
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->pool = std::make_unique<AgentPool>(options.agents, options.pool);
+  impl->pool->ProbeAll();
+  impl->service = std::make_unique<RouterService>(
+      Shared{impl->pool.get(), options.max_call_bytes});
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(),
+                           &impl->port);
+  builder.RegisterService(impl->service.get());
+  builder.SetMaxReceiveMessageSize(-1);
+  builder.SetMaxSendMessageSize(-1);
+  impl->server = builder.BuildAndStart();
+  if (impl->server == nullptr || impl->port == 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "farcall-router could not listen on ", options.listen,
+        " (address in use, or not a HOST:PORT)."));
+  }
+  impl->server->GetHealthCheckService()->SetServingStatus(true);
+  impl->pool->StartProbing();
+  return std::unique_ptr<RouterServer>(new RouterServer(std::move(impl)));
+}
+
+int RouterServer::port() const { return impl_->port; }
+AgentPool& RouterServer::pool() { return *impl_->pool; }
+
+void RouterServer::Shutdown() {
+  if (impl_->server == nullptr) return;
+  impl_->server->GetHealthCheckService()->SetServingStatus(false);
+  impl_->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  impl_->server->Wait();
+  impl_->server.reset();
+}
+
+}  // namespace farcall::router

@@ -1,0 +1,50 @@
+// The router's gRPC server: Router.Execute, Router.Call, ListAgents and
+// grpc.health.v1.
+//
+// Layers:
+//   1. RouterServer: the gRPC server, the AgentPool and the prober.
+//   2. Reactors (router_service.cc): parse only the call header, answer the
+//      contract's errors themselves, pick an agent, then forward raw frames
+//      with one read and one write in flight per side. A call whose agent
+//      cannot be reached before it accepted the call is retried on another.
+//
+//   auto router = RouterServer::Start(options);
+//   (*router)->port();
+#ifndef FARCALL_SERVER_ROUTER_SERVICE_H_
+#define FARCALL_SERVER_ROUTER_SERVICE_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "server/agent_pool.h"
+
+namespace farcall::router {
+
+class RouterServer {
+ public:
+  struct Options {
+    std::string listen = "127.0.0.1:0";
+    std::vector<std::string> agents;
+    int64_t max_call_bytes = int64_t{16} << 30;
+    AgentPool::Options pool;
+  };
+
+  // Probes every agent once, then starts serving and probing.
+  static absl::StatusOr<std::unique_ptr<RouterServer>> Start(Options options);
+  ~RouterServer();
+
+  int port() const;
+  AgentPool& pool();
+  void Shutdown();
+
+ private:
+  struct Impl;
+  explicit RouterServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace farcall::router
+
+#endif  // FARCALL_SERVER_ROUTER_SERVICE_H_
