@@ -20,6 +20,7 @@ AgentPool::AgentPool(const std::vector<std::string>& addresses, Options options)
     args.SetMaxSendMessageSize(-1);
     // Reconnect quickly once an agent comes back.
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
     h->channel = grpc::CreateCustomChannel(a, grpc::InsecureChannelCredentials(), args);
     h->generic = std::make_unique<grpc::GenericStub>(h->channel);
@@ -48,6 +49,9 @@ void AgentPool::ProbeOne(size_t i) {
   grpc::health::v1::Health::Stub health(h->channel);
   grpc::ClientContext hctx;
   hctx.set_deadline(deadline());
+  // Waiting for the connection lets a probe see an agent that has just come
+  // back, instead of failing fast on the channel's last failure.
+  hctx.set_wait_for_ready(true);
   grpc::health::v1::HealthCheckRequest hreq;
   grpc::health::v1::HealthCheckResponse hresp;
   grpc::Status hs = health.Check(&hctx, hreq, &hresp);

@@ -20,6 +20,9 @@ absl::Status Malformed(absl::string_view what) {
       absl::StrCat("malformed farcall frame: ", what, "."));
 }
 
+// As protobuf's parser: field 0 is invalid, and a tag fits in 32 bits.
+bool ValidTag(uint64_t tag) { return (tag >> 3) != 0 && tag <= UINT32_MAX; }
+
 void PutVarint(std::string* out, uint64_t v) {
   while (v >= 0x80) {
     out->push_back(static_cast<char>(v | 0x80));
@@ -141,6 +144,7 @@ class FrameDecoder {
     while (remaining_ > end) {
       uint64_t tag;
       if (!ReadVarint(&tag)) return Malformed("truncated chunk field");
+      if (!ValidTag(tag)) return Malformed("bad tag in chunk");
       const uint32_t field = static_cast<uint32_t>(tag >> 3);
       const WireType type = static_cast<WireType>(tag & 7);
       if (field == 1 && type == kVarint) {
@@ -172,6 +176,7 @@ class FrameDecoder {
     while (remaining_ > 0) {
       uint64_t tag;
       if (!ReadVarint(&tag)) return Malformed("truncated tag");
+      if (!ValidTag(tag)) return Malformed("bad tag");
       const uint32_t field = static_cast<uint32_t>(tag >> 3);
       const WireType type = static_cast<WireType>(tag & 7);
       if (visitor != nullptr && field == kChunksField && type == kLen) {

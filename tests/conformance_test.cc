@@ -1,0 +1,578 @@
+// The conformance suite: one set of behaviours, run against a cpu agent
+// directly and through the router, over both the unary Call and the streamed
+// Execute RPC. Processes are real and bind ports the OS picks.
+//
+// Status rows are checked with the generated protobuf stubs, as an outside
+// client would send them (the C++ client validates locally first); data
+// paths are checked with the farcall client library.
+#include <cstring>
+#include <future>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "farcall/client.h"
+#include "farcall/v1/farcall.grpc.pb.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "tests/process_harness.h"
+
+namespace farcall {
+namespace {
+
+using ::farcall::testing::ChildProcess;
+using ::testing::HasSubstr;
+
+constexpr int64_t kAgentMaxCallBytes = int64_t{1} << 30;
+
+// Two cpu agents (with the example plugin) and a router over both.
+struct Cluster {
+  std::unique_ptr<ChildProcess> agent_a, agent_b, router;
+};
+
+Cluster* g_cluster = nullptr;
+
+std::vector<std::string> AgentArgs() {
+  return {"--platform=cpu", "--listen=127.0.0.1:0",
+          absl::StrCat("--max_call_bytes=", kAgentMaxCallBytes),
+          absl::StrCat("--plugins=", FARCALL_EXAMPLE_PLUGIN)};
+}
+
+class ClusterEnv : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    g_cluster = new Cluster;
+    auto a = ChildProcess::Start(FARCALL_AGENT_BIN, AgentArgs());
+    ASSERT_TRUE(a.ok()) << a.status();
+    auto b = ChildProcess::Start(FARCALL_AGENT_BIN, AgentArgs());
+    ASSERT_TRUE(b.ok()) << b.status();
+    g_cluster->agent_a = *std::move(a);
+    g_cluster->agent_b = *std::move(b);
+    auto r = ChildProcess::Start(
+        FARCALL_ROUTER_BIN,
+        {"--listen=127.0.0.1:0",
+         absl::StrCat("--agents=", g_cluster->agent_a->address(), ",",
+                      g_cluster->agent_b->address())});
+    ASSERT_TRUE(r.ok()) << r.status();
+    g_cluster->router = *std::move(r);
+  }
+  void TearDown() override { delete g_cluster; }
+};
+
+enum class Target { kAgent, kRouter };
+
+struct Param {
+  Target target;
+  Transport transport;
+};
+
+std::string ParamName(const ::testing::TestParamInfo<Param>& p) {
+  return absl::StrCat(p.param.target == Target::kAgent ? "Agent" : "Router",
+                      p.param.transport == Transport::kUnary ? "Call" : "Execute");
+}
+
+v1::TensorSpec Spec(DType d, std::vector<int64_t> dims) {
+  v1::TensorSpec s;
+  s.set_dtype(static_cast<v1::DType>(d));
+  for (int64_t x : dims) s.add_dims(x);
+  return s;
+}
+
+// A header for copy of one float32[n] arg.
+v1::CallHeader CopyHeader(int64_t n, const std::string& platform = "cpu") {
+  v1::CallHeader h;
+  h.set_handler("copy");
+  h.add_platforms(platform);
+  *h.add_args() = Spec(DType::kF32, {n});
+  *h.add_results() = Spec(DType::kF32, {n});
+  return h;
+}
+
+void AddChunk(v1::ExecuteRequest* r, uint32_t index, uint64_t offset, size_t size,
+              char fill = 1) {
+  v1::Chunk* c = r->add_chunks();
+  c->set_index(index);
+  c->set_offset(offset);
+  c->set_data(std::string(size, fill));
+}
+
+struct RawAnswer {
+  grpc::Status status;
+  std::vector<v1::ExecuteResponse> responses;
+};
+
+class ConformanceTest : public ::testing::TestWithParam<Param> {
+ protected:
+  std::string address() const {
+    return GetParam().target == Target::kAgent ? g_cluster->agent_a->address()
+                                                : g_cluster->router->address();
+  }
+  bool via_router() const { return GetParam().target == Target::kRouter; }
+  bool unary() const { return GetParam().transport == Transport::kUnary; }
+
+  std::shared_ptr<grpc::Channel> Channel() {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(-1);
+    return grpc::CreateCustomChannel(address(), grpc::InsecureChannelCredentials(), args);
+  }
+
+  // Sends `msgs` as an outside protobuf client would. Unary sends only
+  // msgs[0] (tests that need several messages use Execute).
+  RawAnswer Raw(const std::vector<v1::ExecuteRequest>& msgs, bool force_stream = false,
+                int deadline_ms = 20000) {
+    auto channel = Channel();
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::milliseconds(deadline_ms));
+    RawAnswer a;
+    if (unary() && !force_stream) {
+      v1::ExecuteResponse resp;
+      if (via_router()) {
+        a.status = v1::Router::NewStub(channel)->Call(&ctx, msgs[0], &resp);
+      } else {
+        a.status = v1::Agent::NewStub(channel)->Call(&ctx, msgs[0], &resp);
+      }
+      if (a.status.ok()) a.responses.push_back(resp);
+      return a;
+    }
+    std::unique_ptr<grpc::ClientReaderWriter<v1::ExecuteRequest, v1::ExecuteResponse>> s;
+    std::unique_ptr<v1::Router::Stub> rs;
+    std::unique_ptr<v1::Agent::Stub> as;
+    if (via_router()) {
+      rs = v1::Router::NewStub(channel);
+      s = rs->Execute(&ctx);
+    } else {
+      as = v1::Agent::NewStub(channel);
+      s = as->Execute(&ctx);
+    }
+    for (const auto& m : msgs) {
+      if (!s->Write(m)) break;
+    }
+    s->WritesDone();
+    v1::ExecuteResponse resp;
+    while (s->Read(&resp)) a.responses.push_back(resp);
+    a.status = s->Finish();
+    return a;
+  }
+
+  RawAnswer RawHeaderOnly(const v1::CallHeader& h) {
+    v1::ExecuteRequest r;
+    *r.mutable_header() = h;
+    return Raw({r});
+  }
+
+  void ExpectStatus(const RawAnswer& a, grpc::StatusCode code, const std::string& msg) {
+    EXPECT_EQ(a.status.error_code(), code) << a.status.error_message();
+    EXPECT_EQ(a.status.error_message(), msg);
+  }
+  void ExpectStatusHas(const RawAnswer& a, grpc::StatusCode code, const std::string& part) {
+    EXPECT_EQ(a.status.error_code(), code) << a.status.error_message();
+    EXPECT_THAT(a.status.error_message(), HasSubstr(part));
+  }
+
+  std::unique_ptr<Client> NewClient() {
+    auto c = Client::Connect(address());
+    EXPECT_TRUE(c.ok());
+    return *std::move(c);
+  }
+  CallOptions Opts() const {
+    CallOptions o;
+    o.transport = GetParam().transport;
+    return o;
+  }
+
+  // A good call on the same path: errors must leave nothing broken behind.
+  void ExpectGoodCallAfter() {
+    v1::ExecuteRequest r;
+    *r.mutable_header() = CopyHeader(4);
+    AddChunk(&r, 0, 0, 16, 7);
+    RawAnswer a = Raw({r});
+    ASSERT_TRUE(a.status.ok()) << a.status.error_message();
+    std::string got;
+    for (const auto& resp : a.responses)
+      for (const auto& c : resp.chunks()) got += c.data();
+    EXPECT_EQ(got, std::string(16, 7));
+  }
+
+  void TearDown() override { ExpectGoodCallAfter(); }
+};
+
+// ---- Status table rows ------------------------------------------------------
+
+TEST_P(ConformanceTest, UnsupportedPlatformIsJaxError) {
+  ExpectStatus(RawHeaderOnly(CopyHeader(4, "tpu")), grpc::StatusCode::INVALID_ARGUMENT,
+               "`buffer_callback` not supported on tpu backend.");
+  ExpectStatus(RawHeaderOnly(CopyHeader(4, "METAL")), grpc::StatusCode::INVALID_ARGUMENT,
+               "`buffer_callback` not supported on METAL backend.");
+}
+
+TEST_P(ConformanceTest, MultiplePlatformsUnimplemented) {
+  v1::CallHeader h = CopyHeader(4);
+  h.add_platforms("cuda");
+  ExpectStatus(RawHeaderOnly(h), grpc::StatusCode::UNIMPLEMENTED,
+               "multi-platform lowering for buffer_callback");
+}
+
+TEST_P(ConformanceTest, NoPlatform) {
+  v1::CallHeader h = CopyHeader(4);
+  h.clear_platforms();
+  ExpectStatusHas(RawHeaderOnly(h), grpc::StatusCode::INVALID_ARGUMENT,
+                  "exactly one platform");
+}
+
+TEST_P(ConformanceTest, AliasInputOutOfRange) {
+  v1::CallHeader h = CopyHeader(4);
+  (*h.mutable_input_output_aliases())[2] = 0;
+  ExpectStatus(RawHeaderOnly(h), grpc::StatusCode::INVALID_ARGUMENT,
+               "input_output_aliases contains the mapping '2:0' with input index 2 "
+               "outside the range [0, 1).");
+}
+
+TEST_P(ConformanceTest, AliasOutputOutOfRange) {
+  v1::CallHeader h = CopyHeader(4);
+  (*h.mutable_input_output_aliases())[0] = 3;
+  ExpectStatus(RawHeaderOnly(h), grpc::StatusCode::INVALID_ARGUMENT,
+               "input_output_aliases contains the mapping '0:3' with output index 3 "
+               "outside the range [0, 1).");
+}
+
+TEST_P(ConformanceTest, AliasSpecsDiffer) {
+  v1::CallHeader h;
+  h.set_handler("copy");
+  h.add_platforms("cpu");
+  *h.add_args() = Spec(DType::kF32, {4, 8});
+  *h.add_results() = Spec(DType::kF32, {8, 4});
+  (*h.mutable_input_output_aliases())[0] = 0;
+  ExpectStatus(RawHeaderOnly(h), grpc::StatusCode::INVALID_ARGUMENT,
+               "input_output_aliases contains the mapping '0:0' referring to an input "
+               "with abstract value ShapedArray(float32[4,8]) and an output with a "
+               "different abstract value ShapedArray(float32[8,4]).");
+}
+
+TEST_P(ConformanceTest, TwoInputsAliasedToOneOutput) {
+  v1::CallHeader h = CopyHeader(4);
+  *h.add_args() = Spec(DType::kF32, {4});
+  (*h.mutable_input_output_aliases())[0] = 0;
+  (*h.mutable_input_output_aliases())[1] = 0;
+  ExpectStatusHas(RawHeaderOnly(h), grpc::StatusCode::INVALID_ARGUMENT,
+                  "maps inputs 0 and 1 to the same output 0");
+}
+
+TEST_P(ConformanceTest, NegativeDim) {
+  v1::CallHeader h = CopyHeader(4);
+  *h.mutable_args(0) = Spec(DType::kF32, {2, -3});
+  ExpectStatusHas(RawHeaderOnly(h), grpc::StatusCode::INVALID_ARGUMENT,
+                  "args[0] has negative dim -3 at index 1");
+}
+
+TEST_P(ConformanceTest, ByteSizeOverflow) {
+  v1::CallHeader h = CopyHeader(4);
+  *h.mutable_results(0) = Spec(DType::kF64, {int64_t{1} << 40, int64_t{1} << 40});
+  ExpectStatusHas(RawHeaderOnly(h), grpc::StatusCode::INVALID_ARGUMENT,
+                  "overflows int64");
+}
+
+TEST_P(ConformanceTest, UnknownDType) {
+  v1::CallHeader h = CopyHeader(4);
+  h.mutable_args(0)->set_dtype(static_cast<v1::DType>(77));
+  ExpectStatusHas(RawHeaderOnly(h), grpc::StatusCode::INVALID_ARGUMENT,
+                  "args[0] has unknown dtype 77");
+}
+
+TEST_P(ConformanceTest, ChunkUnknownIndex) {
+  v1::ExecuteRequest r;
+  *r.mutable_header() = CopyHeader(4);
+  AddChunk(&r, 5, 0, 16);
+  ExpectStatusHas(Raw({r}), grpc::StatusCode::INVALID_ARGUMENT, "args[5] at offset 0");
+}
+
+TEST_P(ConformanceTest, ChunkGap) {
+  v1::ExecuteRequest r;
+  *r.mutable_header() = CopyHeader(4);
+  AddChunk(&r, 0, 0, 4);
+  AddChunk(&r, 0, 8, 8);
+  ExpectStatusHas(Raw({r}), grpc::StatusCode::INVALID_ARGUMENT,
+                  "chunk at offset 8 leaves a gap; bytes [4, 8) were never sent");
+}
+
+TEST_P(ConformanceTest, ChunkOverlap) {
+  v1::ExecuteRequest r;
+  *r.mutable_header() = CopyHeader(4);
+  AddChunk(&r, 0, 0, 8);
+  AddChunk(&r, 0, 4, 8);
+  ExpectStatusHas(Raw({r}), grpc::StatusCode::INVALID_ARGUMENT,
+                  "chunk at offset 4 overlaps bytes already received [0, 8)");
+}
+
+TEST_P(ConformanceTest, ChunkPastEnd) {
+  v1::ExecuteRequest r;
+  *r.mutable_header() = CopyHeader(4);
+  AddChunk(&r, 0, 0, 20);
+  ExpectStatusHas(Raw({r}), grpc::StatusCode::INVALID_ARGUMENT,
+                  "chunk [0, 20) runs past the end of the tensor at 16");
+}
+
+TEST_P(ConformanceTest, DataMissingAtHalfClose) {
+  v1::ExecuteRequest r;
+  *r.mutable_header() = CopyHeader(4);
+  AddChunk(&r, 0, 0, 8);
+  ExpectStatusHas(Raw({r}), grpc::StatusCode::INVALID_ARGUMENT,
+                  "args[0] (float32[4], 16 bytes): data missing at half-close; "
+                  "received [0, 8) of [0, 16)");
+}
+
+TEST_P(ConformanceTest, HeaderOnlyInFirstMessage) {
+  v1::ExecuteRequest first, second;
+  *first.mutable_header() = CopyHeader(4);
+  AddChunk(&first, 0, 0, 8);
+  *second.mutable_header() = CopyHeader(4);
+  AddChunk(&second, 0, 8, 8);
+  ExpectStatusHas(Raw({first, second}, /*force_stream=*/true),
+                  grpc::StatusCode::INVALID_ARGUMENT, "only the first message may");
+}
+
+TEST_P(ConformanceTest, CallOverByteLimit) {
+  v1::CallHeader h = CopyHeader(kAgentMaxCallBytes / 4);  // args + result = 2x
+  ExpectStatusHas(RawHeaderOnly(h), grpc::StatusCode::RESOURCE_EXHAUSTED,
+                  absl::StrCat("limit of ", kAgentMaxCallBytes, " bytes"));
+}
+
+TEST_P(ConformanceTest, HandlerNotRegistered) {
+  v1::CallHeader h = CopyHeader(4);
+  h.set_handler("no_such_handler");
+  ExpectStatus(RawHeaderOnly(h), grpc::StatusCode::NOT_FOUND,
+               "handler 'no_such_handler' is not registered for platform 'cpu'.");
+}
+
+TEST_P(ConformanceTest, SupportedPlatformNotServed) {
+  RawAnswer a = RawHeaderOnly(CopyHeader(4, "CUDA"));
+  if (via_router()) {
+    ExpectStatus(a, grpc::StatusCode::UNAVAILABLE, "no live agent serves platform 'cuda'.");
+  } else {
+    ExpectStatus(a, grpc::StatusCode::FAILED_PRECONDITION,
+                 "this agent serves platform 'cpu', but the call asks for platform 'cuda'.");
+  }
+}
+
+TEST_P(ConformanceTest, HandlerFailureKeepsItsCodeAndMessage) {
+  v1::CallHeader h;
+  h.set_handler("fail");
+  h.add_platforms("cpu");
+  (*h.mutable_attributes())["code"].set_i64(7);
+  (*h.mutable_attributes())["message"].set_str("no entry for you");
+  ExpectStatus(RawHeaderOnly(h), grpc::StatusCode::PERMISSION_DENIED, "no entry for you");
+  // UNAVAILABLE from a handler is the handler's answer: the router must not
+  // retry it elsewhere or mark the agent down.
+  (*h.mutable_attributes())["code"].set_i64(14);
+  ExpectStatus(RawHeaderOnly(h), grpc::StatusCode::UNAVAILABLE, "no entry for you");
+}
+
+TEST_P(ConformanceTest, DeadlineStopsSleep) {
+  v1::ExecuteRequest r;
+  r.mutable_header()->set_handler("sleep");
+  r.mutable_header()->add_platforms("cpu");
+  (*r.mutable_header()->mutable_attributes())["ms"].set_i64(60000);
+  auto start = std::chrono::steady_clock::now();
+  RawAnswer a = Raw({r}, false, /*deadline_ms=*/300);
+  EXPECT_EQ(a.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  // The handler was told to stop: a worker is free again for the next call
+  // (TearDown's good call) and the answer came long before 60 s.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+}
+
+// ---- Data path through the client library ---------------------------------
+
+TEST_P(ConformanceTest, RoundTripEveryDType) {
+  auto client = NewClient();
+  std::mt19937 rng(42);
+  for (DType d : AllDTypes()) {
+    TensorSpec spec{d, {3, 5}};
+    std::vector<uint8_t> in(15 * ItemSize(d));
+    for (auto& b : in) b = static_cast<uint8_t>(rng());
+    if (d == DType::kPred) for (auto& b : in) b &= 1;
+    CallRequest req;
+    req.handler = "copy";
+    req.args = {Arg::In(spec, in.data())};
+    req.results = {spec};
+    absl::StatusOr<CallResult> r = client->Call(req, Opts());
+    ASSERT_TRUE(r.ok()) << DTypeName(d) << ": " << r.status();
+    ASSERT_EQ(r->results.size(), 1u);
+    EXPECT_EQ(r->results[0].spec, spec);
+    EXPECT_EQ(std::memcmp(r->results[0].data, in.data(), in.size()), 0) << DTypeName(d);
+    EXPECT_EQ(r->transport, GetParam().transport);
+    EXPECT_EQ(r->platform, "cpu");
+  }
+}
+
+TEST_P(ConformanceTest, AxpyUpdatesYInPlace) {
+  auto client = NewClient();
+  TensorSpec spec{DType::kF32, {16}};
+  std::vector<float> x(16), y(16);
+  for (int i = 0; i < 16; ++i) {
+    x[i] = i;
+    y[i] = 100 + i;
+  }
+  CallRequest req;
+  req.handler = "axpy";
+  req.args = {Arg::In(spec, x.data()), Arg::InOut(spec, y.data())};
+  req.results = {spec};
+  req.aliases = {{1, 0}};
+  req.attributes["alpha"] = 2.0;
+  absl::StatusOr<CallResult> r = client->Call(req, Opts());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->results[0].aliased);
+  EXPECT_EQ(r->results[0].data, reinterpret_cast<uint8_t*>(y.data()));
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(y[i], 2 * i + 100 + i);
+}
+
+TEST_P(ConformanceTest, PluginHandlerRuns) {
+  auto client = NewClient();
+  TensorSpec spec{DType::kF32, {3}};
+  std::vector<float> x = {1, -2, 3};
+  CallRequest req;
+  req.handler = "example.negate";
+  req.args = {Arg::In(spec, x.data())};
+  req.results = {spec};
+  absl::StatusOr<CallResult> r = client->Call(req, Opts());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->results[0].as<float>()[1], 2.0f);
+}
+
+TEST_P(ConformanceTest, LargeAliasedCopy) {
+  if (unary()) GTEST_SKIP() << "256 MiB does not fit one unary message; Execute covers it";
+  auto client = NewClient();
+  const int64_t n = (int64_t{256} << 20) + 13;
+  TensorSpec spec{DType::kU8, {n}};
+  std::vector<uint8_t> buf(n);
+  for (int64_t i = 0; i < n; ++i) buf[i] = static_cast<uint8_t>(i * 131 + (i >> 20));
+  std::vector<uint8_t> expected = buf;
+  CallRequest req;
+  req.handler = "copy";
+  req.args = {Arg::InOut(spec, buf.data())};
+  req.results = {spec};
+  req.aliases = {{0, 0}};
+  absl::StatusOr<CallResult> r = client->Call(req, Opts());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->results[0].aliased);
+  EXPECT_EQ(r->results[0].size, n);
+  EXPECT_TRUE(buf == expected);
+}
+
+TEST_P(ConformanceTest, SixtyFourConcurrentCalls) {
+  auto client = NewClient();
+  constexpr int kCalls = 64, kN = 1024;
+  TensorSpec spec{DType::kS32, {kN}};
+  std::vector<std::vector<int32_t>> a(kCalls, std::vector<int32_t>(kN));
+  std::vector<std::vector<int32_t>> b(kCalls, std::vector<int32_t>(kN));
+  std::vector<std::future<absl::StatusOr<CallResult>>> futures;
+  for (int c = 0; c < kCalls; ++c) {
+    for (int i = 0; i < kN; ++i) {
+      a[c][i] = c * 1000 + i;
+      b[c][i] = -i;
+    }
+    CallRequest req;
+    req.handler = "add";
+    req.args = {Arg::In(spec, a[c].data()), Arg::In(spec, b[c].data())};
+    req.results = {spec};
+    futures.push_back(client->CallFuture(req, Opts()));
+  }
+  for (int c = 0; c < kCalls; ++c) {
+    absl::StatusOr<CallResult> r = futures[c].get();
+    ASSERT_TRUE(r.ok()) << r.status();
+    const int32_t* out = r->results[0].as<int32_t>();
+    for (int i = 0; i < kN; i += 97) ASSERT_EQ(out[i], c * 1000) << "call " << c;
+  }
+}
+
+TEST_P(ConformanceTest, ClientValidatesLikeTheServers) {
+  auto client = NewClient();
+  CallRequest req;
+  req.handler = "copy";
+  req.platform = "tpu";
+  absl::StatusOr<CallResult> r = client->Call(req, Opts());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(), "`buffer_callback` not supported on tpu backend.");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllPaths, ConformanceTest,
+    ::testing::Values(Param{Target::kAgent, Transport::kUnary},
+                      Param{Target::kAgent, Transport::kStream},
+                      Param{Target::kRouter, Transport::kUnary},
+                      Param{Target::kRouter, Transport::kStream}),
+    ParamName);
+
+// ---- Router failover --------------------------------------------------------
+
+TEST(RouterFailoverTest, KeepsServingWhenAnAgentDiesAndUsesItAgainWhenBack) {
+  auto a = ChildProcess::Start(FARCALL_AGENT_BIN, AgentArgs());
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto b = ChildProcess::Start(FARCALL_AGENT_BIN, AgentArgs());
+  ASSERT_TRUE(b.ok()) << b.status();
+  const std::string a_addr = (*a)->address();
+  const int a_port = (*a)->port();
+  auto router = ChildProcess::Start(
+      FARCALL_ROUTER_BIN,
+      {"--listen=127.0.0.1:0", absl::StrCat("--agents=", a_addr, ",", (*b)->address())});
+  ASSERT_TRUE(router.ok()) << router.status();
+  auto client = Client::Connect((*router)->address());
+  ASSERT_TRUE(client.ok());
+
+  auto copy_call = [&](Transport t) {
+    std::vector<float> x = {1, 2, 3, 4};
+    TensorSpec spec{DType::kF32, {4}};
+    CallRequest req;
+    req.handler = "copy";
+    req.args = {Arg::In(spec, x.data())};
+    req.results = {spec};
+    CallOptions o;
+    o.transport = t;
+    return (*client)->Call(req, o);
+  };
+
+  (*a)->Kill();
+  // Every call succeeds: a call that cannot reach the dead agent is retried
+  // on the other one before anything was sent.
+  for (int i = 0; i < 20; ++i) {
+    auto r = copy_call(i % 2 ? Transport::kUnary : Transport::kStream);
+    ASSERT_TRUE(r.ok()) << "call " << i << ": " << r.status();
+    EXPECT_EQ(r->agent_id, absl::StrCat("cpu-agent-", (*b)->port()));
+  }
+  auto list = (*client)->ListAgents(/*refresh=*/true);
+  ASSERT_TRUE(list.ok()) << list.status();
+  ASSERT_EQ(list->agents_size(), 2);
+  EXPECT_EQ(list->agents(0).address(), a_addr);
+  EXPECT_EQ(list->agents(0).health(), v1::AgentEntry::DOWN);
+  EXPECT_EQ(list->agents(1).health(), v1::AgentEntry::SERVING);
+
+  // The agent comes back on the same port and is used again.
+  std::vector<std::string> args = AgentArgs();
+  args[1] = absl::StrCat("--listen=127.0.0.1:", a_port);
+  auto a2 = ChildProcess::Start(FARCALL_AGENT_BIN, args);
+  ASSERT_TRUE(a2.ok()) << a2.status();
+  // Each refresh probes and waits up to the probe deadline for the agent's
+  // channel to reconnect; reconnect back-off may take a few rounds.
+  bool serving = false;
+  for (int round = 0; round < 20 && !serving; ++round) {
+    list = (*client)->ListAgents(/*refresh=*/true);
+    ASSERT_TRUE(list.ok());
+    serving = list->agents(0).health() == v1::AgentEntry::SERVING;
+  }
+  EXPECT_TRUE(serving);
+  (*b)->Kill();
+  auto r = copy_call(Transport::kUnary);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->agent_id, absl::StrCat("cpu-agent-", a_port));
+}
+
+}  // namespace
+}  // namespace farcall
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  ::testing::AddGlobalTestEnvironment(new farcall::ClusterEnv);
+  return RUN_ALL_TESTS();
+}

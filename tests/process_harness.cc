@@ -1,0 +1,72 @@
+#include "tests/process_harness.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/strings/ascii.h"
+
+namespace farcall::testing {
+
+absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(
+    const std::string& binary, std::vector<std::string> args) {
+  int fds[2];
+  if (pipe(fds) != 0) return absl::InternalError("pipe failed");
+  args.push_back(absl::StrCat("--ready_fd=", fds[1]));
+  pid_t pid = fork();
+  if (pid < 0) return absl::InternalError("fork failed");
+  if (pid == 0) {
+    close(fds[0]);
+    std::vector<char*> argv;
+    argv.push_back(const_cast<char*>(binary.c_str()));
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(binary.c_str(), argv.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  // Blocks until the child writes its port, or exits (EOF).
+  std::string text;
+  char buf[32];
+  for (;;) {
+    ssize_t n = read(fds[0], buf, sizeof(buf));
+    if (n > 0) {
+      text.append(buf, n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    break;
+  }
+  close(fds[0]);
+  int port = 0;
+  if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(text), &port) || port <= 0) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return absl::InternalError(absl::StrCat(binary, " exited before serving (status ",
+                                            status, ")"));
+  }
+  return std::unique_ptr<ChildProcess>(new ChildProcess(pid, port));
+}
+
+ChildProcess::~ChildProcess() {
+  if (pid_ <= 0) return;
+  kill(pid_, SIGTERM);
+  int status;
+  waitpid(pid_, &status, 0);
+}
+
+void ChildProcess::Kill() {
+  if (pid_ <= 0) return;
+  kill(pid_, SIGKILL);
+  int status;
+  waitpid(pid_, &status, 0);
+  pid_ = -1;
+}
+
+}  // namespace farcall::testing

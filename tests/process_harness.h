@@ -1,0 +1,39 @@
+// Starts farcall binaries as real child processes for integration tests.
+// Each child binds port 0 and reports the port it got on a pipe
+// (--ready_fd), so tests never sleep or poll to wait for it.
+#ifndef FARCALL_TESTS_PROCESS_HARNESS_H_
+#define FARCALL_TESTS_PROCESS_HARNESS_H_
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace farcall::testing {
+
+class ChildProcess {
+ public:
+  // Runs `binary args... --ready_fd=N` and waits until it reports its port.
+  // Fails with the child's exit status if it exits first.
+  static absl::StatusOr<std::unique_ptr<ChildProcess>> Start(
+      const std::string& binary, std::vector<std::string> args);
+  // Sends SIGTERM and reaps the child.
+  ~ChildProcess();
+
+  int port() const { return port_; }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  // SIGKILL, as if the host died; reaps the child.
+  void Kill();
+
+ private:
+  ChildProcess(pid_t pid, int port) : pid_(pid), port_(port) {}
+  pid_t pid_;
+  int port_;
+};
+
+}  // namespace farcall::testing
+
+#endif  // FARCALL_TESTS_PROCESS_HARNESS_H_
