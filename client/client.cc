@@ -11,6 +11,7 @@
 #include "farcall/v1/farcall.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/generic/generic_stub.h"
+#include "grpc/grpc.h"
 #include "grpcpp/grpcpp.h"
 
 namespace farcall {
@@ -186,6 +187,14 @@ Client::~Client() = default;
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& target,
                                                         Options options) {
   if (target.empty()) return absl::InvalidArgumentError("empty target address.");
+  // Keep gRPC initialised for the life of the process. Otherwise the last
+  // client to go away shuts gRPC down while its callback thread may still be
+  // polling, and gRPC 1.51 can crash when the next client starts it again.
+  static const bool kGrpcInitialised = [] {
+    grpc_init();
+    return true;
+  }();
+  (void)kGrpcInitialised;
   auto impl = std::make_unique<Impl>();
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);

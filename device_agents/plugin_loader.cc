@@ -31,7 +31,8 @@ absl::Status LoadPlugin(const std::string& path, HandlerRegistry& registry) {
     return absl::InvalidArgumentError(
         absl::StrCat("plugin '", path, "' returned a malformed plugin table."));
   }
-  const FarcallApiVersion& v = plugin->api_version;
+  // A copy: the plugin's memory is gone once it is closed.
+  const FarcallApiVersion v = plugin->api_version;
   if (v.major != FARCALL_API_MAJOR) {
     dlclose(lib);
     return absl::FailedPreconditionError(absl::StrCat(

@@ -16,6 +16,7 @@
 #include "farcall/client.h"
 #include "farcall/v1/farcall.grpc.pb.h"
 #include "gmock/gmock.h"
+#include "grpc/grpc.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tests/process_harness.h"
@@ -572,6 +573,8 @@ TEST(RouterFailoverTest, KeepsServingWhenAnAgentDiesAndUsesItAgainWhenBack) {
 }  // namespace farcall
 
 int main(int argc, char** argv) {
+  // gRPC stays initialised for the whole run (see client.cc for why).
+  grpc_init();
   ::testing::InitGoogleTest(&argc, argv);
   ::testing::AddGlobalTestEnvironment(new farcall::ClusterEnv);
   return RUN_ALL_TESTS();

@@ -1,6 +1,7 @@
 #include "tests/process_harness.h"
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,6 +23,8 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(
   pid_t pid = fork();
   if (pid < 0) return absl::InternalError("fork failed");
   if (pid == 0) {
+    // Die with the test, even if it is killed: no server outlives its test.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
     close(fds[0]);
     std::vector<char*> argv;
     argv.push_back(const_cast<char*>(binary.c_str()));
