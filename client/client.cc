@@ -1,6 +1,7 @@
 #include "farcall/client.h"
 
 #include <atomic>
+#include <map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -145,6 +146,26 @@ class UnaryCall {
   grpc::ByteBuffer response_;
 };
 
+// One channel per target for the life of the process, shared by every Client.
+// Clients to one target then share connections. It also works around a gRPC
+// 1.51 race: when the last channel that made callback calls goes away, gRPC
+// releases its callback completion queue, and re-creating it for the next
+// channel can double-free (seen under ASan in the conformance suite).
+std::shared_ptr<grpc::Channel> SharedChannel(const std::string& target) {
+  static absl::Mutex mu(absl::kConstInit);
+  static auto* channels =
+      new std::map<std::string, std::shared_ptr<grpc::Channel>>();  // never freed
+  absl::MutexLock l(&mu);
+  std::shared_ptr<grpc::Channel>& c = (*channels)[target];
+  if (c == nullptr) {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(-1);
+    args.SetMaxSendMessageSize(-1);
+    c = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  }
+  return c;
+}
+
 }  // namespace
 
 struct Client::Impl {
@@ -196,10 +217,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& targe
   }();
   (void)kGrpcInitialised;
   auto impl = std::make_unique<Impl>();
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(-1);
-  args.SetMaxSendMessageSize(-1);
-  impl->channel = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  impl->channel = SharedChannel(target);
   impl->generic = std::make_unique<grpc::GenericStub>(impl->channel);
   impl->agent = v1::Agent::NewStub(impl->channel);
   impl->router = v1::Router::NewStub(impl->channel);

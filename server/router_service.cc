@@ -91,6 +91,7 @@ class ForwardingExecute final
     } else {
       down_->StartWritesDone();
     }
+    down_->RemoveHold();  // taken in Downstream::OnWriteDone
   }
 
   void OnWriteDone(bool ok) override {
@@ -98,11 +99,14 @@ class ForwardingExecute final
       absl::MutexLock l(&mu_);
       up_write_pending_ = false;
     }
-    if (!ok) {
-      down_->ctx.TryCancel();
-    } else {
+    if (ok) {
       down_->StartRead(&down_in_);
+    } else {
+      down_->ctx.TryCancel();
     }
+    // Taken in Downstream::OnReadDone: until here the agent's reactor could
+    // not finish, so starting the read above was safe.
+    down_->RemoveHold();
     MaybeFinish();
   }
 
@@ -122,10 +126,16 @@ class ForwardingExecute final
         : up(up), agent(std::move(agent)) {}
     void OnReadInitialMetadataDone(bool ok) override { up->OnAccepted(ok); }
     void OnWriteDone(bool ok) override {
-      if (ok) up->StartRead(&up->up_in_);  // next frame from the caller
+      if (!ok) return;
+      // Keeps this reactor alive until the caller's next frame is handed
+      // on, even if the agent finishes in the meantime.
+      AddHold();
+      up->StartRead(&up->up_in_);  // next frame from the caller
     }
     void OnReadDone(bool ok) override {
-      if (ok) up->ForwardResult();
+      if (!ok) return;
+      AddHold();  // released once the caller has the frame (OnWriteDone)
+      up->ForwardResult();
     }
     void OnDone(const grpc::Status& s) override { up->OnAttemptDone(s); }
 
