@@ -89,7 +89,7 @@ bool RequestWriter::Next(grpc::ByteBuffer* out) {
 
 ResponseReader::ResponseReader(const PreparedCall& call) {
   std::vector<ChunkAssembler::Target> targets;
-  for (size_t o = 0; o < call.header.results_size(); ++o) {
+  for (int o = 0; o < call.header.results_size(); ++o) {
     ResultTensor r;
     r.spec = SpecFromProto(call.header.results(o));
     r.size = call.validated.result_bytes[o];

@@ -29,9 +29,11 @@ std::string WaitForTerminationSignal() {
   return sig == SIGINT ? "SIGINT" : "SIGTERM";
 }
 
-void ReportReady(int fd, int port) {
+void ReportReady(int fd, int port, int metrics_port) {
   if (fd < 0) return;
-  std::string line = std::to_string(port) + "\n";
+  std::string line = std::to_string(port);
+  if (metrics_port > 0) line += " " + std::to_string(metrics_port);
+  line += "\n";
   ssize_t unused = write(fd, line.data(), line.size());
   (void)unused;
   close(fd);

@@ -12,10 +12,10 @@ void BlockTerminationSignals();
 // Waits for SIGINT or SIGTERM; returns the signal's name.
 std::string WaitForTerminationSignal();
 
-// Writes "PORT\n" to file descriptor `fd` and closes it, so that a parent
-// that started this process on port 0 learns the port without polling.
-// Does nothing for fd < 0.
-void ReportReady(int fd, int port);
+// Writes "PORT\n" (or "PORT METRICS_PORT\n" when metrics_port > 0) to file
+// descriptor `fd` and closes it, so that a parent that started this process
+// on port 0 learns the ports without polling. Does nothing for fd < 0.
+void ReportReady(int fd, int port, int metrics_port = 0);
 
 }  // namespace farcall
 

@@ -4,10 +4,43 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/metrics.h"
 #include "core/status_macros.h"
 #include "core/wire/proto_convert.h"
 
 namespace farcall::agent {
+namespace {
+
+// The agent's metrics, declared once here where they are counted.
+struct AgentMetrics {
+  metrics::CounterFamily calls{"farcall_agent_calls_total",
+                               "Calls finished by this agent, by handler and status code.",
+                               {"platform", "handler", "code"}};
+  metrics::HistogramFamily queue{"farcall_agent_queue_seconds",
+                                 "Time from the inputs' arrival until a worker ran the handler.",
+                                 {"platform", "handler"}};
+  metrics::HistogramFamily transfer{"farcall_agent_transfer_seconds",
+                                    "Time from the call header until the last input byte.",
+                                    {"platform", "handler"}};
+  metrics::HistogramFamily execute{"farcall_agent_execute_seconds",
+                                   "Time the handler ran, device synchronisation included.",
+                                   {"platform", "handler"}};
+  metrics::CounterFamily received{"farcall_agent_received_bytes_total",
+                                  "Tensor bytes received in calls.", {"platform"}};
+  metrics::CounterFamily sent{"farcall_agent_sent_bytes_total",
+                              "Tensor bytes sent back in results.", {"platform"}};
+  metrics::GaugeFamily inflight_calls{"farcall_agent_inflight_calls",
+                                      "Calls this agent holds now.", {}};
+  metrics::GaugeFamily inflight_bytes{"farcall_agent_inflight_bytes",
+                                      "Tensor bytes admitted for the calls held now.", {}};
+};
+
+AgentMetrics& Metrics() {
+  static auto* m = new AgentMetrics;
+  return *m;
+}
+
+}  // namespace
 
 uint8_t* AgentCall::Tensor::host() const {
   if (staging != nullptr) return staging->data();
@@ -16,11 +49,35 @@ uint8_t* AgentCall::Tensor::host() const {
 
 AgentCall::AgentCall(AgentState& agent) : agent_(agent) {
   agent_.inflight_calls.fetch_add(1, std::memory_order_relaxed);
+  Metrics().inflight_calls.With({}).Increment();
 }
 
 AgentCall::~AgentCall() {
   agent_.inflight_calls.fetch_sub(1, std::memory_order_relaxed);
   agent_.inflight_bytes.fetch_sub(admitted_bytes_, std::memory_order_relaxed);
+  Metrics().inflight_calls.With({}).Decrement();
+  Metrics().inflight_bytes.With({}).Decrement(static_cast<double>(admitted_bytes_));
+}
+
+void AgentCall::RecordOutcome(const absl::Status& status) {
+  AgentMetrics& m = Metrics();
+  const std::string platform(PlatformName(agent_.config.platform));
+  // Only registered names become label values, so that callers cannot grow
+  // the label set without bound.
+  const std::string handler = handler_ != nullptr ? handler_->name : "-";
+  m.calls.With({platform, handler, absl::StatusCodeToString(status.code())}).Increment();
+  if (assembler_) {
+    m.received.With({platform}).Increment(static_cast<double>(assembler_->received_bytes()));
+  }
+  m.sent.With({platform}).Increment(static_cast<double>(sent_bytes_));
+  if (status.ok()) {
+    m.queue.With({platform, handler})
+        .Observe(absl::ToDoubleSeconds(run_start_time_ - inputs_done_time_));
+    m.transfer.With({platform, handler})
+        .Observe(absl::ToDoubleSeconds(inputs_done_time_ - header_time_));
+    m.execute.With({platform, handler})
+        .Observe(absl::ToDoubleSeconds(run_end_time_ - run_start_time_));
+  }
 }
 
 absl::Status AgentCall::OnRequestFrame(const grpc::ByteBuffer& frame) {
@@ -63,6 +120,7 @@ absl::Status AgentCall::Start(const v1::CallHeader& header) {
 
   admitted_bytes_ = v.footprint_bytes;
   agent_.inflight_bytes.fetch_add(admitted_bytes_, std::memory_order_relaxed);
+  Metrics().inflight_bytes.With({}).Increment(static_cast<double>(admitted_bytes_));
 
   auto allocate = [&](const TensorSpec& spec, int64_t size) -> absl::StatusOr<Tensor> {
     Tensor t;
@@ -76,13 +134,13 @@ absl::Status AgentCall::Start(const v1::CallHeader& header) {
     return t;
   };
   std::vector<ChunkAssembler::Target> targets;
-  for (size_t i = 0; i < header_.args_size(); ++i) {
+  for (int i = 0; i < header_.args_size(); ++i) {
     FARCALL_ASSIGN_OR_RETURN(Tensor t, allocate(SpecFromProto(header_.args(i)),
                                                 v.arg_bytes[i]));
     targets.push_back({t.spec, t.size, t.host()});
     args_.push_back(std::move(t));
   }
-  for (size_t o = 0; o < header_.results_size(); ++o) {
+  for (int o = 0; o < header_.results_size(); ++o) {
     if (v.result_alias[o] >= 0) {
       // An aliased result is its input's memory: no second buffer.
       results_.push_back(args_[v.result_alias[o]]);
@@ -231,6 +289,7 @@ bool AgentCall::NextResponseFrame(int64_t max_chunk_bytes,
                    t.host() + out_offset_, n, std::move(keep));
       budget -= n;
       out_offset_ += n;
+      sent_bytes_ += n;
     }
     if (out_offset_ == t.size) {
       ++out_index_;

@@ -73,6 +73,10 @@ class AgentCall final : private FrameVisitor {
 
   bool has_header() const { return validated_.has_value(); }
 
+  // Records the call's outcome in the agent's metrics. Call once, with the
+  // status the caller gets.
+  void RecordOutcome(const absl::Status& status);
+
  private:
   struct Tensor {
     TensorSpec spec;
@@ -98,6 +102,7 @@ class AgentCall final : private FrameVisitor {
   std::vector<Tensor> results_;
   std::optional<ChunkAssembler> assembler_;
   int64_t admitted_bytes_ = 0;
+  int64_t sent_bytes_ = 0;
 
   // Response cursor.
   bool header_sent_ = false;

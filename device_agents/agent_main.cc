@@ -23,6 +23,8 @@ ABSL_FLAG(int64_t, max_message_bytes, 64 << 20,
           "largest single gRPC message (bounds unary Call)");
 ABSL_FLAG(int64_t, response_chunk_bytes, 1 << 20,
           "result bytes per streamed response message");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "HOST:PORT to serve Prometheus /metrics on (empty: off)");
 ABSL_FLAG(int, workers, 0, "handler threads (0: one per core)");
 ABSL_FLAG(int, ready_fd, -1,
           "write the bound port to this file descriptor once serving");
@@ -47,6 +49,7 @@ int main(int argc, char** argv) {
   options.listen = absl::GetFlag(FLAGS_listen);
   options.plugins = absl::GetFlag(FLAGS_plugins);
   options.workers = absl::GetFlag(FLAGS_workers);
+  options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.config.platform = *platform;
   options.config.agent_id = absl::GetFlag(FLAGS_agent_id);
   options.config.max_call_bytes = absl::GetFlag(FLAGS_max_call_bytes);
@@ -67,7 +70,12 @@ int main(int argc, char** argv) {
                state.config.agent_id.c_str(), platform_name.c_str(),
                (*server)->port(), state.backend.devices.size(),
                absl::StrJoin(names, ", ").c_str());
-  farcall::ReportReady(absl::GetFlag(FLAGS_ready_fd), (*server)->port());
+  if ((*server)->metrics_port() > 0) {
+    std::fprintf(stderr, "farcall-agent: metrics on port %d (/metrics)\n",
+                 (*server)->metrics_port());
+  }
+  farcall::ReportReady(absl::GetFlag(FLAGS_ready_fd), (*server)->port(),
+                       (*server)->metrics_port());
 
   std::string sig = farcall::WaitForTerminationSignal();
   std::fprintf(stderr, "farcall-agent: %s received, shutting down\n", sig.c_str());

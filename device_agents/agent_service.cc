@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/metrics.h"
 #include "core/ref_counted.h"
 #include "core/status_macros.h"
 #include "core/wire/grpc_status.h"
@@ -80,6 +81,7 @@ class ExecuteReactor final
   }
 
   void FinishWith(const absl::Status& s) {
+    call_->RecordOutcome(s);
     call_.reset();  // frees the call's memory now, not at OnDone
     Finish(ToGrpcStatus(s));
   }
@@ -124,6 +126,7 @@ class CallReactor final : public grpc::ServerUnaryReactor, public RefCounted {
 
  private:
   void FinishWith(const absl::Status& s) {
+    call_->RecordOutcome(s);
     call_.reset();
     Finish(ToGrpcStatus(s));
   }
@@ -185,6 +188,7 @@ class AgentService final
 }  // namespace
 
 struct AgentServer::Impl {
+  std::unique_ptr<metrics::MetricsServer> metrics;
   Shared shared;
   std::unique_ptr<AgentService> service;
   std::unique_ptr<grpc::Server> server;
@@ -205,6 +209,10 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(Options options)
   }
   for (const std::string& path : options.plugins) {
     FARCALL_RETURN_IF_ERROR(LoadPlugin(path, state.registry));
+  }
+  if (!options.metrics_listen.empty()) {
+    FARCALL_ASSIGN_OR_RETURN(impl->metrics,
+                             metrics::MetricsServer::Start(options.metrics_listen));
   }
   int workers = options.workers > 0
                     ? options.workers
@@ -235,6 +243,10 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(Options options)
 }
 
 int AgentServer::port() const { return impl_->port; }
+
+int AgentServer::metrics_port() const {
+  return impl_->metrics ? impl_->metrics->port() : 0;
+}
 
 const AgentState& AgentServer::state() const { return impl_->shared.state; }
 

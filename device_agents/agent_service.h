@@ -33,6 +33,8 @@ class AgentServer {
     AgentConfig config;
     int workers = 0;  // 0: one per core
     std::vector<std::string> plugins;
+    // HOST:PORT for Prometheus' /metrics; empty: not served.
+    std::string metrics_listen;
   };
 
   // Opens the platform's devices, loads plugins, binds and starts serving.
@@ -40,6 +42,8 @@ class AgentServer {
   ~AgentServer();
 
   int port() const;
+  // The /metrics port, or 0 when metrics are not served.
+  int metrics_port() const;
   const AgentState& state() const;
   // Stops accepting calls, cancels the ones in flight after a short grace.
   void Shutdown();

@@ -4,10 +4,37 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/call_validation.h"
+#include "core/metrics.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 
 namespace farcall::router {
+namespace {
+
+// Agent state as the router sees it, declared once here where it is set.
+struct PoolMetrics {
+  metrics::GaugeFamily up{"farcall_router_agent_up",
+                          "1 when the router considers the agent live (SERVING), else 0.",
+                          {"agent", "platform"}};
+  metrics::GaugeFamily inflight{"farcall_router_agent_inflight_calls",
+                                "Calls the router has in flight on the agent.",
+                                {"agent"}};
+};
+
+PoolMetrics& Metrics() {
+  static auto* m = new PoolMetrics;
+  return *m;
+}
+
+void Publish(const std::string& address, const v1::AgentInfo& info,
+             v1::AgentEntry::Health health, int64_t inflight) {
+  Metrics()
+      .up.With({address, info.platform()})
+      .Set(health == v1::AgentEntry::SERVING ? 1 : 0);
+  Metrics().inflight.With({address}).Set(static_cast<double>(inflight));
+}
+
+}  // namespace
 
 AgentPool::AgentPool(const std::vector<std::string>& addresses, Options options)
     : options_(options) {
@@ -85,6 +112,7 @@ void AgentPool::ProbeOne(size_t i) {
     e.health = v1::AgentEntry::SERVING;
     e.last_error.clear();
   }
+  Publish(h->address, e.info, e.health, h->inflight.load());
 }
 
 void AgentPool::ProbeAll() {
@@ -137,6 +165,7 @@ void AgentPool::MarkDown(const AgentHandle& agent, absl::string_view why) {
     if (e.handle.get() == &agent) {
       e.health = v1::AgentEntry::DOWN;
       e.last_error = std::string(why);
+      Publish(e.handle->address, e.info, e.health, e.handle->inflight.load());
     }
   }
 }

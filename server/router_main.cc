@@ -16,6 +16,8 @@ ABSL_FLAG(std::vector<std::string>, agents, {},
           "comma-separated agent addresses (HOST:PORT, or dns:///NAME:PORT)");
 ABSL_FLAG(int64_t, max_call_bytes, int64_t{16} << 30,
           "largest call the router forwards, in bytes");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "HOST:PORT to serve Prometheus /metrics on (empty: off)");
 ABSL_FLAG(int, probe_interval_ms, 250, "how often agents' health is checked");
 ABSL_FLAG(int, ready_fd, -1,
           "write the bound port to this file descriptor once serving");
@@ -30,6 +32,7 @@ int main(int argc, char** argv) {
   options.listen = absl::GetFlag(FLAGS_listen);
   options.agents = absl::GetFlag(FLAGS_agents);
   options.max_call_bytes = absl::GetFlag(FLAGS_max_call_bytes);
+  options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.pool.probe_interval = absl::Milliseconds(absl::GetFlag(FLAGS_probe_interval_ms));
   auto router = farcall::router::RouterServer::Start(options);
   if (!router.ok()) {
@@ -43,7 +46,12 @@ int main(int argc, char** argv) {
   }
   std::fprintf(stderr, "farcall-router: serving on port %d; %d of %zu agent(s) live\n",
                (*router)->port(), live, options.agents.size());
-  farcall::ReportReady(absl::GetFlag(FLAGS_ready_fd), (*router)->port());
+  if ((*router)->metrics_port() > 0) {
+    std::fprintf(stderr, "farcall-router: metrics on port %d (/metrics)\n",
+                 (*router)->metrics_port());
+  }
+  farcall::ReportReady(absl::GetFlag(FLAGS_ready_fd), (*router)->port(),
+                       (*router)->metrics_port());
 
   std::string sig = farcall::WaitForTerminationSignal();
   std::fprintf(stderr, "farcall-router: %s received, shutting down\n", sig.c_str());

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/call_validation.h"
+#include "core/metrics.h"
 #include "core/ref_counted.h"
 #include "core/status_macros.h"
 #include "core/wire/frame_codec.h"
@@ -26,9 +27,51 @@ struct Shared {
   int64_t max_call_bytes;
 };
 
+// The router's call metrics, declared once here where they are counted.
+struct RouterMetrics {
+  metrics::CounterFamily calls{"farcall_router_calls_total",
+                               "Calls finished by the router, by handler and status code.",
+                               {"platform", "handler", "code"}};
+  metrics::HistogramFamily latency{"farcall_router_call_seconds",
+                                   "Whole-call latency as the router sees it.",
+                                   {"platform"}};
+  metrics::CounterFamily retries{"farcall_router_retries_total",
+                                 "Calls retried on another agent because the first "
+                                 "could not be reached.",
+                                 {"platform"}};
+};
+
+RouterMetrics& Metrics() {
+  static auto* m = new RouterMetrics;
+  return *m;
+}
+
+// Labels and timing of one routed call.
+class CallRecord {
+ public:
+  void Routed(Platform p, const std::string& handler) {
+    platform_ = std::string(PlatformName(p));
+    handler_ = handler;  // the pool found it registered: bounded label set
+  }
+  void Retried() { Metrics().retries.With({platform_}).Increment(); }
+  void Finished(const grpc::Status& s) const {
+    Metrics()
+        .calls.With({platform_, handler_,
+                     absl::StatusCodeToString(static_cast<absl::StatusCode>(s.error_code()))})
+        .Increment();
+    Metrics().latency.With({platform_}).Observe(absl::ToDoubleSeconds(absl::Now() - start_));
+  }
+
+ private:
+  absl::Time start_ = absl::Now();
+  std::string platform_ = "-";
+  std::string handler_ = "-";
+};
+
 // Where a call may go, decided from its header alone.
 struct Route {
   Platform platform;
+  std::string handler;
   std::vector<std::shared_ptr<AgentHandle>> candidates;
 };
 
@@ -44,7 +87,7 @@ absl::StatusOr<Route> RouteCall(const Shared& shared,
   FARCALL_ASSIGN_OR_RETURN(
       ValidatedCall v,
       ValidateCall(DescriptorFromProto(header), shared.max_call_bytes, "router"));
-  Route r{v.platform, {}};
+  Route r{v.platform, header.handler(), {}};
   FARCALL_ASSIGN_OR_RETURN(r.candidates,
                            shared.pool->Candidates(v.platform, header.handler()));
   return r;
@@ -84,6 +127,7 @@ class ForwardingExecute final
       absl::StatusOr<Route> r = RouteCall(shared_, up_in_);
       if (!r.ok()) return FinishUp(ToGrpcStatus(r.status()));
       route_ = std::move(*r);
+      record_.Routed(route_.platform, route_.handler);
       return StartAttempt();
     }
     if (ok) {
@@ -197,6 +241,7 @@ class ForwardingExecute final
     }
     if (retry) {
       shared_.pool->MarkDown(*agent, absl::StrCat("unreachable: ", s.error_message()));
+      record_.Retried();
       StartAttempt();
     } else {
       MaybeFinish();
@@ -212,6 +257,7 @@ class ForwardingExecute final
       finished_ = true;
       s = final_;
     }
+    record_.Finished(s);
     Finish(s);
   }
 
@@ -221,11 +267,13 @@ class ForwardingExecute final
       if (finished_) return;
       finished_ = true;
     }
+    record_.Finished(s);
     Finish(s);
   }
 
   Shared& shared_;
   grpc::CallbackServerContext* server_ctx_;
+  CallRecord record_;
   bool routed_ = false;  // only touched by the upstream read chain
   Route route_;
   grpc::ByteBuffer up_in_;
@@ -250,10 +298,11 @@ class ForwardingCall final : public grpc::ServerUnaryReactor, public RefCounted 
       : shared_(shared), server_ctx_(ctx), request_(request), response_(response) {
     absl::StatusOr<Route> r = RouteCall(shared_, *request_);
     if (!r.ok()) {
-      Finish(ToGrpcStatus(r.status()));
+      FinishAndRecord(ToGrpcStatus(r.status()));
       return;
     }
     route_ = std::move(*r);
+    record_.Routed(route_.platform, route_.handler);
     StartAttempt();
   }
 
@@ -268,7 +317,7 @@ class ForwardingCall final : public grpc::ServerUnaryReactor, public RefCounted 
   void StartAttempt() {
     std::shared_ptr<AgentHandle> agent = TakeAgent(route_);
     if (agent == nullptr) {
-      Finish(ToGrpcStatus(NoLiveAgentError(PlatformName(route_.platform))));
+      FinishAndRecord(ToGrpcStatus(NoLiveAgentError(PlatformName(route_.platform))));
       return;
     }
     agent->inflight.fetch_add(1);
@@ -295,16 +344,23 @@ class ForwardingCall final : public grpc::ServerUnaryReactor, public RefCounted 
             shared_.pool->MarkDown(*agent,
                                    absl::StrCat("unreachable: ", s.error_message()));
             response_->Clear();
+            record_.Retried();
             StartAttempt();
           } else {
-            Finish(s);
+            FinishAndRecord(s);
           }
           Unref();
         });
   }
 
+  void FinishAndRecord(const grpc::Status& s) {
+    record_.Finished(s);
+    Finish(s);
+  }
+
   Shared& shared_;
   grpc::CallbackServerContext* server_ctx_;
+  CallRecord record_;
   const grpc::ByteBuffer* request_;
   grpc::ByteBuffer* response_;
   Route route_;
@@ -348,6 +404,7 @@ class RouterService final
 }  // namespace
 
 struct RouterServer::Impl {
+  std::unique_ptr<metrics::MetricsServer> metrics;
   std::unique_ptr<AgentPool> pool;
   std::unique_ptr<RouterService> service;
   std::unique_ptr<grpc::Server> server;
@@ -362,6 +419,10 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(Options option
     return absl::InvalidArgumentError("the router needs at least one agent (--agents).");
   }
   auto impl = std::make_unique<Impl>();
+  if (!options.metrics_listen.empty()) {
+    FARCALL_ASSIGN_OR_RETURN(impl->metrics,
+                             metrics::MetricsServer::Start(options.metrics_listen));
+  }
   impl->pool = std::make_unique<AgentPool>(options.agents, options.pool);
   impl->pool->ProbeAll();
   impl->service = std::make_unique<RouterService>(
@@ -386,6 +447,9 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(Options option
 }
 
 int RouterServer::port() const { return impl_->port; }
+int RouterServer::metrics_port() const {
+  return impl_->metrics ? impl_->metrics->port() : 0;
+}
 AgentPool& RouterServer::pool() { return *impl_->pool; }
 
 void RouterServer::Shutdown() {

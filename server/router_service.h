@@ -29,6 +29,8 @@ class RouterServer {
     std::vector<std::string> agents;
     int64_t max_call_bytes = int64_t{16} << 30;
     AgentPool::Options pool;
+    // HOST:PORT for Prometheus' /metrics; empty: not served.
+    std::string metrics_listen;
   };
 
   // Probes every agent once, then starts serving and probing.
@@ -36,6 +38,8 @@ class RouterServer {
   ~RouterServer();
 
   int port() const;
+  // The /metrics port, or 0 when metrics are not served.
+  int metrics_port() const;
   AgentPool& pool();
   void Shutdown();
 

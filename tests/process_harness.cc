@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/ascii.h"
 
 namespace farcall::testing {
@@ -47,14 +48,17 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(
     break;
   }
   close(fds[0]);
-  int port = 0;
-  if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(text), &port) || port <= 0) {
+  int port = 0, metrics_port = 0;
+  std::vector<std::string> words =
+      absl::StrSplit(absl::StripAsciiWhitespace(text), ' ', absl::SkipEmpty());
+  if (words.size() > 1) (void)absl::SimpleAtoi(words[1], &metrics_port);
+  if (words.empty() || !absl::SimpleAtoi(words[0], &port) || port <= 0) {
     int status = 0;
     waitpid(pid, &status, 0);
     return absl::InternalError(absl::StrCat(binary, " exited before serving (status ",
                                             status, ")"));
   }
-  return std::unique_ptr<ChildProcess>(new ChildProcess(pid, port));
+  return std::unique_ptr<ChildProcess>(new ChildProcess(pid, port, metrics_port));
 }
 
 ChildProcess::~ChildProcess() {

@@ -24,14 +24,18 @@ class ChildProcess {
   ~ChildProcess();
 
   int port() const { return port_; }
+  // The /metrics port it reported, or 0.
+  int metrics_port() const { return metrics_port_; }
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
   // SIGKILL, as if the host died; reaps the child.
   void Kill();
 
  private:
-  ChildProcess(pid_t pid, int port) : pid_(pid), port_(port) {}
+  ChildProcess(pid_t pid, int port, int metrics_port)
+      : pid_(pid), port_(port), metrics_port_(metrics_port) {}
   pid_t pid_;
   int port_;
+  int metrics_port_;
 };
 
 }  // namespace farcall::testing

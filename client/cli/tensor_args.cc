@@ -279,8 +279,8 @@ std::string FormatElement(DType d, const uint8_t* p) {
       }
       // Python's form: (1+2j), (1-2j), (1+nanj).
       std::string imag = FormatReal(im);
-      if (imag[0] != '-') imag.insert(0, "+");
-      return absl::StrCat("(", FormatReal(re), imag, "j)");
+      const char* sign = (!imag.empty() && imag[0] == '-') ? "" : "+";
+      return absl::StrCat("(", FormatReal(re), sign, imag, "j)");
     }
   }
   return "?";

@@ -1,0 +1,117 @@
+// The metrics registry: the only code that touches prometheus-cpp. Each
+// process declares its metric families next to the code that counts them,
+// with their help text, and serves them all on --metrics_listen.
+//
+//   static auto& calls = *new metrics::CounterFamily(
+//       "farcall_agent_calls_total", "Calls finished, by handler and code.",
+//       {"platform", "handler", "code"});
+//   calls.With({"cpu", "axpy", "OK"}).Increment();
+//
+// Thread safety: everything here may be used from any thread. Families and
+// their children live for the life of the process.
+#ifndef FARCALL_CORE_METRICS_H_
+#define FARCALL_CORE_METRICS_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace prometheus {
+class Counter;
+class Gauge;
+class Histogram;
+template <typename T>
+class Family;
+}  // namespace prometheus
+
+namespace farcall::metrics {
+
+class Counter {
+ public:
+  void Increment(double v = 1);
+
+ private:
+  friend class CounterFamily;
+  explicit Counter(prometheus::Counter* c) : c_(c) {}
+  prometheus::Counter* c_;
+};
+
+class Gauge {
+ public:
+  void Set(double v);
+  void Increment(double v = 1);
+  void Decrement(double v = 1);
+
+ private:
+  friend class GaugeFamily;
+  explicit Gauge(prometheus::Gauge* g) : g_(g) {}
+  prometheus::Gauge* g_;
+};
+
+class Histogram {
+ public:
+  void Observe(double v);
+
+ private:
+  friend class HistogramFamily;
+  explicit Histogram(prometheus::Histogram* h) : h_(h) {}
+  prometheus::Histogram* h_;
+};
+
+// A named family with fixed label names; With() gets the child for one set of
+// label values (created on first use). Names follow Prometheus conventions:
+// farcall_..._total, _seconds, _bytes.
+class CounterFamily {
+ public:
+  CounterFamily(const std::string& name, const std::string& help,
+                std::vector<std::string> labels);
+  Counter With(const std::vector<std::string>& values);
+
+ private:
+  prometheus::Family<prometheus::Counter>* family_;
+  std::vector<std::string> labels_;
+};
+
+class GaugeFamily {
+ public:
+  GaugeFamily(const std::string& name, const std::string& help,
+              std::vector<std::string> labels);
+  Gauge With(const std::vector<std::string>& values);
+
+ private:
+  prometheus::Family<prometheus::Gauge>* family_;
+  std::vector<std::string> labels_;
+};
+
+class HistogramFamily {
+ public:
+  // `buckets`: upper bounds; empty: latency buckets from 50 us to 60 s.
+  HistogramFamily(const std::string& name, const std::string& help,
+                  std::vector<std::string> labels,
+                  std::vector<double> buckets = {});
+  Histogram With(const std::vector<std::string>& values);
+
+ private:
+  prometheus::Family<prometheus::Histogram>* family_;
+  std::vector<std::string> labels_;
+  std::vector<double> buckets_;
+};
+
+// Serves every family at http://LISTEN/metrics until the returned handle is
+// destroyed. LISTEN is HOST:PORT; port 0 picks one. UNAVAILABLE if it cannot
+// bind.
+class MetricsServer {
+ public:
+  static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(const std::string& listen);
+  virtual ~MetricsServer() = default;
+  virtual int port() const = 0;
+};
+
+// The text exposition of every family, as /metrics serves it.
+std::string RenderText();
+
+}  // namespace farcall::metrics
+
+#endif  // FARCALL_CORE_METRICS_H_

@@ -1,0 +1,105 @@
+// End to end: agents and the router export Prometheus metrics that count
+// real calls, scraped over HTTP as Prometheus would.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "farcall/client.h"
+#include "gmock/gmock.h"
+#include "grpc/grpc.h"
+#include "gtest/gtest.h"
+#include "tests/process_harness.h"
+
+namespace farcall {
+namespace {
+
+using ::farcall::testing::ChildProcess;
+using ::testing::HasSubstr;
+
+// A plain HTTP/1.0 GET of /metrics on 127.0.0.1:port.
+std::string Scrape(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return "";
+  }
+  const std::string req = "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n";
+  (void)!write(fd, req.data(), req.size());
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, n);
+  close(fd);
+  return out;
+}
+
+absl::StatusOr<CallResult> Copy(Client& client, const std::string& handler) {
+  std::vector<float> x = {1, 2, 3, 4};
+  TensorSpec spec{DType::kF32, {4}};
+  CallRequest req;
+  req.handler = handler;
+  req.args = {Arg::In(spec, x.data())};
+  req.results = {spec};
+  return client.Call(req);
+}
+
+TEST(MetricsEndToEndTest, AgentAndRouterCountCalls) {
+  auto agent = ChildProcess::Start(
+      FARCALL_AGENT_BIN, {"--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0"});
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  ASSERT_GT((*agent)->metrics_port(), 0);
+  auto router = ChildProcess::Start(
+      FARCALL_ROUTER_BIN, {"--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0",
+                           absl::StrCat("--agents=", (*agent)->address())});
+  ASSERT_TRUE(router.ok()) << router.status();
+  ASSERT_GT((*router)->metrics_port(), 0);
+
+  auto client = Client::Connect((*router)->address());
+  ASSERT_TRUE(client.ok());
+  ASSERT_TRUE(Copy(**client, "copy").ok());
+  ASSERT_TRUE(Copy(**client, "copy").ok());
+  EXPECT_EQ(Copy(**client, "nope").status().code(), absl::StatusCode::kNotFound);
+
+  const std::string a = Scrape((*agent)->metrics_port());
+  EXPECT_THAT(a, HasSubstr("HTTP/1.1 200"));
+  EXPECT_THAT(a, HasSubstr("farcall_agent_calls_total{code=\"OK\",handler=\"copy\","
+                           "platform=\"cpu\"} 2"));
+  EXPECT_THAT(a, HasSubstr("farcall_agent_received_bytes_total{platform=\"cpu\"} 32"));
+  EXPECT_THAT(a, HasSubstr("farcall_agent_execute_seconds_count{handler=\"copy\","
+                           "platform=\"cpu\"} 2"));
+  EXPECT_THAT(a, HasSubstr("farcall_agent_inflight_calls 0"));
+
+  const std::string r = Scrape((*router)->metrics_port());
+  EXPECT_THAT(r, HasSubstr("farcall_router_calls_total{code=\"OK\",handler=\"copy\","
+                           "platform=\"cpu\"} 2"));
+  // An unknown handler is answered by the router itself, and its name does
+  // not become a label value.
+  EXPECT_THAT(r, HasSubstr("farcall_router_calls_total{code=\"NOT_FOUND\",handler=\"-\","
+                           "platform=\"-\"} 1"));
+  EXPECT_THAT(r, HasSubstr(absl::StrCat("farcall_router_agent_up{agent=\"",
+                                        (*agent)->address(), "\",platform=\"cpu\"} 1")));
+}
+
+TEST(MetricsEndToEndTest, AgentRefusesBadMetricsAddress) {
+  auto agent = ChildProcess::Start(
+      FARCALL_AGENT_BIN, {"--listen=127.0.0.1:0", "--metrics_listen=256.1.1.1:1"});
+  EXPECT_FALSE(agent.ok());
+}
+
+}  // namespace
+}  // namespace farcall
+
+int main(int argc, char** argv) {
+  grpc_init();  // for the whole run, as in conformance_test
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
