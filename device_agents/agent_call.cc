@@ -270,7 +270,7 @@ bool AgentCall::NextResponseFrame(int64_t max_chunk_bytes,
   if (!header_sent_) {
     v1::ResultHeader h;
     for (const auto& r : header_.results()) *h.add_results() = r;
-    h.set_agent_id(agent_.config.agent_id);
+    h.set_agent_id(agent_.agent_id());
     h.set_platform(std::string(PlatformName(agent_.config.platform)));
     enc.AddMessageField(kHeaderField, h);
     header_sent_ = true;

@@ -18,6 +18,7 @@
 
 #include "absl/strings/string_view.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/call_validation.h"
 #include "core/chunk_assembler.h"
@@ -30,7 +31,7 @@
 namespace farcall::agent {
 
 struct AgentConfig {
-  std::string agent_id;
+  std::string agent_id;  // empty: PLATFORM-agent-PORT
   Platform platform = Platform::kCpu;
   // Largest footprint (args plus non-aliased results) of one call.
   int64_t max_call_bytes = int64_t{4} << 30;
@@ -47,6 +48,21 @@ struct AgentState {
   HandlerRegistry registry;
   std::atomic<int64_t> inflight_calls{0};
   std::atomic<int64_t> inflight_bytes{0};
+
+  // The id is final only once the port is bound, after serving has begun,
+  // so it is read under a lock.
+  std::string agent_id() const {
+    absl::MutexLock l(&id_mu);
+    return id;
+  }
+  void set_agent_id(std::string v) {
+    absl::MutexLock l(&id_mu);
+    id = std::move(v);
+  }
+
+ private:
+  mutable absl::Mutex id_mu;
+  std::string id ABSL_GUARDED_BY(id_mu);
 };
 
 class AgentCall final : private FrameVisitor {

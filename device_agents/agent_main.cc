@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
   std::fprintf(stderr,
                "farcall-agent: %s serving platform %s on port %d with %zu "
                "device(s); handlers: %s\n",
-               state.config.agent_id.c_str(), platform_name.c_str(),
+               state.agent_id().c_str(), platform_name.c_str(),
                (*server)->port(), state.backend.devices.size(),
                absl::StrJoin(names, ", ").c_str());
   if ((*server)->metrics_port() > 0) {

@@ -7,6 +7,7 @@
 #include "core/metrics.h"
 #include "core/ref_counted.h"
 #include "core/status_macros.h"
+#include "core/wire/grpc_server.h"
 #include "core/wire/grpc_status.h"
 #include "device_agents/plugin_loader.h"
 #include "device_agents/worker_pool.h"
@@ -32,7 +33,7 @@ class ExecuteReactor final
  public:
   ExecuteReactor(Shared& shared, grpc::CallbackServerContext* ctx)
       : shared_(shared), call_(std::make_unique<AgentCall>(shared.state)) {
-    ctx->AddInitialMetadata(kAgentIdMetadataKey, shared.state.config.agent_id);
+    ctx->AddInitialMetadata(kAgentIdMetadataKey, shared.state.agent_id());
     StartSendInitialMetadata();
     StartRead(&in_);
   }
@@ -103,8 +104,9 @@ class CallReactor final : public grpc::ServerUnaryReactor, public RefCounted {
         call_(std::make_unique<AgentCall>(shared.state)) {
     // In trailing metadata too: an error answer is "trailers only", and the
     // router must still see that the agent answered.
-    ctx->AddInitialMetadata(kAgentIdMetadataKey, shared.state.config.agent_id);
-    ctx->AddTrailingMetadata(kAgentIdMetadataKey, shared.state.config.agent_id);
+    const std::string id = shared.state.agent_id();
+    ctx->AddInitialMetadata(kAgentIdMetadataKey, id);
+    ctx->AddTrailingMetadata(kAgentIdMetadataKey, id);
     absl::Status s = call_->OnRequestFrame(*request);
     if (s.ok()) s = call_->EndOfInputs();
     if (s.ok()) s = call_->CheckFitsOneMessage();
@@ -159,7 +161,7 @@ class AgentService final
                                      const v1::DescribeRequest*,
                                      v1::AgentInfo* info) override {
     const AgentState& s = shared_.state;
-    info->set_agent_id(s.config.agent_id);
+    info->set_agent_id(s.agent_id());
     info->set_platform(std::string(PlatformName(s.config.platform)));
     info->set_version(kVersion);
     info->set_max_call_bytes(s.config.max_call_bytes);
@@ -220,25 +222,17 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(Options options)
   impl->shared.pool = std::make_unique<WorkerPool>(workers);
   impl->service = std::make_unique<AgentService>(impl->shared);
 
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(),
-                           &impl->port);
-  builder.RegisterService(impl->service.get());
-  const int max_message = static_cast<int>(state.config.max_message_bytes);
-  builder.SetMaxReceiveMessageSize(max_message);
-  builder.SetMaxSendMessageSize(max_message);
-  impl->server = builder.BuildAndStart();
-  if (impl->server == nullptr || impl->port == 0) {
-    return absl::UnavailableError(
-        absl::StrCat("farcall-agent could not listen on ", options.listen,
-                     " (address in use, or not a HOST:PORT)."));
-  }
-  if (state.config.agent_id.empty()) {
-    state.config.agent_id = absl::StrCat(PlatformName(state.config.platform),
-                                         "-agent-", impl->port);
-  }
-  impl->server->GetHealthCheckService()->SetServingStatus(true);
+  FARCALL_ASSIGN_OR_RETURN(
+      RunningServer running,
+      StartGrpcServer(options.listen, impl->service.get(),
+                      static_cast<int>(state.config.max_message_bytes),
+                      "farcall-agent"));
+  impl->server = std::move(running.server);
+  impl->port = running.port;
+  state.set_agent_id(state.config.agent_id.empty()
+                         ? absl::StrCat(PlatformName(state.config.platform),
+                                        "-agent-", impl->port)
+                         : state.config.agent_id);
   return std::unique_ptr<AgentServer>(new AgentServer(std::move(impl)));
 }
 
@@ -252,10 +246,7 @@ const AgentState& AgentServer::state() const { return impl_->shared.state; }
 
 void AgentServer::Shutdown() {
   if (impl_->server == nullptr) return;
-  impl_->server->GetHealthCheckService()->SetServingStatus(false);
-  impl_->server->Shutdown(std::chrono::system_clock::now() +
-                          std::chrono::seconds(2));
-  impl_->server->Wait();
+  StopGrpcServer(impl_->server.get());
   impl_->server.reset();
   impl_->shared.pool.reset();  // runs what is queued, then joins
 }

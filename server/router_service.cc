@@ -8,6 +8,7 @@
 #include "core/ref_counted.h"
 #include "core/status_macros.h"
 #include "core/wire/frame_codec.h"
+#include "core/wire/grpc_server.h"
 #include "core/wire/grpc_status.h"
 #include "core/wire/proto_convert.h"
 #include "grpcpp/grpcpp.h"
@@ -428,20 +429,11 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(Options option
   impl->service = std::make_unique<RouterService>(
       Shared{impl->pool.get(), options.max_call_bytes});
 
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(),
-                           &impl->port);
-  builder.RegisterService(impl->service.get());
-  builder.SetMaxReceiveMessageSize(-1);
-  builder.SetMaxSendMessageSize(-1);
-  impl->server = builder.BuildAndStart();
-  if (impl->server == nullptr || impl->port == 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "farcall-router could not listen on ", options.listen,
-        " (address in use, or not a HOST:PORT)."));
-  }
-  impl->server->GetHealthCheckService()->SetServingStatus(true);
+  FARCALL_ASSIGN_OR_RETURN(
+      RunningServer running,
+      StartGrpcServer(options.listen, impl->service.get(), -1, "farcall-router"));
+  impl->server = std::move(running.server);
+  impl->port = running.port;
   impl->pool->StartProbing();
   return std::unique_ptr<RouterServer>(new RouterServer(std::move(impl)));
 }
@@ -454,9 +446,7 @@ AgentPool& RouterServer::pool() { return *impl_->pool; }
 
 void RouterServer::Shutdown() {
   if (impl_->server == nullptr) return;
-  impl_->server->GetHealthCheckService()->SetServingStatus(false);
-  impl_->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  impl_->server->Wait();
+  StopGrpcServer(impl_->server.get());
   impl_->server.reset();
 }
 
