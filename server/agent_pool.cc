@@ -1,10 +1,12 @@
 #include "server/agent_pool.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/call_validation.h"
 #include "core/metrics.h"
+#include "server/agent_discovery.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 
@@ -36,22 +38,46 @@ void Publish(const std::string& address, const v1::AgentInfo& info,
 
 }  // namespace
 
-AgentPool::AgentPool(const std::vector<std::string>& addresses, Options options)
-    : options_(options) {
+std::shared_ptr<AgentHandle> AgentPool::Connect(const std::string& address) {
+  auto h = std::make_shared<AgentHandle>();
+  h->address = address;
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(-1);
+  // Reconnect quickly once an agent comes back.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  h->channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  h->generic = std::make_unique<grpc::GenericStub>(h->channel);
+  return h;
+}
+
+AgentPool::AgentPool(const std::vector<std::string>& sources, Options options)
+    : options_(options), sources_(sources) {
   absl::MutexLock l(&mu_);
-  for (const std::string& a : addresses) {
-    auto h = std::make_shared<AgentHandle>();
-    h->address = a;
-    grpc::ChannelArguments args;
-    args.SetMaxReceiveMessageSize(-1);
-    args.SetMaxSendMessageSize(-1);
-    // Reconnect quickly once an agent comes back.
-    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-    h->channel = grpc::CreateCustomChannel(a, grpc::InsecureChannelCredentials(), args);
-    h->generic = std::make_unique<grpc::GenericStub>(h->channel);
-    entries_.push_back(Entry{std::move(h)});
+  for (const std::string& s : sources_) {
+    if (!IsMultiAgentSource(s)) entries_.push_back(Entry{Connect(s), s});
+  }
+}
+
+void AgentPool::Resolve() {
+  for (const std::string& source : sources_) {
+    if (!IsMultiAgentSource(source)) continue;
+    absl::StatusOr<std::vector<std::string>> addrs = ExpandAgentSource(source);
+    // A failed lookup keeps the agents already known: a DNS blip must not
+    // empty the pool. Their own probes still tell whether they are live.
+    if (!addrs.ok()) continue;
+    absl::MutexLock l(&mu_);
+    std::erase_if(entries_, [&](const Entry& e) {
+      return e.source == source &&
+             std::find(addrs->begin(), addrs->end(), e.handle->address) == addrs->end();
+    });
+    for (const std::string& a : *addrs) {
+      bool known = false;
+      for (const Entry& e : entries_) known |= (e.source == source && e.handle->address == a);
+      if (!known) entries_.push_back(Entry{Connect(a), source});
+    }
   }
 }
 
@@ -60,14 +86,15 @@ AgentPool::~AgentPool() {
   if (prober_.joinable()) prober_.join();
 }
 
-void AgentPool::ProbeOne(size_t i) {
-  std::shared_ptr<AgentHandle> h;
-  bool need_describe;
+void AgentPool::ProbeOne(const std::shared_ptr<AgentHandle>& h) {
+  bool need_describe = true;
   {
     absl::MutexLock l(&mu_);
-    h = entries_[i].handle;
-    need_describe = !entries_[i].described ||
-                    entries_[i].health != v1::AgentEntry::SERVING;
+    for (const Entry& e : entries_) {
+      if (e.handle == h) {
+        need_describe = !e.described || e.health != v1::AgentEntry::SERVING;
+      }
+    }
   }
   auto deadline = [&] {
     return std::chrono::system_clock::now() +
@@ -94,7 +121,10 @@ void AgentPool::ProbeOne(size_t i) {
   }
 
   absl::MutexLock l(&mu_);
-  Entry& e = entries_[i];
+  auto it = std::find_if(entries_.begin(), entries_.end(),
+                         [&](const Entry& e) { return e.handle == h; });
+  if (it == entries_.end()) return;  // dropped from DNS meanwhile
+  Entry& e = *it;
   if (!hs.ok()) {
     e.health = v1::AgentEntry::DOWN;
     e.last_error = absl::StrCat("health check failed: ", hs.error_message());
@@ -116,14 +146,15 @@ void AgentPool::ProbeOne(size_t i) {
 }
 
 void AgentPool::ProbeAll() {
-  size_t n;
+  Resolve();
+  std::vector<std::shared_ptr<AgentHandle>> handles;
   {
     absl::MutexLock l(&mu_);
-    n = entries_.size();
+    for (const Entry& e : entries_) handles.push_back(e.handle);
   }
   // In parallel, so that one hung agent does not delay the others.
   std::vector<std::thread> threads;
-  for (size_t i = 0; i < n; ++i) threads.emplace_back([this, i] { ProbeOne(i); });
+  for (const auto& h : handles) threads.emplace_back([this, h] { ProbeOne(h); });
   for (std::thread& t : threads) t.join();
 }
 

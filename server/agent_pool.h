@@ -39,10 +39,13 @@ class AgentPool {
     absl::Duration probe_timeout = absl::Milliseconds(500);
   };
 
-  AgentPool(const std::vector<std::string>& addresses, Options options);
+  // `sources` are --agents entries: HOST:PORT, or dns:///NAME:PORT for every
+  // address NAME resolves to (see agent_discovery.h).
+  AgentPool(const std::vector<std::string>& sources, Options options);
   ~AgentPool();
 
-  // Probes every agent once and waits for the answers.
+  // Re-resolves dns:/// sources, then probes every agent once and waits
+  // for the answers.
   void ProbeAll();
   // Probes in the background every probe_interval until destroyed.
   void StartProbing();
@@ -60,14 +63,19 @@ class AgentPool {
  private:
   struct Entry {
     std::shared_ptr<AgentHandle> handle;
+    std::string source;  // the --agents entry it came from
     v1::AgentInfo info;
     bool described = false;
     v1::AgentEntry::Health health = v1::AgentEntry::UNKNOWN;
     std::string last_error;
   };
-  void ProbeOne(size_t i);
+  void ProbeOne(const std::shared_ptr<AgentHandle>& h);
+  // Adds agents that dns:/// sources now name, drops those they no longer do.
+  void Resolve();
+  static std::shared_ptr<AgentHandle> Connect(const std::string& address);
 
   const Options options_;
+  const std::vector<std::string> sources_;
   mutable absl::Mutex mu_;
   std::vector<Entry> entries_ ABSL_GUARDED_BY(mu_);
   absl::Notification stop_;

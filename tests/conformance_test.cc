@@ -569,6 +569,39 @@ TEST(RouterFailoverTest, KeepsServingWhenAnAgentDiesAndUsesItAgainWhenBack) {
   EXPECT_EQ(r->agent_id, absl::StrCat("cpu-agent-", a_port));
 }
 
+// ---- Discovery --------------------------------------------------------------
+
+TEST(RouterDiscoveryTest, DnsSourceNamesEveryAgentItResolvesTo) {
+  auto a = ChildProcess::Start(FARCALL_AGENT_BIN, AgentArgs());
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto router = ChildProcess::Start(
+      FARCALL_ROUTER_BIN,
+      {"--listen=127.0.0.1:0", absl::StrCat("--agents=dns:///localhost:", (*a)->port())});
+  ASSERT_TRUE(router.ok()) << router.status();
+  auto client = Client::Connect((*router)->address());
+  ASSERT_TRUE(client.ok());
+  auto list = (*client)->ListAgents(/*refresh=*/true);
+  ASSERT_TRUE(list.ok()) << list.status();
+  bool found = false;
+  for (const auto& e : list->agents()) {
+    if (e.address() == (*a)->address()) {
+      found = true;
+      EXPECT_EQ(e.health(), v1::AgentEntry::SERVING);
+    }
+  }
+  EXPECT_TRUE(found) << list->DebugString();
+
+  std::vector<float> x = {1, 2};
+  TensorSpec spec{DType::kF32, {2}};
+  CallRequest req;
+  req.handler = "copy";
+  req.args = {Arg::In(spec, x.data())};
+  req.results = {spec};
+  auto r = (*client)->Call(req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->agent_id, absl::StrCat("cpu-agent-", (*a)->port()));
+}
+
 }  // namespace
 }  // namespace farcall
 
