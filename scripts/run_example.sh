@@ -48,7 +48,7 @@ build/client/farcall agents --target=127.0.0.1:$router_port
 echo
 echo '== y = alpha * x + y, with y updated in place: input_output_aliases={1: 0}'
 build/client/farcall call axpy 'float32[8]:iota' 'float32[8]:ones' \
-  --results='float32[8]' --alias=1:0 --attr=alpha=2.0 \
+  --results='float32[8]' --aliases=1:0 --attr=alpha=2.0 \
   --target=127.0.0.1:$router_port
 if [ "${FARCALL_KEEP_RUNNING:-0}" = 1 ]; then
   echo "router: 127.0.0.1:$router_port  agent: 127.0.0.1:$agent_port (still running)"

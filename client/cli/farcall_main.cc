@@ -1,13 +1,17 @@
 // farcall: the command-line client.
 //
 //   farcall call HANDLER [ARG ...] --target=HOST:PORT --platform=cpu
-//       --results='float32[8]' [--alias=1:0] [--attr=alpha=2.0] [--out_dir=DIR]
+//       --results='float32[8]' [--aliases=1:0] [--attr=alpha=2.0] [--out_dir=DIR]
 //   farcall agents --target=ROUTER
 //   farcall health --target=HOST:PORT
 //   farcall describe --target=AGENT
+//   farcall bench --target=HOST:PORT [--handler=copy] [--bytes=N] [--calls=N]
+//       [--concurrency=C] [--alias] [--json]
 //
 // ARG is a .npy file or SPEC[:FILL], such as float32[4,8]:iota. Errors print
 // the gRPC code and message and exit 1.
+#include <unistd.h>
+
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -19,6 +23,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "client/cli/bench.h"
 #include "client/cli/npy.h"
 #include "client/cli/tensor_args.h"
 #include "farcall/client.h"
@@ -27,7 +32,8 @@ ABSL_FLAG(std::string, target, "127.0.0.1:50050", "router or agent address");
 ABSL_FLAG(std::string, platform, "cpu", "platform to run on");
 ABSL_FLAG(std::string, results, "",
           "result specs, separated by ';', e.g. 'float32[4,8];int32[]'");
-ABSL_FLAG(std::vector<std::string>, alias, {}, "aliases IN:OUT, comma-separated");
+ABSL_FLAG(std::vector<std::string>, aliases, {},
+          "call: input_output_aliases as IN:OUT, comma-separated");
 ABSL_FLAG(std::vector<std::string>, attr, {},
           "attributes NAME=VALUE, comma-separated (int, float, true/false, str:TEXT)");
 ABSL_FLAG(std::string, out_dir, "", "write each result to DIR/result<i>.npy");
@@ -36,6 +42,13 @@ ABSL_FLAG(double, timeout_s, 60, "deadline of the call in seconds");
 ABSL_FLAG(int64_t, chunk_bytes, 1 << 20, "tensor bytes per message");
 ABSL_FLAG(std::string, transport, "auto", "auto, unary or stream");
 ABSL_FLAG(bool, refresh, true, "agents: probe every agent before listing");
+ABSL_FLAG(std::string, handler, "copy", "bench: copy or crc32c");
+ABSL_FLAG(int64_t, bytes, 1 << 20, "bench: arg bytes per call");
+ABSL_FLAG(int64_t, calls, 100, "bench: timed calls");
+ABSL_FLAG(int, concurrency, 1, "bench: calls in flight at once");
+ABSL_FLAG(int, warmup, 1, "bench: untimed calls first");
+ABSL_FLAG(bool, alias, false, "bench: copy in place, {0: 0}");
+ABSL_FLAG(bool, json, false, "bench: end with one JSON line");
 
 namespace {
 
@@ -69,7 +82,7 @@ int RunCall(const std::vector<char*>& pos) {
     if (!t.ok()) return Fail(t.status());
     inputs.push_back(*std::move(t));
   }
-  for (const std::string& a : absl::GetFlag(FLAGS_alias)) {
+  for (const std::string& a : absl::GetFlag(FLAGS_aliases)) {
     auto p = farcall::cli::ParseAlias(a);
     if (!p.ok()) return Fail(p.status());
     req.aliases[p->first] = p->second;
@@ -196,19 +209,46 @@ int RunDescribe() {
   return 0;
 }
 
+int RunBenchCommand() {
+  auto client = Connect();
+  if (!client.ok()) return Fail(client.status());
+  farcall::cli::BenchOptions o;
+  o.platform = absl::GetFlag(FLAGS_platform);
+  o.handler = absl::GetFlag(FLAGS_handler);
+  o.bytes = absl::GetFlag(FLAGS_bytes);
+  o.calls = absl::GetFlag(FLAGS_calls);
+  o.concurrency = absl::GetFlag(FLAGS_concurrency);
+  o.warmup = absl::GetFlag(FLAGS_warmup);
+  o.alias = absl::GetFlag(FLAGS_alias);
+  o.progress = isatty(fileno(stderr)) != 0;
+  o.call.timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+  o.call.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
+  std::printf("farcall bench %s on %s via %s: %lld calls of %lld bytes, concurrency %d%s\n",
+              o.handler.c_str(), o.platform.c_str(), absl::GetFlag(FLAGS_target).c_str(),
+              static_cast<long long>(o.calls), static_cast<long long>(o.bytes),
+              o.concurrency, o.alias ? ", aliased" : "");
+  std::fflush(stdout);
+  absl::StatusOr<farcall::cli::BenchReport> r = farcall::cli::RunBench(**client, o);
+  if (!r.ok()) return Fail(r.status());
+  std::printf("%s", r->Table().c_str());
+  if (absl::GetFlag(FLAGS_json)) std::printf("%s\n", r->Json().c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "farcall call|agents|health|describe [flags]\n"
+      "farcall call|agents|health|describe|bench [flags]\n"
       "  farcall call axpy float32[8]:iota float32[8]:ones --results='float32[8]' "
-      "--alias=1:0 --attr=alpha=2.0 --target=127.0.0.1:50050");
+      "--aliases=1:0 --attr=alpha=2.0 --target=127.0.0.1:50050");
   std::vector<char*> pos = absl::ParseCommandLine(argc, argv);
   const std::string cmd = pos.size() > 1 ? pos[1] : "";
   if (cmd == "call") return RunCall(pos);
   if (cmd == "agents") return RunAgents();
   if (cmd == "health") return RunHealth();
   if (cmd == "describe") return RunDescribe();
+  if (cmd == "bench") return RunBenchCommand();
   std::fprintf(stderr, "%s\n", absl::ProgramUsageMessage());
   return 2;
 }

@@ -1,0 +1,170 @@
+#include "client/cli/bench.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+
+namespace farcall::cli {
+namespace {
+
+// CRC-32C, bitwise: the bench checks the agent's answer with an independent
+// implementation rather than the agent's own code.
+uint32_t Crc32cReference(const uint8_t* p, size_t n) {
+  uint32_t crc = 0xFFFFFFFFu;
+  for (size_t i = 0; i < n; ++i) {
+    crc ^= p[i];
+    for (int k = 0; k < 8; ++k) crc = (crc >> 1) ^ (0x82F63B78u & (0u - (crc & 1u)));
+  }
+  return ~crc;
+}
+
+double Percentile(std::vector<double>& sorted, double q) {
+  if (sorted.empty()) return 0;
+  size_t i = static_cast<size_t>(q * (sorted.size() - 1) + 0.5);
+  return sorted[std::min(i, sorted.size() - 1)];
+}
+
+struct Shared {
+  absl::Mutex mu;
+  std::vector<double> latencies_us ABSL_GUARDED_BY(mu);
+  absl::Status error ABSL_GUARDED_BY(mu);
+  std::atomic<int64_t> next{0};
+  std::atomic<int64_t> done{0};
+};
+
+// One worker: its own buffers, calls until the shared counter runs out.
+void Worker(Client& client, const BenchOptions& o, int id, bool timed, int64_t limit,
+            Shared& shared) {
+  TensorSpec spec{DType::kU8, {o.bytes}};
+  std::vector<uint8_t> in(o.bytes);
+  for (int64_t i = 0; i < o.bytes; ++i) in[i] = static_cast<uint8_t>(i * 7 + id * 13);
+  const uint32_t expected_crc = o.handler == "crc32c" ? Crc32cReference(in.data(), in.size()) : 0;
+  std::vector<uint8_t> expected = o.alias ? in : std::vector<uint8_t>();
+
+  CallRequest req;
+  req.handler = o.handler;
+  req.platform = o.platform;
+  req.args = {o.alias ? Arg::InOut(spec, in.data()) : Arg::In(spec, in.data())};
+  if (o.handler == "crc32c") {
+    req.results = {TensorSpec{DType::kU32, {}}};
+  } else {
+    req.results = {spec};
+    if (o.alias) req.aliases = {{0, 0}};
+  }
+  for (;;) {
+    int64_t n = timed ? shared.next.fetch_add(1) : 0;
+    if (timed && n >= limit) return;
+    absl::Time start = absl::Now();
+    absl::StatusOr<CallResult> r = client.Call(req, o.call);
+    double us = absl::ToDoubleMicroseconds(absl::Now() - start);
+    absl::Status bad;
+    if (!r.ok()) {
+      bad = r.status();
+    } else if (o.handler == "crc32c") {
+      if (*r->results[0].as<uint32_t>() != expected_crc) {
+        bad = absl::DataLossError(absl::StrFormat("crc32c returned %08x, expected %08x",
+                                                  *r->results[0].as<uint32_t>(), expected_crc));
+      }
+    } else {
+      const uint8_t* want = o.alias ? expected.data() : in.data();
+      if (r->results[0].size != o.bytes ||
+          std::memcmp(r->results[0].data, want, o.bytes) != 0) {
+        bad = absl::DataLossError("copy returned bytes that differ from its input");
+      }
+    }
+    absl::MutexLock l(&shared.mu);
+    if (!bad.ok()) {
+      if (shared.error.ok()) shared.error = bad;
+      shared.next.store(limit);  // stop everyone
+      return;
+    }
+    if (!timed) return;
+    shared.latencies_us.push_back(us);
+    shared.done.fetch_add(1);
+  }
+}
+
+}  // namespace
+
+std::string BenchReport::Json() const {
+  return absl::StrFormat(
+      "{\"calls\": %d, \"bytes_per_call\": %d, \"seconds\": %.6f, \"gbps\": %.6f, "
+      "\"p50_us\": %.1f, \"p90_us\": %.1f, \"p99_us\": %.1f, \"max_us\": %.1f}",
+      calls, bytes_per_call, seconds, gbps, p50_us, p90_us, p99_us, max_us);
+}
+
+std::string BenchReport::Table() const {
+  return absl::StrFormat(
+      "calls %d x %d bytes in %.3f s\n"
+      "throughput  %.3f GB/s (one way)  %.1f calls/s\n"
+      "latency     p50 %.1f us   p90 %.1f us   p99 %.1f us   max %.1f us\n",
+      calls, bytes_per_call, seconds, gbps, seconds > 0 ? calls / seconds : 0, p50_us,
+      p90_us, p99_us, max_us);
+}
+
+absl::StatusOr<BenchReport> RunBench(Client& client, const BenchOptions& o) {
+  if (o.handler != "copy" && o.handler != "crc32c") {
+    return absl::InvalidArgumentError(
+        "bench checks every result, so it runs --handler=copy or --handler=crc32c.");
+  }
+  if (o.alias && o.handler != "copy") {
+    return absl::InvalidArgumentError("--alias applies to --handler=copy.");
+  }
+  if (o.bytes < 0 || o.calls < 1 || o.concurrency < 1) {
+    return absl::InvalidArgumentError("--bytes >= 0, --calls >= 1 and --concurrency >= 1.");
+  }
+  Shared shared;
+  // Warm-up: connections, the agent's pages, the allocator.
+  for (int w = 0; w < o.warmup; ++w) {
+    Worker(client, o, 0, /*timed=*/false, 0, shared);
+    absl::MutexLock l(&shared.mu);
+    if (!shared.error.ok()) return shared.error;
+  }
+  absl::Notification finished;
+  std::thread progress;
+  if (o.progress) {
+    progress = std::thread([&] {
+      while (!finished.WaitForNotificationWithTimeout(absl::Milliseconds(200))) {
+        std::fprintf(stderr, "\r  %lld / %lld calls", static_cast<long long>(shared.done.load()),
+                     static_cast<long long>(o.calls));
+      }
+      std::fprintf(stderr, "\r%*s\r", 40, "");
+    });
+  }
+  absl::Time start = absl::Now();
+  std::vector<std::thread> workers;
+  for (int i = 0; i < o.concurrency; ++i) {
+    workers.emplace_back([&, i] { Worker(client, o, i, /*timed=*/true, o.calls, shared); });
+  }
+  for (std::thread& t : workers) t.join();
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  finished.Notify();
+  if (progress.joinable()) progress.join();
+
+  absl::MutexLock l(&shared.mu);
+  if (!shared.error.ok()) return shared.error;
+  BenchReport r;
+  std::vector<double>& lat = shared.latencies_us;
+  std::sort(lat.begin(), lat.end());
+  r.calls = static_cast<int64_t>(lat.size());
+  r.bytes_per_call = o.bytes;
+  r.seconds = seconds;
+  r.gbps = seconds > 0 ? static_cast<double>(o.bytes) * r.calls / seconds / 1e9 : 0;
+  r.p50_us = Percentile(lat, 0.50);
+  r.p90_us = Percentile(lat, 0.90);
+  r.p99_us = Percentile(lat, 0.99);
+  r.max_us = lat.empty() ? 0 : lat.back();
+  return r;
+}
+
+}  // namespace farcall::cli
