@@ -1,0 +1,120 @@
+"""Side-by-side benchmark runner for bench/run.sh (see docs/performance.md)."""
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+B = "build"
+REPS = int(os.environ.get("FARCALL_BENCH_REPS", "3"))
+MIB = 1 << 20
+
+
+def start(name, argv):
+    """Starts a server on port 0; returns (process, port) once it serves."""
+    r, w = os.pipe()
+    proc = subprocess.Popen(argv + [f"--ready_fd={w}"], pass_fds=(w,),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    os.close(w)
+    with os.fdopen(r) as f:
+        line = f.read().split()
+    if not line:
+        sys.exit(f"{name} failed to start")
+    return proc, int(line[0])
+
+
+def last_json(argv):
+    out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def median(argv, key):
+    return statistics.median(last_json(argv)[key] for _ in range(REPS))
+
+
+def peak_rss_mib(proc):
+    with open(f"/proc/{proc.pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def main():
+    procs = []
+    try:
+        agent, ap = start("agent", [f"{B}/device_agents/farcall-agent", "--listen=127.0.0.1:0",
+                                    f"--max_call_bytes={4 << 30}"])
+        procs.append(agent)
+        router, rp = start("router", [f"{B}/server/farcall-router", "--listen=127.0.0.1:0",
+                                      f"--agents=127.0.0.1:{ap}"])
+        procs.append(router)
+        gb, gp = start("grpc_baseline", [f"{B}/bench/grpc_baseline", "server",
+                                         "--listen=127.0.0.1:0"])
+        procs.append(gb)
+        tcp, tp = start("tcp_echo", [f"{B}/bench/tcp_echo", "server"])
+        procs.append(tcp)
+
+        cli = f"{B}/client/farcall"
+        direct, routed = f"--target=127.0.0.1:{ap}", f"--target=127.0.0.1:{rp}"
+        big = 256 * MIB
+
+        def fc(target, *args):
+            return [cli, "bench", target, "--json"] + list(args)
+
+        print(f"farcall benchmarks, medians of {REPS} (2-core machine; see docs/performance.md)\n")
+        r = {}
+        r["unary_echo_p50"] = median([f"{B}/bench/grpc_baseline", "unary",
+                                      f"--target=127.0.0.1:{gp}", "--calls=2000"], "p50_us")
+        r["direct_64_p50"] = median(fc(direct, "--bytes=64", "--calls=2000"), "p50_us")
+        r["router_64_p50"] = median(fc(routed, "--bytes=64", "--calls=2000"), "p50_us")
+        base = [f"{B}/bench/grpc_baseline"]
+        r["store"] = median(base + ["store", f"--target=127.0.0.1:{gp}", f"--bytes={big}"], "gbps")
+        r["echo"] = median(base + ["bidi", f"--target=127.0.0.1:{gp}", f"--bytes={big}"], "gbps")
+        r["tcp_oneway"] = median([f"{B}/bench/tcp_echo", "oneway", f"--port={tp}",
+                                  f"--bytes={big}"], "gbps")
+        r["tcp_echo"] = median([f"{B}/bench/tcp_echo", "echo", f"--port={tp}",
+                                f"--bytes={big}"], "gbps")
+        r["direct_256"] = median(fc(direct, f"--bytes={big}", "--calls=2", "--alias"), "gbps")
+        r["router_256"] = median(fc(routed, f"--bytes={big}", "--calls=2", "--alias"), "gbps")
+        last_json(fc(routed, "--bytes=1048576", "--calls=256", "--concurrency=256",
+                     "--warmup=0"))
+        last_json(fc(routed, f"--bytes={1 << 30}", "--calls=1", "--alias", "--warmup=0"))
+        r["router_rss"] = peak_rss_mib(router)
+        r["agent_rss"] = peak_rss_mib(agent)
+
+        rows = [
+            ("64 B copy p50, direct", f"{r['direct_64_p50']:.0f} us",
+             r["direct_64_p50"] / r["unary_echo_p50"], "x bare unary echo", "<=", 1.20),
+            ("64 B copy p50, router", f"{r['router_64_p50']:.0f} us",
+             r["router_64_p50"] / r["unary_echo_p50"], "x bare unary echo", "<=", 2.20),
+            ("256 MiB aliased copy, direct", f"{r['direct_256']:.3f} GB/s",
+             r["direct_256"] / r["store"], "x store-and-return", ">=", 0.90),
+            ("256 MiB aliased copy, router", f"{r['router_256']:.3f} GB/s",
+             r["router_256"] / r["store"], "x store-and-return", ">=", 0.65),
+            ("router peak RSS (1 GiB call)", f"{r['router_rss']:.0f} MiB",
+             r["router_rss"], "MiB", "<=", 128),
+            ("agent peak RSS (1 GiB call)", f"{r['agent_rss']:.0f} MiB",
+             r["agent_rss"] / 1024, "GiB", "<=", 1.4),
+        ]
+        print(f"{'scenario':32} {'farcall':>14} {'ratio':>8}  {'target':22} result")
+        for name, val, ratio, unit, op, target in rows:
+            ok = ratio <= target if op == "<=" else ratio >= target
+            print(f"{name:32} {val:>14} {ratio:8.2f}  {op} {target:<5} {unit:14} "
+                  f"{'met' if ok else 'MISSED'}")
+        print("\nbaselines (same run):")
+        print(f"  bare gRPC unary echo 64 B p50   {r['unary_echo_p50']:.0f} us")
+        print(f"  bare gRPC store-and-return      {r['store']:.3f} GB/s")
+        print(f"  bare gRPC 1 MiB ByteBuffer echo {r['echo']:.3f} GB/s")
+        print(f"  raw TCP one way / echo          {r['tcp_oneway']:.3f} / {r['tcp_echo']:.3f} GB/s")
+        print("  same-host shm path              not implemented yet (issue 5)")
+        print("  256 concurrent 1 MiB calls      all results checked: ok")
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait()
+
+
+if __name__ == "__main__":
+    main()
