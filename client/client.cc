@@ -14,6 +14,8 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "grpc/grpc.h"
 #include "grpcpp/grpcpp.h"
+#include "grpcpp/impl/client_unary_call.h"
+#include "grpcpp/impl/rpc_method.h"
 
 namespace farcall {
 namespace {
@@ -225,38 +227,78 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& targe
   return std::unique_ptr<Client>(new Client(std::move(impl)));
 }
 
-void Client::CallAsync(const CallRequest& request, const CallOptions& options,
-                       CallCallback done) {
+// What a call needs before it goes out: its frames, and which RPC.
+struct Client::Plan {
+  PreparedCall prepared;
+  bool unary = false;
+  std::string method;
+};
+
+absl::StatusOr<Client::Plan> Client::MakePlan(const CallRequest& request,
+                                              const CallOptions& options) {
   absl::StatusOr<PreparedCall> prepared = client_internal::Prepare(request, options);
-  if (!prepared.ok()) return done(prepared.status());
+  if (!prepared.ok()) return prepared.status();
   absl::StatusOr<Service> service = impl_->GetService(options.timeout);
-  if (!service.ok()) return done(service.status());
-  const char* prefix = *service == Service::kAgent ? "/farcall.v1.Agent/"
-                                                   : "/farcall.v1.Router/";
-  bool unary = options.transport == Transport::kUnary;
+  if (!service.ok()) return service.status();
+  Plan plan;
+  plan.unary = options.transport == Transport::kUnary;
   if (options.transport == Transport::kAuto) {
     int64_t in = 0, out = 0;
     for (int64_t b : prepared->validated.arg_bytes) in += b;
     for (int64_t b : prepared->validated.result_bytes) out += b;
-    unary = in <= options.chunk_bytes && out <= options.chunk_bytes;
+    plan.unary = in <= options.chunk_bytes && out <= options.chunk_bytes;
   }
-  if (unary) {
-    auto* call = new UnaryCall(*std::move(prepared), options, std::move(done));
-    call->Start(*impl_->generic, std::string(prefix) + "Call");
+  plan.method = absl::StrCat(
+      *service == Service::kAgent ? "/farcall.v1.Agent/" : "/farcall.v1.Router/",
+      plan.unary ? "Call" : "Execute");
+  plan.prepared = *std::move(prepared);
+  return plan;
+}
+
+void Client::CallAsync(const CallRequest& request, const CallOptions& options,
+                       CallCallback done) {
+  absl::StatusOr<Plan> plan = MakePlan(request, options);
+  if (!plan.ok()) return done(plan.status());
+  if (plan->unary) {
+    auto* call = new UnaryCall(std::move(plan->prepared), options, std::move(done));
+    call->Start(*impl_->generic, plan->method);
   } else {
-    auto* call = new StreamCall(*std::move(prepared), options, std::move(done));
-    call->Start(*impl_->generic, std::string(prefix) + "Execute");
+    auto* call = new StreamCall(std::move(plan->prepared), options, std::move(done));
+    call->Start(*impl_->generic, plan->method);
   }
 }
 
 absl::StatusOr<CallResult> Client::Call(const CallRequest& request,
                                         const CallOptions& options) {
+  absl::StatusOr<Plan> plan = MakePlan(request, options);
+  if (!plan.ok()) return plan.status();
+  if (plan->unary) {
+    // Blocking on the caller's thread: no hand-off to a gRPC callback thread
+    // and back, which is most of a small call's latency.
+    grpc::ClientContext ctx;
+    ctx.set_deadline(DeadlineAfter(options.timeout));
+    grpc::ByteBuffer request_frame, response_frame;
+    RequestWriter(plan->prepared, 0).Next(&request_frame);
+    grpc::Status s = grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
+        impl_->channel.get(),
+        grpc::internal::RpcMethod(plan->method.c_str(), grpc::internal::RpcMethod::NORMAL_RPC),
+        &ctx, request_frame, &response_frame);
+    if (!s.ok()) return FromGrpcStatus(s);
+    ResponseReader reader(plan->prepared);
+    absl::Status decoded = reader.OnFrame(response_frame);
+    if (!decoded.ok()) return decoded;
+    absl::StatusOr<CallResult> result = reader.Finish();
+    if (result.ok()) result->transport = Transport::kUnary;
+    return result;
+  }
   absl::Notification done;
   absl::StatusOr<CallResult> result;
-  CallAsync(request, options, [&](absl::StatusOr<CallResult> r) {
-    result = std::move(r);
-    done.Notify();
-  });
+  auto* call = new StreamCall(std::move(plan->prepared), options,
+                              [&](absl::StatusOr<CallResult> r) {
+                                result = std::move(r);
+                                done.Notify();
+                              });
+  call->Start(*impl_->generic, plan->method);
   done.WaitForNotification();
   return result;
 }

@@ -150,7 +150,9 @@ class Client {
 
  private:
   struct Impl;
+  struct Plan;
   explicit Client(std::unique_ptr<Impl> impl);
+  absl::StatusOr<Plan> MakePlan(const CallRequest& request, const CallOptions& options);
   std::unique_ptr<Impl> impl_;
 };
 
