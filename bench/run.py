@@ -80,9 +80,18 @@ def main():
         r["router_256"] = median(fc(routed, f"--bytes={big}", "--calls=2", "--alias"), "gbps")
         last_json(fc(routed, "--bytes=1048576", "--calls=256", "--concurrency=256",
                      "--warmup=0"))
-        last_json(fc(routed, f"--bytes={1 << 30}", "--calls=1", "--alias", "--warmup=0"))
-        r["router_rss"] = peak_rss_mib(router)
-        r["agent_rss"] = peak_rss_mib(agent)
+        # Peak RSS of one 1 GiB aliased call, on fresh processes so that
+        # nothing else counts toward it.
+        agent2, ap2 = start("agent", [f"{B}/device_agents/farcall-agent",
+                                      "--listen=127.0.0.1:0", f"--max_call_bytes={4 << 30}"])
+        procs.append(agent2)
+        router2, rp2 = start("router", [f"{B}/server/farcall-router", "--listen=127.0.0.1:0",
+                                        f"--agents=127.0.0.1:{ap2}"])
+        procs.append(router2)
+        last_json(fc(f"--target=127.0.0.1:{rp2}", f"--bytes={1 << 30}", "--calls=1",
+                     "--alias", "--warmup=0"))
+        r["router_rss"] = peak_rss_mib(router2)
+        r["agent_rss"] = peak_rss_mib(agent2)
 
         rows = [
             ("64 B copy p50, direct", f"{r['direct_64_p50']:.0f} us",

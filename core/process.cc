@@ -1,5 +1,7 @@
 #include "core/process.h"
 
+#include "absl/synchronization/mutex.h"
+
 #include <signal.h>
 #include <string.h>
 #include <unistd.h>
@@ -16,6 +18,10 @@ sigset_t TerminationSet() {
   return set;
 }
 }  // namespace
+
+void InitFarcallProcess() {
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+}
 
 void BlockTerminationSignals() {
   sigset_t set = TerminationSet();

@@ -6,6 +6,11 @@
 
 namespace farcall {
 
+// Process-wide settings for farcall's binaries; call first in main.
+// Turns off absl::Mutex deadlock detection, which Debian's Abseil build
+// leaves on and which costs every lock a graph update on the data path.
+void InitFarcallProcess();
+
 // Blocks SIGINT and SIGTERM in the calling thread (call it first in main,
 // before other threads start, so they inherit the mask).
 void BlockTerminationSignals();

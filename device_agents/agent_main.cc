@@ -30,6 +30,7 @@ ABSL_FLAG(int, ready_fd, -1,
           "write the bound port to this file descriptor once serving");
 
 int main(int argc, char** argv) {
+  farcall::InitFarcallProcess();
   farcall::BlockTerminationSignals();
   absl::SetProgramUsageMessage(
       "farcall-agent --platform=cpu|cuda|rocm|oneapi --listen=HOST:PORT "

@@ -23,6 +23,7 @@ ABSL_FLAG(int, ready_fd, -1,
           "write the bound port to this file descriptor once serving");
 
 int main(int argc, char** argv) {
+  farcall::InitFarcallProcess();
   farcall::BlockTerminationSignals();
   absl::SetProgramUsageMessage(
       "farcall-router --listen=HOST:PORT --agents=ADDR[,ADDR...]");

@@ -28,7 +28,9 @@ struct BenchReport {
   int64_t calls = 0;
   int64_t bytes_per_call = 0;
   double seconds = 0;
-  double gbps = 0;  // one-way: arg bytes per second / 1e9
+  // One way: arg bytes per second of time inside calls (results are checked
+  // between calls, outside that time), / 1e9.
+  double gbps = 0;
   double p50_us = 0, p90_us = 0, p99_us = 0, max_us = 0;
   std::string Json() const;
   std::string Table() const;

@@ -24,6 +24,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/cli/bench.h"
+#include "core/process.h"
 #include "client/cli/npy.h"
 #include "client/cli/tensor_args.h"
 #include "farcall/client.h"
@@ -242,6 +243,7 @@ int main(int argc, char** argv) {
       "farcall call|agents|health|describe|bench [flags]\n"
       "  farcall call axpy float32[8]:iota float32[8]:ones --results='float32[8]' "
       "--aliases=1:0 --attr=alpha=2.0 --target=127.0.0.1:50050");
+  farcall::InitFarcallProcess();
   std::vector<char*> pos = absl::ParseCommandLine(argc, argv);
   const std::string cmd = pos.size() > 1 ? pos[1] : "";
   if (cmd == "call") return RunCall(pos);
