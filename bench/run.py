@@ -76,6 +76,9 @@ def main():
                                   f"--bytes={big}"], "gbps")
         r["tcp_echo"] = median([f"{B}/bench/tcp_echo", "echo", f"--port={tp}",
                                 f"--bytes={big}"], "gbps")
+        r["memcpy"] = median([f"{B}/bench/tcp_echo", "memcpy", f"--bytes={big}"], "gbps")
+        r["direct_copy_256"] = median(fc(direct, f"--bytes={big}", "--calls=2"), "gbps")
+        r["shm_256"] = median(fc(direct, f"--bytes={big}", "--calls=2", "--shm"), "gbps")
         r["direct_256"] = median(fc(direct, f"--bytes={big}", "--calls=2", "--alias"), "gbps")
         r["router_256"] = median(fc(routed, f"--bytes={big}", "--calls=2", "--alias"), "gbps")
         last_json(fc(routed, "--bytes=1048576", "--calls=256", "--concurrency=256",
@@ -102,6 +105,10 @@ def main():
              r["direct_256"] / r["store"], "x store-and-return", ">=", 0.90),
             ("256 MiB aliased copy, router", f"{r['router_256']:.3f} GB/s",
              r["router_256"] / r["store"], "x store-and-return", ">=", 0.65),
+            ("256 MiB copy, same-host shm", f"{r['shm_256']:.3f} GB/s",
+             r["shm_256"] / r["direct_copy_256"], "x direct gRPC copy", ">=", 8.0),
+            ("256 MiB copy, same-host shm", f"{r['shm_256']:.3f} GB/s",
+             r["shm_256"] / r["memcpy"], "x memcpy", ">=", 0.5),
             ("router peak RSS (1 GiB call)", f"{r['router_rss']:.0f} MiB",
              r["router_rss"], "MiB", "<=", 128),
             ("agent peak RSS (1 GiB call)", f"{r['agent_rss']:.0f} MiB",
@@ -117,7 +124,8 @@ def main():
         print(f"  bare gRPC store-and-return      {r['store']:.3f} GB/s")
         print(f"  bare gRPC 1 MiB ByteBuffer echo {r['echo']:.3f} GB/s")
         print(f"  raw TCP one way / echo          {r['tcp_oneway']:.3f} / {r['tcp_echo']:.3f} GB/s")
-        print("  same-host shm path              not implemented yet (issue 5)")
+        print(f"  memcpy (warm buffers)           {r['memcpy']:.3f} GB/s")
+        print(f"  farcall 256 MiB copy, direct    {r['direct_copy_256']:.3f} GB/s (not aliased)")
         print("  256 concurrent 1 MiB calls      all results checked: ok")
     finally:
         for p in procs:

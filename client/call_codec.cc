@@ -1,5 +1,7 @@
 #include "client/call_codec.h"
 
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "core/wire/proto_convert.h"
@@ -56,6 +58,33 @@ absl::StatusOr<PreparedCall> Prepare(const CallRequest& request,
   return p;
 }
 
+absl::Status StageInSharedMemory(PreparedCall& call, ShmChannel& channel) {
+  constexpr uint64_t kAlign = 64;
+  auto align = [](uint64_t x) { return (x + kAlign - 1) / kAlign * kAlign; };
+  const ValidatedCall& v = call.validated;
+  v1::ShmTensors* shm = call.header.mutable_shm();
+  uint64_t end = 0;
+  for (int64_t b : v.arg_bytes) {
+    shm->add_arg_offsets(end);
+    end = align(end + b);
+  }
+  for (size_t o = 0; o < v.result_bytes.size(); ++o) {
+    if (v.result_alias[o] >= 0) {
+      shm->add_result_offsets(shm->arg_offsets(v.result_alias[o]));
+      continue;
+    }
+    shm->add_result_offsets(end);
+    end = align(end + v.result_bytes[o]);
+  }
+  FARCALL_ASSIGN_OR_RETURN(call.shm_region, channel.Acquire(end));
+  shm->set_region(call.shm_region->token);
+  for (size_t i = 0; i < call.args.size(); ++i) {
+    std::memcpy(call.shm_region->data + shm->arg_offsets(i), call.args[i].data(),
+                v.arg_bytes[i]);
+  }
+  return absl::OkStatus();
+}
+
 RequestWriter::RequestWriter(const PreparedCall& call, int64_t chunk_bytes)
     : call_(call), chunk_bytes_(chunk_bytes > 0 ? chunk_bytes : INT64_MAX) {}
 
@@ -68,6 +97,7 @@ bool RequestWriter::Next(grpc::ByteBuffer* out) {
     header_sent_ = true;
   }
   int64_t budget = chunk_bytes_;
+  if (call_.shm_region != nullptr) index_ = n;  // the args are in the region
   while (index_ < n && budget > 0) {
     const int64_t size = call_.validated.arg_bytes[index_];
     const int64_t take = std::min(budget, size - offset_);
@@ -87,8 +117,22 @@ bool RequestWriter::Next(grpc::ByteBuffer* out) {
   return true;
 }
 
-ResponseReader::ResponseReader(const PreparedCall& call) {
+ResponseReader::ResponseReader(const PreparedCall& call) : call_(call) {
   std::vector<ChunkAssembler::Target> targets;
+  if (call.shm_region != nullptr) {
+    // Same-host: the results are in the region; nothing arrives in chunks.
+    for (int o = 0; o < call.header.results_size(); ++o) {
+      ResultTensor r;
+      r.spec = SpecFromProto(call.header.results(o));
+      r.size = call.validated.result_bytes[o];
+      r.aliased = call.validated.result_alias[o] >= 0;
+      r.data = call.shm_region->data + call.header.shm().result_offsets(o);
+      r.keepalive = call.shm_region;
+      result_.results.push_back(std::move(r));
+    }
+    assembler_.emplace("results", std::move(targets));
+    return;
+  }
   for (int o = 0; o < call.header.results_size(); ++o) {
     ResultTensor r;
     r.spec = SpecFromProto(call.header.results(o));
@@ -151,6 +195,18 @@ absl::StatusOr<CallResult> ResponseReader::Finish() {
   if (!header_seen_) return absl::InternalError("the answer had no result header.");
   absl::Status s = assembler_->Finish();
   if (!s.ok()) return absl::InternalError(s.message());
+  if (call_.shm_region != nullptr) {
+    for (size_t o = 0; o < result_.results.size(); ++o) {
+      ResultTensor& r = result_.results[o];
+      if (!r.aliased) continue;
+      // Updated in place in the region: hand it back to the caller's memory.
+      uint8_t* dst = call_.args[call_.validated.result_alias[o]].writable_data();
+      std::memcpy(dst, r.data, r.size);
+      r.data = dst;
+      r.keepalive.reset();
+    }
+    result_.transport = Transport::kShm;
+  }
   return std::move(result_);
 }
 

@@ -11,6 +11,7 @@
 #include "core/call_validation.h"
 #include "core/chunk_assembler.h"
 #include "core/wire/frame_codec.h"
+#include "client/shm_channel.h"
 #include "farcall/client.h"
 
 namespace farcall::client_internal {
@@ -21,9 +22,16 @@ struct PreparedCall {
   v1::CallHeader header;
   ValidatedCall validated;
   std::vector<Arg> args;
+  // Set for same-host calls: the region the tensors are staged in.
+  std::shared_ptr<ShmRegion> shm_region;
 };
 absl::StatusOr<PreparedCall> Prepare(const CallRequest& request,
                                      const CallOptions& options);
+
+// Stages a prepared call in shared memory: copies its args into a region
+// from `channel` and names the region and offsets in the header. After
+// this, the request carries no chunks and the answer none either.
+absl::Status StageInSharedMemory(PreparedCall& call, ShmChannel& channel);
 
 // Produces request frames of at most `chunk_bytes` of data each; the first
 // carries the header. The frames refer to the caller's memory.
@@ -55,6 +63,7 @@ class ResponseReader final : private FrameVisitor {
   absl::Status OnChunk(uint32_t index, uint64_t offset,
                        const ChunkBytes& data) override;
 
+  const PreparedCall& call_;
   CallResult result_;
   std::optional<ChunkAssembler> assembler_;
   bool header_seen_ = false;

@@ -80,7 +80,9 @@ class StreamCall final
       result = FromGrpcStatus(status);
     } else {
       result = reader_.Finish();
-      if (result.ok()) result->transport = Transport::kStream;
+      if (result.ok() && result->transport != Transport::kShm) {
+        result->transport = Transport::kStream;
+      }
     }
     done_(std::move(result));
     delete this;
@@ -131,7 +133,9 @@ class UnaryCall {
       absl::Status s = reader_.OnFrame(response_);
       if (s.ok()) {
         result = reader_.Finish();
-        if (result.ok()) result->transport = Transport::kUnary;
+        if (result.ok() && result->transport != Transport::kShm) {
+          result->transport = Transport::kUnary;
+        }
       } else {
         result = s;
       }
@@ -176,8 +180,33 @@ struct Client::Impl {
   std::unique_ptr<v1::Agent::Stub> agent;
   std::unique_ptr<v1::Router::Stub> router;
   Options options;
+  std::string target;
   absl::Mutex mu;
   Service service ABSL_GUARDED_BY(mu) = Service::kUnknown;
+  std::string shm_socket ABSL_GUARDED_BY(mu);  // what the agent offers
+  bool shm_tried ABSL_GUARDED_BY(mu) = false;
+  std::shared_ptr<client_internal::ShmChannel> shm ABSL_GUARDED_BY(mu);
+
+  // The agent's shared-memory channel, connected on first use; null when the
+  // target is not a local agent offering one (then calls use gRPC alone).
+  std::shared_ptr<client_internal::ShmChannel> SharedMemory() {
+    absl::MutexLock l(&mu);
+    if (!shm_tried) {
+      shm_tried = true;
+      if (service == Service::kAgent && !shm_socket.empty() && IsLocal(target)) {
+        auto c = client_internal::ShmChannel::Connect(shm_socket);
+        if (c.ok()) shm = *std::move(c);
+      }
+    }
+    return shm;
+  }
+
+  static bool IsLocal(const std::string& t) {
+    for (const char* p : {"localhost:", "127.", "[::1]:", "unix:", "ipv4:127.", "ipv6:[::1]"}) {
+      if (t.rfind(p, 0) == 0) return true;
+    }
+    return false;
+  }
 
   // Learns once whether the target is an agent (Describe answers) or a
   // router (Describe is unimplemented there).
@@ -193,6 +222,8 @@ struct Client::Impl {
     Service found;
     if (s.ok()) {
       found = Service::kAgent;
+      absl::MutexLock l(&mu);
+      shm_socket = info.shm_socket();
     } else if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
       found = Service::kRouter;
     } else {
@@ -220,6 +251,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& targe
   (void)kGrpcInitialised;
   auto impl = std::make_unique<Impl>();
   impl->channel = SharedChannel(target);
+  impl->target = target;
   impl->generic = std::make_unique<grpc::GenericStub>(impl->channel);
   impl->agent = v1::Agent::NewStub(impl->channel);
   impl->router = v1::Router::NewStub(impl->channel);
@@ -247,6 +279,13 @@ absl::StatusOr<Client::Plan> Client::MakePlan(const CallRequest& request,
     for (int64_t b : prepared->validated.arg_bytes) in += b;
     for (int64_t b : prepared->validated.result_bytes) out += b;
     plan.unary = in <= options.chunk_bytes && out <= options.chunk_bytes;
+  }
+  if (options.transport == Transport::kAuto && options.allow_shm) {
+    if (std::shared_ptr<client_internal::ShmChannel> shm = impl_->SharedMemory()) {
+      absl::Status staged = client_internal::StageInSharedMemory(*prepared, *shm);
+      if (!staged.ok()) return staged;
+      plan.unary = true;  // only the header crosses gRPC
+    }
   }
   plan.method = absl::StrCat(
       *service == Service::kAgent ? "/farcall.v1.Agent/" : "/farcall.v1.Router/",
@@ -288,7 +327,9 @@ absl::StatusOr<CallResult> Client::Call(const CallRequest& request,
     absl::Status decoded = reader.OnFrame(response_frame);
     if (!decoded.ok()) return decoded;
     absl::StatusOr<CallResult> result = reader.Finish();
-    if (result.ok()) result->transport = Transport::kUnary;
+    if (result.ok() && result->transport != Transport::kShm) {
+      result->transport = Transport::kUnary;
+    }
     return result;
   }
   absl::Notification done;

@@ -40,6 +40,21 @@ AgentMetrics& Metrics() {
   return *m;
 }
 
+// A tensor inside a client's shared-memory region; keeps the region mapped.
+class RegionView final : public DeviceMemory {
+ public:
+  RegionView(std::shared_ptr<ShmRegion> region, uint64_t offset, int64_t size)
+      : region_(std::move(region)), offset_(offset), size_(size) {}
+  void* device_ptr() override { return region_->data() + offset_; }
+  uint8_t* host_ptr() override { return region_->data() + offset_; }
+  int64_t size() const override { return size_; }
+
+ private:
+  std::shared_ptr<ShmRegion> region_;
+  uint64_t offset_;
+  int64_t size_;
+};
+
 }  // namespace
 
 uint8_t* AgentCall::Tensor::host() const {
@@ -122,6 +137,12 @@ absl::Status AgentCall::Start(const v1::CallHeader& header) {
   agent_.inflight_bytes.fetch_add(admitted_bytes_, std::memory_order_relaxed);
   Metrics().inflight_bytes.With({}).Increment(static_cast<double>(admitted_bytes_));
 
+  if (header_.has_shm()) {
+    FARCALL_RETURN_IF_ERROR(PlaceInRegion(v));
+    assembler_.emplace("args", std::vector<ChunkAssembler::Target>());
+    validated_ = std::move(v);
+    return absl::OkStatus();
+  }
   auto allocate = [&](const TensorSpec& spec, int64_t size) -> absl::StatusOr<Tensor> {
     Tensor t;
     t.spec = spec;
@@ -155,11 +176,61 @@ absl::Status AgentCall::Start(const v1::CallHeader& header) {
   return absl::OkStatus();
 }
 
+absl::Status AgentCall::PlaceInRegion(const ValidatedCall& v) {
+  if (agent_.shm == nullptr) {
+    return absl::FailedPreconditionError(
+        "this agent offers no shared memory; send the tensors as chunks.");
+  }
+  const v1::ShmTensors& shm = header_.shm();
+  if (shm.arg_offsets_size() != header_.args_size() ||
+      shm.result_offsets_size() != header_.results_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shm gives ", shm.arg_offsets_size(), " arg and ", shm.result_offsets_size(),
+        " result offsets for ", header_.args_size(), " args and ",
+        header_.results_size(), " results."));
+  }
+  FARCALL_ASSIGN_OR_RETURN(std::shared_ptr<ShmRegion> region,
+                           agent_.shm->Find(shm.region()));
+  auto place = [&](const char* kind, int i, uint64_t offset, int64_t size,
+                   const v1::TensorSpec& spec) -> absl::StatusOr<Tensor> {
+    if (offset > region->size() || static_cast<uint64_t>(size) > region->size() - offset) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          kind, "[", i, "] at [", offset, ", ", offset + size,
+          ") lies outside shared-memory region of ", region->size(), " bytes."));
+    }
+    Tensor t;
+    t.spec = SpecFromProto(spec);
+    t.size = size;
+    t.memory = std::make_shared<RegionView>(region, offset, size);
+    return t;
+  };
+  for (int i = 0; i < header_.args_size(); ++i) {
+    FARCALL_ASSIGN_OR_RETURN(
+        Tensor t, place("args", i, shm.arg_offsets(i), v.arg_bytes[i], header_.args(i)));
+    args_.push_back(std::move(t));
+  }
+  for (int o = 0; o < header_.results_size(); ++o) {
+    if (v.result_alias[o] >= 0) {
+      results_.push_back(args_[v.result_alias[o]]);
+      continue;
+    }
+    FARCALL_ASSIGN_OR_RETURN(Tensor t, place("results", o, shm.result_offsets(o),
+                                             v.result_bytes[o], header_.results(o)));
+    results_.push_back(std::move(t));
+  }
+  shm_ = true;
+  return absl::OkStatus();
+}
+
 absl::Status AgentCall::OnChunk(uint32_t index, uint64_t offset,
                                 const ChunkBytes& data) {
   if (!validated_) {
     return absl::InvalidArgumentError(
         "the first request message must carry the call header.");
+  }
+  if (shm_) {
+    return absl::InvalidArgumentError(
+        "a shared-memory call carries no chunks; its tensors are in the region.");
   }
   FARCALL_ASSIGN_OR_RETURN(uint8_t * dst,
                            assembler_->Accept(index, offset, data.size()));
@@ -184,6 +255,7 @@ absl::Status AgentCall::EndOfInputs() {
 }
 
 absl::Status AgentCall::CheckFitsOneMessage() const {
+  if (shm_) return absl::OkStatus();
   int64_t total = 0;
   for (const Tensor& t : results_) total += t.size;
   // Leave room for the header and framing.
@@ -276,6 +348,7 @@ bool AgentCall::NextResponseFrame(int64_t max_chunk_bytes,
     header_sent_ = true;
   }
   int64_t budget = max_chunk_bytes > 0 ? max_chunk_bytes : INT64_MAX;
+  if (shm_) out_index_ = results_.size();  // the results are in the region
   while (out_index_ < results_.size() && budget > 0) {
     const Tensor& t = results_[out_index_];
     int64_t n = std::min(budget, t.size - out_offset_);

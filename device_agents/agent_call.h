@@ -26,6 +26,7 @@
 #include "device_agents/device.h"
 #include "device_agents/handler_registry.h"
 #include "device_agents/handler_runtime.h"
+#include "device_agents/shm_service.h"
 #include "farcall/v1/farcall.pb.h"
 
 namespace farcall::agent {
@@ -46,6 +47,7 @@ struct AgentState {
   AgentConfig config;
   Backend backend;
   HandlerRegistry registry;
+  std::unique_ptr<ShmService> shm;  // null: no same-host path offered
   std::atomic<int64_t> inflight_calls{0};
   std::atomic<int64_t> inflight_bytes{0};
 
@@ -107,6 +109,8 @@ class AgentCall final : private FrameVisitor {
   absl::Status OnChunk(uint32_t index, uint64_t offset,
                        const ChunkBytes& data) override;
   absl::Status Start(const v1::CallHeader& header);
+  // Places the tensors of a shared-memory call in its region.
+  absl::Status PlaceInRegion(const ValidatedCall& v);
 
   AgentState& agent_;
   Device* device_ = nullptr;
@@ -119,6 +123,7 @@ class AgentCall final : private FrameVisitor {
   std::optional<ChunkAssembler> assembler_;
   int64_t admitted_bytes_ = 0;
   int64_t sent_bytes_ = 0;
+  bool shm_ = false;  // tensors live in a client's region: no chunks
 
   // Response cursor.
   bool header_sent_ = false;

@@ -25,6 +25,8 @@ ABSL_FLAG(int64_t, response_chunk_bytes, 1 << 20,
           "result bytes per streamed response message");
 ABSL_FLAG(std::string, metrics_listen, "",
           "HOST:PORT to serve Prometheus /metrics on (empty: off)");
+ABSL_FLAG(std::string, shm_socket, "auto",
+          "same-host shared memory: auto, @abstract-name, a socket path, or empty for none");
 ABSL_FLAG(int, workers, 0, "handler threads (0: one per core)");
 ABSL_FLAG(int, ready_fd, -1,
           "write the bound port to this file descriptor once serving");
@@ -51,6 +53,7 @@ int main(int argc, char** argv) {
   options.plugins = absl::GetFlag(FLAGS_plugins);
   options.workers = absl::GetFlag(FLAGS_workers);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  options.shm_socket = absl::GetFlag(FLAGS_shm_socket);
   options.config.platform = *platform;
   options.config.agent_id = absl::GetFlag(FLAGS_agent_id);
   options.config.max_call_bytes = absl::GetFlag(FLAGS_max_call_bytes);

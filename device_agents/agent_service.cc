@@ -1,5 +1,7 @@
 #include "device_agents/agent_service.h"
 
+#include <unistd.h>
+
 #include <thread>
 #include <utility>
 
@@ -165,6 +167,10 @@ class AgentService final
     info->set_platform(std::string(PlatformName(s.config.platform)));
     info->set_version(kVersion);
     info->set_max_call_bytes(s.config.max_call_bytes);
+    if (s.shm != nullptr) {
+      info->set_shm_socket(s.shm->address());
+      info->set_shm_regions(s.shm->region_count());
+    }
     for (const auto& d : s.backend.devices) {
       v1::DeviceInfo* di = info->add_devices();
       di->set_ordinal(d->ordinal());
@@ -215,6 +221,12 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(Options options)
   if (!options.metrics_listen.empty()) {
     FARCALL_ASSIGN_OR_RETURN(impl->metrics,
                              metrics::MetricsServer::Start(options.metrics_listen));
+  }
+  if (!options.shm_socket.empty() && state.config.platform == Platform::kCpu) {
+    std::string address = options.shm_socket == "auto"
+                              ? absl::StrCat("@farcall-agent-", getpid())
+                              : options.shm_socket;
+    FARCALL_ASSIGN_OR_RETURN(state.shm, ShmService::Start(address));
   }
   int workers = options.workers > 0
                     ? options.workers

@@ -71,6 +71,9 @@ void Worker(Client& client, const BenchOptions& o, int id, bool timed, int64_t l
     absl::Status bad;
     if (!r.ok()) {
       bad = r.status();
+    } else if (o.shm && r->transport != Transport::kShm) {
+      bad = absl::FailedPreconditionError(
+          "--shm: the target offers no shared memory (it must be an agent on this host).");
     } else if (o.handler == "crc32c") {
       if (*r->results[0].as<uint32_t>() != expected_crc) {
         bad = absl::DataLossError(absl::StrFormat("crc32c returned %08x, expected %08x",
@@ -114,6 +117,8 @@ std::string BenchReport::Table() const {
       p90_us, p99_us, max_us);
 }
 
+absl::StatusOr<BenchReport> RunBenchWith(Client& client, const BenchOptions& o);
+
 absl::StatusOr<BenchReport> RunBench(Client& client, const BenchOptions& o) {
   if (o.handler != "copy" && o.handler != "crc32c") {
     return absl::InvalidArgumentError(
@@ -125,6 +130,15 @@ absl::StatusOr<BenchReport> RunBench(Client& client, const BenchOptions& o) {
   if (o.bytes < 0 || o.calls < 1 || o.concurrency < 1) {
     return absl::InvalidArgumentError("--bytes >= 0, --calls >= 1 and --concurrency >= 1.");
   }
+  BenchOptions opts = o;
+  // The gRPC path unless shared memory is asked for, so that each figure
+  // measures one path.
+  opts.call.allow_shm = o.shm;
+  opts.call.transport = Transport::kAuto;
+  return RunBenchWith(client, opts);
+}
+
+absl::StatusOr<BenchReport> RunBenchWith(Client& client, const BenchOptions& o) {
   Shared shared;
   // Warm-up: connections, the agent's pages, the allocator.
   for (int w = 0; w < o.warmup; ++w) {

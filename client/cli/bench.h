@@ -20,6 +20,7 @@ struct BenchOptions {
   int concurrency = 1;
   int warmup = 1;                // calls per worker before timing starts
   bool alias = false;            // copy in place ({0: 0})
+  bool shm = false;              // same-host shared memory; fails if not offered
   bool progress = false;         // redraw a progress line on stderr
   CallOptions call;
 };

@@ -6,7 +6,7 @@
 //   farcall health --target=HOST:PORT
 //   farcall describe --target=AGENT
 //   farcall bench --target=HOST:PORT [--handler=copy] [--bytes=N] [--calls=N]
-//       [--concurrency=C] [--alias] [--json]
+//       [--concurrency=C] [--alias] [--shm] [--json]
 //
 // ARG is a .npy file or SPEC[:FILL], such as float32[4,8]:iota. Errors print
 // the gRPC code and message and exit 1.
@@ -50,6 +50,7 @@ ABSL_FLAG(int, concurrency, 1, "bench: calls in flight at once");
 ABSL_FLAG(int, warmup, 1, "bench: untimed calls first");
 ABSL_FLAG(bool, alias, false, "bench: copy in place, {0: 0}");
 ABSL_FLAG(bool, json, false, "bench: end with one JSON line");
+ABSL_FLAG(bool, shm, false, "bench: same-host shared memory (target: a local agent)");
 
 namespace {
 
@@ -221,13 +222,15 @@ int RunBenchCommand() {
   o.concurrency = absl::GetFlag(FLAGS_concurrency);
   o.warmup = absl::GetFlag(FLAGS_warmup);
   o.alias = absl::GetFlag(FLAGS_alias);
+  o.shm = absl::GetFlag(FLAGS_shm);
   o.progress = isatty(fileno(stderr)) != 0;
   o.call.timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
   o.call.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
-  std::printf("farcall bench %s on %s via %s: %lld calls of %lld bytes, concurrency %d%s\n",
+  std::printf("farcall bench %s on %s via %s: %lld calls of %lld bytes, concurrency %d%s%s\n",
               o.handler.c_str(), o.platform.c_str(), absl::GetFlag(FLAGS_target).c_str(),
               static_cast<long long>(o.calls), static_cast<long long>(o.bytes),
-              o.concurrency, o.alias ? ", aliased" : "");
+              o.concurrency, o.alias ? ", aliased" : "",
+              o.shm ? ", shared memory" : "");
   std::fflush(stdout);
   absl::StatusOr<farcall::cli::BenchReport> r = farcall::cli::RunBench(**client, o);
   if (!r.ok()) return Fail(r.status());

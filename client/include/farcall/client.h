@@ -78,7 +78,9 @@ struct CallRequest {
   bool command_buffer_compatible = false;
 };
 
-enum class Transport { kAuto, kUnary, kStream };
+// kShm: same-host shared memory (the agent is local and offers it); the
+// tensors are staged in a memfd region and only the header crosses gRPC.
+enum class Transport { kAuto, kUnary, kStream, kShm };
 
 struct CallOptions {
   absl::Duration timeout = absl::Seconds(60);
@@ -87,6 +89,9 @@ struct CallOptions {
   int64_t chunk_bytes = 1 << 20;
   std::string call_id;  // idempotency key; empty: none
   Transport transport = Transport::kAuto;
+  // With kAuto, use shared memory when the target is an agent on this host
+  // that offers it.
+  bool allow_shm = true;
 };
 
 // One result. An aliased result's bytes were written into the caller's
@@ -97,6 +102,7 @@ struct ResultTensor {
   uint8_t* data = nullptr;
   bool aliased = false;
   std::unique_ptr<uint8_t[]> storage;  // owns `data` unless aliased
+  std::shared_ptr<void> keepalive;     // holds a shared-memory result's region
 
   template <typename T>
   const T* as() const {

@@ -1,0 +1,169 @@
+#include "device_agents/shm_service.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/shm_protocol.h"
+
+namespace farcall::agent {
+namespace {
+
+// Regions one connection may hold at once.
+constexpr size_t kMaxRegionsPerConnection = 1024;
+
+shm::Reply Error(absl::StatusCode code, std::string message) {
+  shm::Reply r;
+  r.status = static_cast<uint8_t>(code);
+  r.message = std::move(message);
+  return r;
+}
+
+// Maps a client's fd after checking that it cannot shrink under us: a
+// shrunk file would turn the agent's next access into SIGBUS.
+absl::StatusOr<std::shared_ptr<ShmRegion>> MapRegion(int fd, uint64_t size) {
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    return absl::InvalidArgumentError("the passed fd cannot be inspected.");
+  }
+  int seals = fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
+    return absl::FailedPreconditionError(
+        "a shared-memory region must be a memfd sealed with F_SEAL_SHRINK.");
+  }
+  if (size == 0 || static_cast<uint64_t>(st.st_size) < size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the region claims ", size, " bytes but its memfd holds ", st.st_size, "."));
+  }
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    return absl::ResourceExhaustedError(absl::StrCat("cannot map ", size, " bytes."));
+  }
+  return std::make_shared<ShmRegion>(static_cast<uint8_t*>(p), size);
+}
+
+}  // namespace
+
+ShmRegion::~ShmRegion() { munmap(data_, size_); }
+
+absl::StatusOr<std::unique_ptr<ShmService>> ShmService::Start(const std::string& address) {
+  absl::StatusOr<int> fd = shm::Listen(address);
+  if (!fd.ok()) return fd.status();
+  std::unique_ptr<ShmService> s(new ShmService(address, *fd));
+  s->acceptor_ = std::thread([p = s.get()] { p->AcceptLoop(); });
+  return s;
+}
+
+ShmService::ShmService(std::string address, int listen_fd)
+    : address_(std::move(address)), listen_fd_(listen_fd) {}
+
+ShmService::~ShmService() {
+  std::map<int, std::thread> conns;
+  {
+    absl::MutexLock l(&mu_);
+    stopping_ = true;
+    for (auto& [fd, t] : connections_) shutdown(fd, SHUT_RDWR);
+  }
+  shutdown(listen_fd_, SHUT_RDWR);
+  acceptor_.join();
+  close(listen_fd_);
+  {
+    absl::MutexLock l(&mu_);
+    conns = std::move(connections_);
+    for (std::thread& t : finished_) t.join();
+    finished_.clear();
+  }
+  for (auto& [fd, t] : conns) t.join();
+  if (!address_.empty() && address_[0] != '@') unlink(address_.c_str());
+}
+
+void ShmService::AcceptLoop() {
+  for (;;) {
+    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    absl::MutexLock l(&mu_);
+    // Join connection threads that ended, so they do not pile up.
+    for (std::thread& t : finished_) t.join();
+    finished_.clear();
+    if (fd < 0 || stopping_) {
+      if (fd >= 0) close(fd);
+      if (stopping_) return;
+      continue;
+    }
+    connections_.emplace(fd, std::thread([this, fd] { Serve(fd); }));
+  }
+}
+
+void ShmService::Serve(int fd) {
+  size_t held = 0;
+  for (;;) {
+    absl::StatusOr<shm::Request> req = shm::ReceiveRequest(fd);
+    if (!req.ok()) break;  // the client went away
+    shm::Reply reply;
+    if (req->op == shm::kOpRegister) {
+      if (req->fd < 0) {
+        reply = Error(absl::StatusCode::kInvalidArgument, "register carries no fd.");
+      } else if (held >= kMaxRegionsPerConnection) {
+        reply = Error(absl::StatusCode::kResourceExhausted,
+                      absl::StrCat("a connection may hold at most ",
+                                   kMaxRegionsPerConnection, " regions."));
+      } else {
+        absl::StatusOr<std::shared_ptr<ShmRegion>> region = MapRegion(req->fd, req->size);
+        if (!region.ok()) {
+          reply = Error(region.status().code(), std::string(region.status().message()));
+        } else {
+          reply.token = shm::NewToken();
+          absl::MutexLock l(&mu_);
+          regions_[reply.token] = {fd, *std::move(region)};
+          ++held;
+        }
+      }
+    } else if (req->op == shm::kOpUnregister) {
+      absl::MutexLock l(&mu_);
+      auto it = regions_.find(req->token);
+      if (it == regions_.end() || it->second.first != fd) {
+        reply = Error(absl::StatusCode::kNotFound, "no such region on this connection.");
+      } else {
+        regions_.erase(it);
+        --held;
+      }
+    } else {
+      reply = Error(absl::StatusCode::kInvalidArgument, "unknown shared-memory request.");
+    }
+    if (req->fd >= 0) close(req->fd);  // mapped, or refused: not needed either way
+    if (!shm::SendReply(fd, reply).ok()) break;
+  }
+  absl::MutexLock l(&mu_);
+  // The client is gone: its regions go too (calls still running keep theirs
+  // mapped until they finish).
+  for (auto it = regions_.begin(); it != regions_.end();) {
+    it = it->second.first == fd ? regions_.erase(it) : std::next(it);
+  }
+  close(fd);
+  auto self = connections_.find(fd);
+  if (self != connections_.end()) {
+    finished_.push_back(std::move(self->second));
+    connections_.erase(self);
+  }
+}
+
+absl::StatusOr<std::shared_ptr<ShmRegion>> ShmService::Find(const std::string& token) const {
+  absl::MutexLock l(&mu_);
+  auto it = regions_.find(token);
+  if (it == regions_.end()) {
+    return absl::NotFoundError(absl::StrCat(
+        "shared-memory region '", token, "' is not registered with this agent."));
+  }
+  return it->second.second;
+}
+
+int64_t ShmService::region_count() const {
+  absl::MutexLock l(&mu_);
+  return static_cast<int64_t>(regions_.size());
+}
+
+}  // namespace farcall::agent

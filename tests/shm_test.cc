@@ -1,0 +1,226 @@
+// Same-host shared memory: a client beside its agent stages tensors in a
+// memfd region it passed over the agent's Unix socket; only the header
+// crosses gRPC. Real agent and router processes on loopback.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "core/shm_protocol.h"
+#include "farcall/client.h"
+#include "farcall/v1/farcall.grpc.pb.h"
+#include "gmock/gmock.h"
+#include "grpc/grpc.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "tests/process_harness.h"
+
+namespace farcall {
+namespace {
+
+using ::farcall::testing::ChildProcess;
+using ::testing::HasSubstr;
+
+class ShmTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto a = ChildProcess::Start(FARCALL_AGENT_BIN, {"--listen=127.0.0.1:0"});
+    ASSERT_TRUE(a.ok()) << a.status();
+    agent_ = a->release();
+    auto r = ChildProcess::Start(FARCALL_ROUTER_BIN,
+                                 {"--listen=127.0.0.1:0",
+                                  absl::StrCat("--agents=", agent_->address())});
+    ASSERT_TRUE(r.ok()) << r.status();
+    router_ = r->release();
+  }
+  static void TearDownTestSuite() {
+    delete router_;
+    delete agent_;
+  }
+
+  static std::unique_ptr<Client> AgentClient() {
+    return *Client::Connect(agent_->address());
+  }
+  static v1::AgentInfo Describe() { return *AgentClient()->Describe(); }
+
+ public:
+  static ChildProcess* agent_;
+  static ChildProcess* router_;
+};
+ChildProcess* ShmTest::agent_ = nullptr;
+ChildProcess* ShmTest::router_ = nullptr;
+
+CallRequest CopyRequest(const TensorSpec& spec, const void* data) {
+  CallRequest req;
+  req.handler = "copy";
+  req.args = {Arg::In(spec, data)};
+  req.results = {spec};
+  return req;
+}
+
+TEST_F(ShmTest, AgentOffersASocket) {
+  EXPECT_THAT(Describe().shm_socket(), HasSubstr("@farcall-agent-"));
+}
+
+TEST_F(ShmTest, LocalAgentCallsUseSharedMemoryByteExact) {
+  auto client = AgentClient();
+  const int64_t n = (int64_t{64} << 20) + 3;
+  TensorSpec spec{DType::kU8, {n}};
+  std::vector<uint8_t> in(n);
+  for (int64_t i = 0; i < n; ++i) in[i] = static_cast<uint8_t>(i * 37 + (i >> 16));
+  auto r = client->Call(CopyRequest(spec, in.data()));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->transport, Transport::kShm);
+  ASSERT_EQ(r->results[0].size, n);
+  EXPECT_EQ(std::memcmp(r->results[0].data, in.data(), n), 0);
+  EXPECT_NE(r->results[0].keepalive, nullptr);  // read straight from the region
+}
+
+TEST_F(ShmTest, AliasedResultIsWrittenBackInPlace) {
+  auto client = AgentClient();
+  TensorSpec spec{DType::kF32, {1000}};
+  std::vector<float> x(1000), y(1000);
+  for (int i = 0; i < 1000; ++i) {
+    x[i] = i;
+    y[i] = 1;
+  }
+  CallRequest req;
+  req.handler = "axpy";
+  req.args = {Arg::In(spec, x.data()), Arg::InOut(spec, y.data())};
+  req.results = {spec};
+  req.aliases = {{1, 0}};
+  req.attributes["alpha"] = 3.0;
+  auto r = client->Call(req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->transport, Transport::kShm);
+  EXPECT_EQ(r->results[0].data, reinterpret_cast<uint8_t*>(y.data()));
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(y[i], 3.0f * i + 1) << i;
+}
+
+TEST_F(ShmTest, AsyncCallsUseItToo) {
+  auto client = AgentClient();
+  TensorSpec spec{DType::kS32, {4}};
+  std::vector<int32_t> x = {1, 2, 3, 4};
+  auto f = client->CallFuture(CopyRequest(spec, x.data()));
+  auto r = f.get();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->transport, Transport::kShm);
+  EXPECT_EQ(r->results[0].as<int32_t>()[3], 4);
+}
+
+TEST_F(ShmTest, FallsBackToGrpcWhenNotOfferedOrNotWanted) {
+  TensorSpec spec{DType::kS32, {4}};
+  std::vector<int32_t> x = {1, 2, 3, 4};
+  // Through the router: no shared memory.
+  auto via_router = *Client::Connect(router_->address());
+  auto r = via_router->Call(CopyRequest(spec, x.data()));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_NE(r->transport, Transport::kShm);
+  // Turned off by the caller.
+  CallOptions o;
+  o.allow_shm = false;
+  r = AgentClient()->Call(CopyRequest(spec, x.data()), o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_NE(r->transport, Transport::kShm);
+}
+
+// A header naming shared memory, sent the way an outside client would.
+grpc::Status RawShmCall(const std::string& region, uint64_t arg_offset, bool with_chunk) {
+  auto stub = v1::Agent::NewStub(
+      grpc::CreateChannel(ShmTest::agent_->address(), grpc::InsecureChannelCredentials()));
+  v1::ExecuteRequest req;
+  v1::CallHeader* h = req.mutable_header();
+  h->set_handler("copy");
+  h->add_platforms("cpu");
+  v1::TensorSpec spec;
+  spec.set_dtype(v1::F32);
+  spec.add_dims(4);
+  *h->add_args() = spec;
+  *h->add_results() = spec;
+  h->mutable_shm()->set_region(region);
+  h->mutable_shm()->add_arg_offsets(arg_offset);
+  h->mutable_shm()->add_result_offsets(0);
+  if (with_chunk) req.add_chunks()->set_data(std::string(16, 'x'));
+  grpc::ClientContext ctx;
+  v1::ExecuteResponse resp;
+  return stub->Call(&ctx, req, &resp);
+}
+
+// Registers a sealed 1 MiB memfd over the raw socket; returns its token.
+std::string RegisterRegion(int sock, bool seal, shm::Reply* reply_out = nullptr) {
+  int fd = memfd_create("t", MFD_ALLOW_SEALING);
+  EXPECT_EQ(ftruncate(fd, 1 << 20), 0);
+  if (seal) EXPECT_EQ(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+  shm::Request req;
+  req.op = shm::kOpRegister;
+  req.size = 1 << 20;
+  req.fd = fd;
+  EXPECT_TRUE(shm::SendRequest(sock, req).ok());
+  close(fd);
+  auto reply = shm::ReceiveReply(sock);
+  EXPECT_TRUE(reply.ok());
+  if (reply_out != nullptr) *reply_out = *reply;
+  return reply->status == 0 ? reply->token : "";
+}
+
+TEST_F(ShmTest, UnknownRegionIsNotFound) {
+  grpc::Status s = RawShmCall(std::string(32, 'a'), 0, false);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(s.error_message(), absl::StrCat("shared-memory region '", std::string(32, 'a'),
+                                            "' is not registered with this agent."));
+}
+
+TEST_F(ShmTest, OffsetsOutsideTheRegionAndChunksAreRefused) {
+  auto sock = shm::Connect(Describe().shm_socket());
+  ASSERT_TRUE(sock.ok()) << sock.status();
+  std::string token = RegisterRegion(*sock, /*seal=*/true);
+  ASSERT_EQ(token.size(), shm::kTokenSize);
+  grpc::Status s = RawShmCall(token, (1 << 20) - 8, false);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(),
+              HasSubstr("args[0] at [1048568, 1048584) lies outside shared-memory region"));
+  s = RawShmCall(token, 0, /*with_chunk=*/true);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("carries no chunks"));
+  EXPECT_TRUE(RawShmCall(token, 0, false).ok());
+  close(*sock);
+}
+
+TEST_F(ShmTest, UnsealedMemfdIsRefused) {
+  auto sock = shm::Connect(Describe().shm_socket());
+  ASSERT_TRUE(sock.ok());
+  shm::Reply reply;
+  EXPECT_EQ(RegisterRegion(*sock, /*seal=*/false, &reply), "");
+  EXPECT_EQ(reply.status, static_cast<uint8_t>(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(reply.message, HasSubstr("sealed with F_SEAL_SHRINK"));
+  close(*sock);
+}
+
+TEST_F(ShmTest, RegionsGoAwayWithTheClient) {
+  const int64_t before = Describe().shm_regions();
+  auto sock = shm::Connect(Describe().shm_socket());
+  ASSERT_TRUE(sock.ok());
+  ASSERT_FALSE(RegisterRegion(*sock, true).empty());
+  EXPECT_EQ(Describe().shm_regions(), before + 1);
+  close(*sock);
+  // The agent notices the closed socket on its own thread; wait for it by
+  // asking, with a bound, rather than sleeping a fixed time.
+  absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (Describe().shm_regions() != before && absl::Now() < deadline) {
+  }
+  EXPECT_EQ(Describe().shm_regions(), before);
+}
+
+}  // namespace
+}  // namespace farcall
+
+int main(int argc, char** argv) {
+  grpc_init();
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
