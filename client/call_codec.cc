@@ -1,6 +1,7 @@
 #include "client/call_codec.h"
 
 #include <cstring>
+#include <new>
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
@@ -143,7 +144,11 @@ ResponseReader::ResponseReader(const PreparedCall& call) : call_(call) {
       r.data = call.args[alias].writable_data();
     } else {
       // Not zero-filled: every byte is written by a chunk.
-      r.storage.reset(new uint8_t[r.size > 0 ? r.size : 1]);
+      r.storage.reset(new (std::nothrow) uint8_t[r.size > 0 ? r.size : 1]);
+      if (r.storage == nullptr && init_status_.ok()) {
+        init_status_ = absl::ResourceExhaustedError(absl::StrCat(
+            "cannot allocate ", r.size, " bytes on the client for results[", o, "]."));
+      }
       r.data = r.storage.get();
     }
     targets.push_back({r.spec, r.size, r.data});

@@ -54,6 +54,9 @@ class RequestWriter {
 class ResponseReader final : private FrameVisitor {
  public:
   explicit ResponseReader(const PreparedCall& call);
+  // Not OK when the results' memory could not be allocated; check before
+  // sending the call.
+  const absl::Status& init_status() const { return init_status_; }
   absl::Status OnFrame(const grpc::ByteBuffer& frame);
   // After the RPC succeeded: checks completeness and hands the result over.
   absl::StatusOr<CallResult> Finish();
@@ -64,6 +67,7 @@ class ResponseReader final : private FrameVisitor {
                        const ChunkBytes& data) override;
 
   const PreparedCall& call_;
+  absl::Status init_status_;
   CallResult result_;
   std::optional<ChunkAssembler> assembler_;
   bool header_seen_ = false;

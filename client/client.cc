@@ -1,5 +1,6 @@
 #include "farcall/client.h"
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <utility>
@@ -44,6 +45,11 @@ class StreamCall final
   }
 
   void Start(grpc::GenericStub& stub, const std::string& method) {
+    if (!reader_.init_status().ok()) {
+      done_(reader_.init_status());
+      delete this;
+      return;
+    }
     stub.PrepareBidiStreamingCall(&ctx_, method, grpc::StubOptions(), this);
     StartRead(&in_);
     WriteNext();
@@ -120,6 +126,11 @@ class UnaryCall {
   }
 
   void Start(grpc::GenericStub& stub, const std::string& method) {
+    if (!reader_.init_status().ok()) {
+      done_(reader_.init_status());
+      delete this;
+      return;
+    }
     stub.UnaryCall(&ctx_, method, grpc::StubOptions(), &request_, &response_,
                    [this](grpc::Status s) { OnDone(s); });
   }
@@ -275,10 +286,16 @@ absl::StatusOr<Client::Plan> Client::MakePlan(const CallRequest& request,
   Plan plan;
   plan.unary = options.transport == Transport::kUnary;
   if (options.transport == Transport::kAuto) {
-    int64_t in = 0, out = 0;
-    for (int64_t b : prepared->validated.arg_bytes) in += b;
-    for (int64_t b : prepared->validated.result_bytes) out += b;
-    plan.unary = in <= options.chunk_bytes && out <= options.chunk_bytes;
+    // Saturating sums: sizes come from the caller's specs.
+    auto total = [](const std::vector<int64_t>& sizes) {
+      int64_t t = 0;
+      for (int64_t b : sizes) t = b > INT64_MAX - t ? INT64_MAX : t + b;
+      return t;
+    };
+    // Well under the servers' 64 MiB message limit, whatever chunk_bytes is.
+    const int64_t unary_limit = std::min<int64_t>(options.chunk_bytes, int64_t{32} << 20);
+    plan.unary = total(prepared->validated.arg_bytes) <= unary_limit &&
+                 total(prepared->validated.result_bytes) <= unary_limit;
   }
   if (options.transport == Transport::kAuto && options.allow_shm) {
     if (std::shared_ptr<client_internal::ShmChannel> shm = impl_->SharedMemory()) {
@@ -314,6 +331,8 @@ absl::StatusOr<CallResult> Client::Call(const CallRequest& request,
   if (plan->unary) {
     // Blocking on the caller's thread: no hand-off to a gRPC callback thread
     // and back, which is most of a small call's latency.
+    ResponseReader reader(plan->prepared);
+    if (!reader.init_status().ok()) return reader.init_status();
     grpc::ClientContext ctx;
     ctx.set_deadline(DeadlineAfter(options.timeout));
     grpc::ByteBuffer request_frame, response_frame;
@@ -323,7 +342,6 @@ absl::StatusOr<CallResult> Client::Call(const CallRequest& request,
         grpc::internal::RpcMethod(plan->method.c_str(), grpc::internal::RpcMethod::NORMAL_RPC),
         &ctx, request_frame, &response_frame);
     if (!s.ok()) return FromGrpcStatus(s);
-    ResponseReader reader(plan->prepared);
     absl::Status decoded = reader.OnFrame(response_frame);
     if (!decoded.ok()) return decoded;
     absl::StatusOr<CallResult> result = reader.Finish();

@@ -97,7 +97,13 @@ void AgentCall::RecordOutcome(const absl::Status& status) {
 
 absl::Status AgentCall::OnRequestFrame(const grpc::ByteBuffer& frame) {
   ++frames_;
-  return DecodeFrame(frame, *this);
+  FARCALL_RETURN_IF_ERROR(DecodeFrame(frame, *this));
+  if (!validated_) {
+    // The router words this the same way (router_service.cc).
+    return absl::InvalidArgumentError(
+        "the first request message must carry the call header.");
+  }
+  return absl::OkStatus();
 }
 
 absl::Status AgentCall::OnMessageField(uint32_t field, absl::string_view bytes) {
@@ -133,9 +139,7 @@ absl::Status AgentCall::Start(const v1::CallHeader& header) {
   if (handler_ == nullptr) return HandlerNotFoundError(header_.handler(), served);
   device_ = agent_.backend.devices.front().get();
 
-  admitted_bytes_ = v.footprint_bytes;
-  agent_.inflight_bytes.fetch_add(admitted_bytes_, std::memory_order_relaxed);
-  Metrics().inflight_bytes.With({}).Increment(static_cast<double>(admitted_bytes_));
+  FARCALL_RETURN_IF_ERROR(Admit(v.footprint_bytes));
 
   if (header_.has_shm()) {
     FARCALL_RETURN_IF_ERROR(PlaceInRegion(v));
@@ -173,6 +177,25 @@ absl::Status AgentCall::Start(const v1::CallHeader& header) {
   }
   assembler_.emplace("args", std::move(targets));
   validated_ = std::move(v);
+  return absl::OkStatus();
+}
+
+absl::Status AgentCall::Admit(int64_t bytes) {
+  // Shared-memory tensors live in the client's region, not in the agent.
+  if (header_.has_shm()) return absl::OkStatus();
+  const int64_t budget = agent_.config.max_inflight_bytes;
+  int64_t held = agent_.inflight_bytes.load(std::memory_order_relaxed);
+  do {
+    if (budget > 0 && held + bytes > budget) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the agent holds ", held, " bytes for calls in flight; this call needs ",
+          bytes, " more, over its budget of ", budget,
+          " bytes (--max_inflight_bytes). Retry when calls have finished."));
+    }
+  } while (!agent_.inflight_bytes.compare_exchange_weak(held, held + bytes,
+                                                         std::memory_order_relaxed));
+  admitted_bytes_ = bytes;
+  Metrics().inflight_bytes.With({}).Increment(static_cast<double>(bytes));
   return absl::OkStatus();
 }
 

@@ -36,6 +36,9 @@ struct AgentConfig {
   Platform platform = Platform::kCpu;
   // Largest footprint (args plus non-aliased results) of one call.
   int64_t max_call_bytes = int64_t{4} << 30;
+  // Tensor bytes all calls in flight may hold together; 0: three quarters
+  // of physical memory.
+  int64_t max_inflight_bytes = 0;
   // Chunk data per response message on Execute.
   int64_t response_chunk_bytes = 1 << 20;
   // Largest single gRPC message, which bounds what a unary Call can carry.
@@ -109,6 +112,9 @@ class AgentCall final : private FrameVisitor {
   absl::Status OnChunk(uint32_t index, uint64_t offset,
                        const ChunkBytes& data) override;
   absl::Status Start(const v1::CallHeader& header);
+  // Reserves `bytes` of the agent's in-flight budget for this call, or
+  // RESOURCE_EXHAUSTED.
+  absl::Status Admit(int64_t bytes);
   // Places the tensors of a shared-memory call in its region.
   absl::Status PlaceInRegion(const ValidatedCall& v);
 

@@ -19,6 +19,8 @@ ABSL_FLAG(std::vector<std::string>, plugins, {},
 ABSL_FLAG(std::string, agent_id, "", "id reported to clients (default: PLATFORM-agent-PORT)");
 ABSL_FLAG(int64_t, max_call_bytes, int64_t{4} << 30,
           "largest call, args plus non-aliased results, in bytes");
+ABSL_FLAG(int64_t, max_inflight_bytes, 0,
+          "tensor bytes all calls in flight may hold (0: 3/4 of physical memory)");
 ABSL_FLAG(int64_t, max_message_bytes, 64 << 20,
           "largest single gRPC message (bounds unary Call)");
 ABSL_FLAG(int64_t, response_chunk_bytes, 1 << 20,
@@ -58,6 +60,7 @@ int main(int argc, char** argv) {
   options.config.agent_id = absl::GetFlag(FLAGS_agent_id);
   options.config.max_call_bytes = absl::GetFlag(FLAGS_max_call_bytes);
   options.config.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  options.config.max_inflight_bytes = absl::GetFlag(FLAGS_max_inflight_bytes);
   options.config.response_chunk_bytes = absl::GetFlag(FLAGS_response_chunk_bytes);
 
   auto server = farcall::agent::AgentServer::Start(options);

@@ -34,7 +34,7 @@ class ExecuteReactor final
       public RefCounted {
  public:
   ExecuteReactor(Shared& shared, grpc::CallbackServerContext* ctx)
-      : shared_(shared), call_(std::make_unique<AgentCall>(shared.state)) {
+      : shared_(shared), ctx_(ctx), call_(std::make_unique<AgentCall>(shared.state)) {
     ctx->AddInitialMetadata(kAgentIdMetadataKey, shared.state.agent_id());
     StartSendInitialMetadata();
     StartRead(&in_);
@@ -42,6 +42,10 @@ class ExecuteReactor final
 
   void OnReadDone(bool ok) override {
     if (!ok) {  // half-close, or the call broke
+      if (ctx_->IsCancelled() || cancel_.cancelled()) {
+        // Not a half-close: free the inputs now instead of running.
+        return FinishWith(absl::CancelledError("the call was cancelled while sending its inputs."));
+      }
       absl::Status s = call_->EndOfInputs();
       if (!s.ok()) return FinishWith(s);
       Ref();
@@ -90,6 +94,7 @@ class ExecuteReactor final
   }
 
   Shared& shared_;
+  grpc::CallbackServerContext* ctx_;
   std::unique_ptr<AgentCall> call_;
   CancellationToken cancel_;
   grpc::ByteBuffer in_;
@@ -211,6 +216,10 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(Options options)
   auto impl = std::make_unique<Impl>();
   AgentState& state = impl->shared.state;
   state.config = options.config;
+  if (state.config.max_inflight_bytes <= 0) {
+    state.config.max_inflight_bytes =
+        static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE) / 4 * 3;
+  }
   FARCALL_ASSIGN_OR_RETURN(state.backend, OpenBackend(state.config.platform));
   for (const FarcallHandlerDef& def : state.backend.builtin_handlers) {
     FARCALL_RETURN_IF_ERROR(state.registry.Register(def, "builtin"));

@@ -73,6 +73,7 @@ class CallRecord {
 struct Route {
   Platform platform;
   std::string handler;
+  bool has_side_effect = false;  // never run twice: no retry elsewhere
   std::vector<std::shared_ptr<AgentHandle>> candidates;
 };
 
@@ -88,7 +89,7 @@ absl::StatusOr<Route> RouteCall(const Shared& shared,
   FARCALL_ASSIGN_OR_RETURN(
       ValidatedCall v,
       ValidateCall(DescriptorFromProto(header), shared.max_call_bytes, "router"));
-  Route r{v.platform, header.handler(), {}};
+  Route r{v.platform, header.handler(), header.has_side_effect(), {}};
   FARCALL_ASSIGN_OR_RETURN(r.candidates,
                            shared.pool->Candidates(v.platform, header.handler()));
   return r;
@@ -105,6 +106,13 @@ std::shared_ptr<AgentHandle> TakeAgent(Route& route) {
 bool AgentAnswered(const grpc::ClientContext& ctx) {
   return ctx.GetServerInitialMetadata().count(kAgentIdMetadataKey) > 0 ||
          ctx.GetServerTrailingMetadata().count(kAgentIdMetadataKey) > 0;
+}
+
+// Whether a failed attempt never reached its agent, so that the call may go
+// to another one and the agent is marked down. Only a transport failure
+// qualifies: a deadline or a cancel says nothing about the agent.
+bool Unreachable(const grpc::Status& s, const grpc::ClientContext& ctx) {
+  return s.error_code() == grpc::StatusCode::UNAVAILABLE && !AgentAnswered(ctx);
 }
 
 // Router.Execute: header first, then raw frames both ways, never more than
@@ -234,7 +242,8 @@ class ForwardingExecute final
     {
       absl::MutexLock l(&mu_);
       // Nothing reached the agent: safe to try another one.
-      retry = !accepted_ && !cancelled_ && !s.ok() && !AgentAnswered(down_->ctx);
+      retry = !accepted_ && !cancelled_ && !route_.has_side_effect &&
+              Unreachable(s, down_->ctx);
       if (!retry) {
         down_done_ = true;
         final_ = s;
@@ -339,7 +348,7 @@ class ForwardingCall final : public grpc::ServerUnaryReactor, public RefCounted 
           bool retry;
           {
             absl::MutexLock l(&mu_);
-            retry = !cancelled_ && !s.ok() && !AgentAnswered(*ctx);
+            retry = !cancelled_ && !route_.has_side_effect && Unreachable(s, *ctx);
           }
           if (retry) {
             shared_.pool->MarkDown(*agent,

@@ -335,6 +335,14 @@ TEST_P(ConformanceTest, HeaderOnlyInFirstMessage) {
                   grpc::StatusCode::INVALID_ARGUMENT, "only the first message may");
 }
 
+TEST_P(ConformanceTest, FirstMessageWithoutHeader) {
+  v1::ExecuteRequest empty, second;
+  *second.mutable_header() = CopyHeader(4);
+  ExpectStatus(Raw({empty, second}, /*force_stream=*/true),
+               grpc::StatusCode::INVALID_ARGUMENT,
+               "the first request message must carry the call header.");
+}
+
 TEST_P(ConformanceTest, CallOverByteLimit) {
   v1::CallHeader h = CopyHeader(kAgentMaxCallBytes / 4);  // args + result = 2x
   ExpectStatusHas(RawHeaderOnly(h), grpc::StatusCode::RESOURCE_EXHAUSTED,
@@ -382,6 +390,14 @@ TEST_P(ConformanceTest, DeadlineStopsSleep) {
   // The handler was told to stop: a worker is free again for the next call
   // (TearDown's good call) and the answer came long before 60 s.
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+  if (via_router()) {
+    // A deadline says nothing about the agents: none was marked down.
+    auto list = (*Client::Connect(address()))->ListAgents(/*refresh=*/false);
+    ASSERT_TRUE(list.ok());
+    for (const auto& e : list->agents()) {
+      EXPECT_EQ(e.health(), v1::AgentEntry::SERVING) << e.address() << ": " << e.last_error();
+    }
+  }
 }
 
 // ---- Data path through the client library ---------------------------------
@@ -567,6 +583,34 @@ TEST(RouterFailoverTest, KeepsServingWhenAnAgentDiesAndUsesItAgainWhenBack) {
   auto r = copy_call(Transport::kUnary);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->agent_id, absl::StrCat("cpu-agent-", a_port));
+}
+
+// ---- Memory budget ------------------------------------------------------------
+
+TEST(AgentBudgetTest, CallsPastTheInflightBudgetAreRefused) {
+  std::vector<std::string> args = AgentArgs();
+  args.push_back("--max_inflight_bytes=1048576");
+  auto a = ChildProcess::Start(FARCALL_AGENT_BIN, args);
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto client = Client::Connect((*a)->address());
+  ASSERT_TRUE(client.ok());
+  std::vector<uint8_t> x(600 << 10, 1);  // args + result: 1.2 MiB
+  TensorSpec spec{DType::kU8, {static_cast<int64_t>(x.size())}};
+  CallRequest req;
+  req.handler = "copy";
+  req.args = {Arg::In(spec, x.data())};
+  req.results = {spec};
+  CallOptions o;
+  o.allow_shm = false;
+  auto r = (*client)->Call(req, o);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(r.status().message(), HasSubstr("over its budget of 1048576 bytes"));
+  // A call that fits still runs.
+  x.resize(100 << 10);
+  spec.dims = {static_cast<int64_t>(x.size())};
+  req.args = {Arg::In(spec, x.data())};
+  req.results = {spec};
+  EXPECT_TRUE((*client)->Call(req, o).ok());
 }
 
 // ---- Discovery --------------------------------------------------------------

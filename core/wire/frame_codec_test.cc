@@ -815,7 +815,16 @@ TEST(DecodeMessageFieldTest, UnparsableMessage) {
   absl::StatusOr<bool> found = DecodeMessageField(OneSlice(frame), kHeaderField, &h);
   ASSERT_FALSE(found.ok());
   EXPECT_EQ(found.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(found.status().message(), HasSubstr("field 1 does not parse"));
+  // Worded as the agent words it, so that router and agent answer alike.
+  EXPECT_EQ(found.status().message(), "the call header does not parse.");
+}
+
+TEST(DecodeMessageFieldTest, UnparsableStatsNameTheField) {
+  std::string frame = LenField(3, "\x08");  // truncated varint inside
+  pb::CallStats st;
+  absl::StatusOr<bool> found = DecodeMessageField(OneSlice(frame), kStatsField, &st);
+  ASSERT_FALSE(found.ok());
+  EXPECT_THAT(found.status().message(), HasSubstr("field 3 does not parse"));
 }
 
 TEST(DecodeMessageFieldTest, MalformedFrame) {

@@ -20,7 +20,9 @@
 //
 // Thread safety: a Client may be used from many threads at once. Memory
 // passed in Args must stay valid, and InOut memory untouched, until the call
-// completes (the sync form returns, or the async callback runs).
+// completes (the sync form returns, or the async callback runs). After a
+// failed call, InOut memory that a result aliases is unspecified: results
+// are written into it as they arrive.
 #ifndef FARCALL_CLIENT_INCLUDE_FARCALL_CLIENT_H_
 #define FARCALL_CLIENT_INCLUDE_FARCALL_CLIENT_H_
 
