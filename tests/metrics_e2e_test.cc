@@ -9,7 +9,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "farcall/client.h"
+#include "farcall/v1/farcall.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
 #include "gmock/gmock.h"
 #include "grpc/grpc.h"
 #include "gtest/gtest.h"
@@ -32,7 +35,8 @@ std::string Scrape(int port) {
     close(fd);
     return "";
   }
-  const std::string req = "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n";
+  const std::string req =
+      "GET /metrics HTTP/1.0\r\nHost: localhost\r\nConnection: close\r\n\r\n";
   (void)!write(fd, req.data(), req.size());
   std::string out;
   char buf[4096];
@@ -87,6 +91,53 @@ TEST(MetricsEndToEndTest, AgentAndRouterCountCalls) {
                            "platform=\"-\"} 1"));
   EXPECT_THAT(r, HasSubstr(absl::StrCat("farcall_router_agent_up{agent=\"",
                                         (*agent)->address(), "\",platform=\"cpu\"} 1")));
+}
+
+// Reads one unlabelled sample, such as farcall_agent_inflight_bytes.
+double Sample(const std::string& text, const std::string& name) {
+  size_t at = text.find("\n" + name + " ");
+  if (at == std::string::npos) return -1;
+  return std::stod(text.substr(at + name.size() + 2));
+}
+
+TEST(MetricsEndToEndTest, CancelledCallFreesItsMemoryAtOnce) {
+  auto agent = ChildProcess::Start(
+      FARCALL_AGENT_BIN, {"--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0"});
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  auto channel = grpc::CreateChannel((*agent)->address(), grpc::InsecureChannelCredentials());
+  auto stub = v1::Agent::NewStub(channel);
+  grpc::ClientContext ctx;
+  auto stream = stub->Execute(&ctx);
+  // A 64 MiB copy whose upload stops after one chunk.
+  v1::ExecuteRequest req;
+  v1::CallHeader* h = req.mutable_header();
+  h->set_handler("copy");
+  h->add_platforms("cpu");
+  v1::TensorSpec spec;
+  spec.set_dtype(v1::U8);
+  spec.add_dims(64 << 20);
+  *h->add_args() = spec;
+  *h->add_results() = spec;
+  v1::Chunk* c = req.add_chunks();
+  c->set_data(std::string(1 << 20, 'x'));
+  ASSERT_TRUE(stream->Write(req));
+  // The agent admitted the call: it holds args and result.
+  double held = 0;
+  absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while ((held = Sample(Scrape((*agent)->metrics_port()), "farcall_agent_inflight_bytes")) <
+             2.0 * (64 << 20) &&
+         absl::Now() < deadline) {
+  }
+  EXPECT_EQ(held, 2.0 * (64 << 20));
+  ctx.TryCancel();
+  EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  // Freed without waiting for anything else to happen on the agent.
+  deadline = absl::Now() + absl::Seconds(10);
+  while ((held = Sample(Scrape((*agent)->metrics_port()), "farcall_agent_inflight_bytes")) != 0 &&
+         absl::Now() < deadline) {
+  }
+  EXPECT_EQ(held, 0);
+  EXPECT_EQ(Sample(Scrape((*agent)->metrics_port()), "farcall_agent_inflight_calls"), 0);
 }
 
 TEST(MetricsEndToEndTest, AgentRefusesBadMetricsAddress) {
