@@ -38,24 +38,20 @@ CliRun Farcall(const std::string& args) {
 class CliTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto a = ChildProcess::Start(FARCALL_AGENT_BIN, {"--listen=127.0.0.1:0"});
-    ASSERT_TRUE(a.ok()) << a.status();
-    agent_ = a->release();
-    auto r = ChildProcess::Start(FARCALL_ROUTER_BIN,
-                                 {"--listen=127.0.0.1:0",
-                                  absl::StrCat("--agents=", agent_->address())});
-    ASSERT_TRUE(r.ok()) << r.status();
-    router_ = r->release();
+    auto procs = testing::StartAgentAndRouter(FARCALL_AGENT_BIN, FARCALL_ROUTER_BIN);
+    ASSERT_TRUE(procs.ok()) << procs.status();
+    procs_ = procs->release();
+    agent_ = procs_->agent.get();
+    router_ = procs_->router.get();
   }
-  static void TearDownTestSuite() {
-    delete router_;
-    delete agent_;
-  }
+  static void TearDownTestSuite() { delete procs_; }
   static std::string Target() { return absl::StrCat("--target=", router_->address()); }
 
+  static testing::AgentAndRouter* procs_;
   static ChildProcess* agent_;
   static ChildProcess* router_;
 };
+testing::AgentAndRouter* CliTest::procs_ = nullptr;
 ChildProcess* CliTest::agent_ = nullptr;
 ChildProcess* CliTest::router_ = nullptr;
 

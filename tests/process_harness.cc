@@ -76,4 +76,19 @@ void ChildProcess::Kill() {
   pid_ = -1;
 }
 
+absl::StatusOr<std::unique_ptr<AgentAndRouter>> StartAgentAndRouter(
+    const std::string& agent_binary, const std::string& router_binary,
+    std::vector<std::string> agent_args) {
+  auto procs = std::make_unique<AgentAndRouter>();
+  auto agent = ChildProcess::Start(agent_binary, std::move(agent_args));
+  if (!agent.ok()) return agent.status();
+  procs->agent = *std::move(agent);
+  auto router = ChildProcess::Start(
+      router_binary,
+      {"--listen=127.0.0.1:0", absl::StrCat("--agents=", procs->agent->address())});
+  if (!router.ok()) return router.status();
+  procs->router = *std::move(router);
+  return procs;
+}
+
 }  // namespace farcall::testing

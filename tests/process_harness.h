@@ -38,6 +38,15 @@ class ChildProcess {
   int metrics_port_;
 };
 
+// An agent and a router in front of it, both on loopback ports.
+struct AgentAndRouter {
+  std::unique_ptr<ChildProcess> agent;
+  std::unique_ptr<ChildProcess> router;
+};
+absl::StatusOr<std::unique_ptr<AgentAndRouter>> StartAgentAndRouter(
+    const std::string& agent_binary, const std::string& router_binary,
+    std::vector<std::string> agent_args = {"--listen=127.0.0.1:0"});
+
 }  // namespace farcall::testing
 
 #endif  // FARCALL_TESTS_PROCESS_HARNESS_H_

@@ -29,19 +29,13 @@ using ::testing::HasSubstr;
 class ShmTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto a = ChildProcess::Start(FARCALL_AGENT_BIN, {"--listen=127.0.0.1:0"});
-    ASSERT_TRUE(a.ok()) << a.status();
-    agent_ = a->release();
-    auto r = ChildProcess::Start(FARCALL_ROUTER_BIN,
-                                 {"--listen=127.0.0.1:0",
-                                  absl::StrCat("--agents=", agent_->address())});
-    ASSERT_TRUE(r.ok()) << r.status();
-    router_ = r->release();
+    auto procs = testing::StartAgentAndRouter(FARCALL_AGENT_BIN, FARCALL_ROUTER_BIN);
+    ASSERT_TRUE(procs.ok()) << procs.status();
+    procs_ = procs->release();
+    agent_ = procs_->agent.get();
+    router_ = procs_->router.get();
   }
-  static void TearDownTestSuite() {
-    delete router_;
-    delete agent_;
-  }
+  static void TearDownTestSuite() { delete procs_; }
 
   static std::unique_ptr<Client> AgentClient() {
     return *Client::Connect(agent_->address());
@@ -49,9 +43,11 @@ class ShmTest : public ::testing::Test {
   static v1::AgentInfo Describe() { return *AgentClient()->Describe(); }
 
  public:
+  static testing::AgentAndRouter* procs_;
   static ChildProcess* agent_;
   static ChildProcess* router_;
 };
+testing::AgentAndRouter* ShmTest::procs_ = nullptr;
 ChildProcess* ShmTest::agent_ = nullptr;
 ChildProcess* ShmTest::router_ = nullptr;
 
