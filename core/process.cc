@@ -1,5 +1,6 @@
 #include "core/process.h"
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 
 #include <signal.h>
@@ -37,9 +38,8 @@ std::string WaitForTerminationSignal() {
 
 void ReportReady(int fd, int port, int metrics_port) {
   if (fd < 0) return;
-  std::string line = std::to_string(port);
-  if (metrics_port > 0) line += " " + std::to_string(metrics_port);
-  line += "\n";
+  std::string line = metrics_port > 0 ? absl::StrCat(port, " ", metrics_port, "\n")
+                                      : absl::StrCat(port, "\n");
   ssize_t unused = write(fd, line.data(), line.size());
   (void)unused;
   close(fd);

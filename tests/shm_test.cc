@@ -151,7 +151,9 @@ grpc::Status RawShmCall(const std::string& region, uint64_t arg_offset, bool wit
 std::string RegisterRegion(int sock, bool seal, shm::Reply* reply_out = nullptr) {
   int fd = memfd_create("t", MFD_ALLOW_SEALING);
   EXPECT_EQ(ftruncate(fd, 1 << 20), 0);
-  if (seal) EXPECT_EQ(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+  if (seal) {
+    EXPECT_EQ(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+  }
   shm::Request req;
   req.op = shm::kOpRegister;
   req.size = 1 << 20;

@@ -254,6 +254,6 @@ int main(int argc, char** argv) {
   if (cmd == "health") return RunHealth();
   if (cmd == "describe") return RunDescribe();
   if (cmd == "bench") return RunBenchCommand();
-  std::fprintf(stderr, "%s\n", absl::ProgramUsageMessage());
+  std::fprintf(stderr, "%s\n", std::string(absl::ProgramUsageMessage()).c_str());
   return 2;
 }
