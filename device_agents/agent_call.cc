@@ -69,9 +69,12 @@ AgentCall::AgentCall(AgentState& agent) : agent_(agent) {
 
 AgentCall::~AgentCall() {
   agent_.inflight_calls.fetch_sub(1, std::memory_order_relaxed);
-  agent_.inflight_bytes.fetch_sub(admitted_bytes_, std::memory_order_relaxed);
   Metrics().inflight_calls.With({}).Decrement();
-  Metrics().inflight_bytes.With({}).Decrement(static_cast<double>(admitted_bytes_));
+  if (admitted_bytes_ > 0) {
+    Metrics().inflight_bytes.With({}).Decrement(static_cast<double>(admitted_bytes_));
+    // Last: this may resume calls that waited for these bytes.
+    agent_.admission->Release(admitted_bytes_);
+  }
 }
 
 void AgentCall::RecordOutcome(const absl::Status& status) {
@@ -95,38 +98,14 @@ void AgentCall::RecordOutcome(const absl::Status& status) {
   }
 }
 
-absl::Status AgentCall::OnRequestFrame(const grpc::ByteBuffer& frame) {
-  ++frames_;
-  FARCALL_RETURN_IF_ERROR(DecodeFrame(frame, *this));
-  if (!validated_) {
+absl::Status AgentCall::Begin(const grpc::ByteBuffer& first) {
+  header_time_ = absl::Now();
+  FARCALL_ASSIGN_OR_RETURN(bool found, DecodeMessageField(first, kHeaderField, &header_));
+  if (!found) {
     // The router words this the same way (router_service.cc).
     return absl::InvalidArgumentError(
         "the first request message must carry the call header.");
   }
-  return absl::OkStatus();
-}
-
-absl::Status AgentCall::OnMessageField(uint32_t field, absl::string_view bytes) {
-  if (field != kHeaderField) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("request message ", frames_, " has field ", field,
-                     ", which requests do not use."));
-  }
-  if (frames_ > 1 || validated_.has_value()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "request message ", frames_,
-        " carries a call header; only the first message may."));
-  }
-  v1::CallHeader header;
-  if (!header.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
-    return absl::InvalidArgumentError("the call header does not parse.");
-  }
-  return Start(header);
-}
-
-absl::Status AgentCall::Start(const v1::CallHeader& header) {
-  header_time_ = absl::Now();
-  header_ = header;
   const AgentConfig& cfg = agent_.config;
   FARCALL_ASSIGN_OR_RETURN(
       ValidatedCall v,
@@ -138,9 +117,26 @@ absl::Status AgentCall::Start(const v1::CallHeader& header) {
   handler_ = agent_.registry.Find(header_.handler(), served);
   if (handler_ == nullptr) return HandlerNotFoundError(header_.handler(), served);
   device_ = agent_.backend.devices.front().get();
+  // Shared-memory tensors live in the client's region, not in the agent.
+  footprint_ = header_.has_shm() ? 0 : v.footprint_bytes;
+  if (footprint_ > agent_.admission->budget()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the call needs ", footprint_, " bytes, over the agent's budget of ",
+        agent_.admission->budget(),
+        " bytes for calls in flight (--max_inflight_bytes); it can never run here."));
+  }
+  pending_ = std::move(v);
+  return absl::OkStatus();
+}
 
-  FARCALL_RETURN_IF_ERROR(Admit(v.footprint_bytes));
+void AgentCall::Admitted() {
+  admitted_bytes_ = footprint_;
+  Metrics().inflight_bytes.With({}).Increment(static_cast<double>(admitted_bytes_));
+}
 
+absl::Status AgentCall::Allocate() {
+  ValidatedCall v = *std::move(pending_);
+  pending_.reset();
   if (header_.has_shm()) {
     FARCALL_RETURN_IF_ERROR(PlaceInRegion(v));
     assembler_.emplace("args", std::vector<ChunkAssembler::Target>());
@@ -180,23 +176,23 @@ absl::Status AgentCall::Start(const v1::CallHeader& header) {
   return absl::OkStatus();
 }
 
-absl::Status AgentCall::Admit(int64_t bytes) {
-  // Shared-memory tensors live in the client's region, not in the agent.
-  if (header_.has_shm()) return absl::OkStatus();
-  const int64_t budget = agent_.config.max_inflight_bytes;
-  int64_t held = agent_.inflight_bytes.load(std::memory_order_relaxed);
-  do {
-    if (budget > 0 && held + bytes > budget) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "the agent holds ", held, " bytes for calls in flight; this call needs ",
-          bytes, " more, over its budget of ", budget,
-          " bytes (--max_inflight_bytes). Retry when calls have finished."));
-    }
-  } while (!agent_.inflight_bytes.compare_exchange_weak(held, held + bytes,
-                                                         std::memory_order_relaxed));
-  admitted_bytes_ = bytes;
-  Metrics().inflight_bytes.With({}).Increment(static_cast<double>(bytes));
-  return absl::OkStatus();
+absl::Status AgentCall::OnRequestFrame(const grpc::ByteBuffer& frame) {
+  ++frames_;
+  return DecodeFrame(frame, *this);
+}
+
+absl::Status AgentCall::OnMessageField(uint32_t field, absl::string_view bytes) {
+  if (field != kHeaderField) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("request message ", frames_, " has field ", field,
+                     ", which requests do not use."));
+  }
+  if (frames_ > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "request message ", frames_,
+        " carries a call header; only the first message may."));
+  }
+  return absl::OkStatus();  // the first message's header was read by Begin()
 }
 
 absl::Status AgentCall::PlaceInRegion(const ValidatedCall& v) {

@@ -23,6 +23,7 @@
 #include "core/call_validation.h"
 #include "core/chunk_assembler.h"
 #include "core/wire/frame_codec.h"
+#include "device_agents/admission.h"
 #include "device_agents/device.h"
 #include "device_agents/handler_registry.h"
 #include "device_agents/handler_runtime.h"
@@ -51,8 +52,8 @@ struct AgentState {
   Backend backend;
   HandlerRegistry registry;
   std::unique_ptr<ShmService> shm;  // null: no same-host path offered
+  std::unique_ptr<Admission> admission;  // the in-flight byte budget
   std::atomic<int64_t> inflight_calls{0};
-  std::atomic<int64_t> inflight_bytes{0};
 
   // The id is final only once the port is bound, after serving has begun,
   // so it is read under a lock.
@@ -77,8 +78,21 @@ class AgentCall final : private FrameVisitor {
   AgentCall(const AgentCall&) = delete;
   AgentCall& operator=(const AgentCall&) = delete;
 
-  // Feeds one request frame; the first must carry the header, no later one
-  // may. Errors are the contract's (validation, chunks, limits).
+  // The call's life on the agent:
+  //   Begin(first frame)   parse and validate the header: the contract's
+  //                        errors, and RESOURCE_EXHAUSTED if the call could
+  //                        never fit the in-flight budget;
+  //   footprint()          the bytes to admit (the RPC waits for them);
+  //   Admitted()           the bytes were reserved for it;
+  //   Allocate()           device memory, or the client's shared region;
+  //   OnRequestFrame(...)  every frame's chunks, the first one's included;
+  //   EndOfInputs(), Run(), NextResponseFrame(...).
+  absl::Status Begin(const grpc::ByteBuffer& first);
+  int64_t footprint() const { return footprint_; }
+  void Admitted();
+  absl::Status Allocate();
+  // Feeds one request frame's chunks. No frame but the first may carry a
+  // header. Errors are the contract's (chunks, order).
   absl::Status OnRequestFrame(const grpc::ByteBuffer& frame);
   // At half-close: OK when every arg is complete.
   absl::Status EndOfInputs();
@@ -111,10 +125,6 @@ class AgentCall final : private FrameVisitor {
   absl::Status OnMessageField(uint32_t field, absl::string_view bytes) override;
   absl::Status OnChunk(uint32_t index, uint64_t offset,
                        const ChunkBytes& data) override;
-  absl::Status Start(const v1::CallHeader& header);
-  // Reserves `bytes` of the agent's in-flight budget for this call, or
-  // RESOURCE_EXHAUSTED.
-  absl::Status Admit(int64_t bytes);
   // Places the tensors of a shared-memory call in its region.
   absl::Status PlaceInRegion(const ValidatedCall& v);
 
@@ -122,7 +132,9 @@ class AgentCall final : private FrameVisitor {
   Device* device_ = nullptr;
   int frames_ = 0;
   v1::CallHeader header_;
-  std::optional<ValidatedCall> validated_;
+  std::optional<ValidatedCall> pending_;    // validated, not yet allocated
+  std::optional<ValidatedCall> validated_;  // allocated
+  int64_t footprint_ = 0;
   const RegisteredHandler* handler_ = nullptr;
   std::vector<Tensor> args_;
   std::vector<Tensor> results_;

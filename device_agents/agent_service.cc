@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <functional>
 #include <thread>
 #include <utility>
 
@@ -25,6 +26,33 @@ constexpr char kVersion[] = "0.1.0";
 struct Shared {
   AgentState state;
   std::unique_ptr<WorkerPool> pool;
+};
+
+// A call waiting for room in the agent's in-flight byte budget. The reactor
+// that owns it withdraws the wait if the call is cancelled first.
+class BudgetWait {
+ public:
+  // Runs `go` now if the call's bytes fit, else once they do (on the thread
+  // that frees them).
+  void Admit(Admission& admission, int64_t bytes, std::function<void()> go) {
+    if (bytes == 0 || admission.TryAcquire(bytes)) return go();
+    uint64_t t = admission.Wait(bytes, std::move(go));
+    absl::MutexLock l(&mu_);
+    ticket_ = t;
+  }
+  // True if the call was still waiting: then `go` will never run.
+  bool Withdraw(Admission& admission) {
+    uint64_t t;
+    {
+      absl::MutexLock l(&mu_);
+      t = ticket_;
+    }
+    return t != 0 && admission.Cancel(t);
+  }
+
+ private:
+  absl::Mutex mu_;
+  uint64_t ticket_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // Streamed call: reads frames until half-close, runs the handler on the
@@ -60,10 +88,20 @@ class ExecuteReactor final
       });
       return;
     }
-    absl::Status s = call_->OnRequestFrame(in_);
-    in_.Clear();  // drop the slices now: the bytes are in the tensors
-    if (!s.ok()) return FinishWith(s);
-    StartRead(&in_);
+    if (!begun_) {
+      begun_ = true;
+      absl::Status s = call_->Begin(in_);
+      if (!s.ok()) return FinishWith(s);
+      Ref();  // released once admitted, or when the wait is withdrawn
+      return budget_.Admit(*shared_.state.admission, call_->footprint(), [this] {
+        call_->Admitted();
+        absl::Status a = call_->Allocate();
+        if (a.ok()) ReadFrame();
+        if (!a.ok()) FinishWith(a);
+        Unref();
+      });
+    }
+    ReadFrame();
   }
 
   void OnWriteDone(bool ok) override {
@@ -74,10 +112,24 @@ class ExecuteReactor final
     WriteNext();
   }
 
-  void OnCancel() override { cancel_.Cancel(); }
+  void OnCancel() override {
+    cancel_.Cancel();
+    if (budget_.Withdraw(*shared_.state.admission)) {
+      FinishWith(absl::CancelledError("the call was cancelled while waiting for memory."));
+      Unref();
+    }
+  }
   void OnDone() override { Unref(); }
 
  private:
+  // Takes the chunks of the frame in `in_`, then reads the next frame.
+  void ReadFrame() {
+    absl::Status s = call_->OnRequestFrame(in_);
+    in_.Clear();  // drop the slices now: the bytes are in the tensors
+    if (!s.ok()) return FinishWith(s);
+    StartRead(&in_);
+  }
+
   void WriteNext() {
     out_.Clear();
     if (!call_->NextResponseFrame(shared_.state.config.response_chunk_bytes,
@@ -97,6 +149,8 @@ class ExecuteReactor final
   grpc::CallbackServerContext* ctx_;
   std::unique_ptr<AgentCall> call_;
   CancellationToken cancel_;
+  BudgetWait budget_;
+  bool begun_ = false;  // only touched by the read chain
   grpc::ByteBuffer in_;
   grpc::ByteBuffer out_;
 };
@@ -114,23 +168,40 @@ class CallReactor final : public grpc::ServerUnaryReactor, public RefCounted {
     const std::string id = shared.state.agent_id();
     ctx->AddInitialMetadata(kAgentIdMetadataKey, id);
     ctx->AddTrailingMetadata(kAgentIdMetadataKey, id);
-    absl::Status s = call_->OnRequestFrame(*request);
-    if (s.ok()) s = call_->EndOfInputs();
-    if (s.ok()) s = call_->CheckFitsOneMessage();
+    absl::Status s = call_->Begin(*request);
     if (!s.ok()) {
       FinishWith(s);
       return;
     }
-    Ref();
-    shared_.pool->Submit([this] {
-      absl::Status run = call_->Run(cancel_);
-      if (run.ok()) call_->NextResponseFrame(0, response_);
-      FinishWith(run);
+    Ref();  // released once admitted, or when the wait is withdrawn
+    budget_.Admit(*shared_.state.admission, call_->footprint(), [this, request] {
+      call_->Admitted();
+      absl::Status a = call_->Allocate();
+      if (a.ok()) a = call_->OnRequestFrame(*request);
+      if (a.ok()) a = call_->EndOfInputs();
+      if (a.ok()) a = call_->CheckFitsOneMessage();
+      if (!a.ok()) {
+        FinishWith(a);
+      } else {
+        Ref();
+        shared_.pool->Submit([this] {
+          absl::Status run = call_->Run(cancel_);
+          if (run.ok()) call_->NextResponseFrame(0, response_);
+          FinishWith(run);
+          Unref();
+        });
+      }
       Unref();
     });
   }
 
-  void OnCancel() override { cancel_.Cancel(); }
+  void OnCancel() override {
+    cancel_.Cancel();
+    if (budget_.Withdraw(*shared_.state.admission)) {
+      FinishWith(absl::CancelledError("the call was cancelled while waiting for memory."));
+      Unref();
+    }
+  }
   void OnDone() override { Unref(); }
 
  private:
@@ -144,6 +215,7 @@ class CallReactor final : public grpc::ServerUnaryReactor, public RefCounted {
   grpc::ByteBuffer* response_;
   std::unique_ptr<AgentCall> call_;
   CancellationToken cancel_;
+  BudgetWait budget_;
 };
 
 class AgentService final
@@ -220,6 +292,7 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(Options options)
     state.config.max_inflight_bytes =
         static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE) / 4 * 3;
   }
+  state.admission = std::make_unique<Admission>(state.config.max_inflight_bytes);
   FARCALL_ASSIGN_OR_RETURN(state.backend, OpenBackend(state.config.platform));
   for (const FarcallHandlerDef& def : state.backend.builtin_handlers) {
     FARCALL_RETURN_IF_ERROR(state.registry.Register(def, "builtin"));

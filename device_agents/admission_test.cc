@@ -1,0 +1,51 @@
+#include "device_agents/admission.h"
+
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace farcall::agent {
+namespace {
+
+TEST(AdmissionTest, AdmitsWhatFitsAndQueuesTheRest) {
+  Admission a(100);
+  EXPECT_TRUE(a.TryAcquire(60));
+  EXPECT_FALSE(a.TryAcquire(50));
+  std::vector<int> order;
+  a.Wait(50, [&] { order.push_back(1); });
+  a.Wait(10, [&] { order.push_back(2); });  // fits, but must not overtake
+  EXPECT_TRUE(order.empty());
+  EXPECT_EQ(a.waiting(), 2u);
+  EXPECT_FALSE(a.TryAcquire(1));  // nobody overtakes the queue
+  a.Release(60);
+  EXPECT_EQ(order, (std::vector<int>{1, 2}));
+  EXPECT_EQ(a.held(), 60);
+  a.Release(50);
+  a.Release(10);
+  EXPECT_EQ(a.held(), 0);
+}
+
+TEST(AdmissionTest, CancelledWaiterNeverResumesAndUnblocksOthers) {
+  Admission a(100);
+  ASSERT_TRUE(a.TryAcquire(90));
+  bool big = false, small = false;
+  uint64_t t = a.Wait(80, [&] { big = true; });
+  a.Wait(5, [&] { small = true; });
+  EXPECT_TRUE(a.Cancel(t));
+  EXPECT_FALSE(big);
+  EXPECT_TRUE(small);  // it fit all along; only the head held it back
+  EXPECT_FALSE(a.Cancel(t));
+  EXPECT_EQ(a.held(), 95);
+}
+
+TEST(AdmissionTest, WaitAdmitsAtOnceWhenBytesCameFree) {
+  Admission a(10);
+  bool resumed = false;
+  uint64_t t = a.Wait(10, [&] { resumed = true; });
+  EXPECT_TRUE(resumed);
+  EXPECT_FALSE(a.Cancel(t));
+  EXPECT_EQ(a.held(), 10);
+}
+
+}  // namespace
+}  // namespace farcall::agent
