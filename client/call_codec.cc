@@ -63,25 +63,52 @@ absl::Status StageInSharedMemory(PreparedCall& call, ShmChannel& channel) {
   constexpr uint64_t kAlign = 64;
   auto align = [](uint64_t x) { return (x + kAlign - 1) / kAlign * kAlign; };
   const ValidatedCall& v = call.validated;
+  const size_t n_args = call.args.size(), n_results = v.result_bytes.size();
   v1::ShmTensors* shm = call.header.mutable_shm();
+  // Args already in the caller's shared buffers go by reference; the rest
+  // are copied into one staging region, with the non-aliased results.
+  std::vector<std::shared_ptr<ShmRegion>> arg_region(n_args);
+  std::vector<uint64_t> arg_offset(n_args), result_offset(n_results);
   uint64_t end = 0;
-  for (int64_t b : v.arg_bytes) {
-    shm->add_arg_offsets(end);
-    end = align(end + b);
-  }
-  for (size_t o = 0; o < v.result_bytes.size(); ++o) {
-    if (v.result_alias[o] >= 0) {
-      shm->add_result_offsets(shm->arg_offsets(v.result_alias[o]));
-      continue;
+  for (size_t i = 0; i < n_args; ++i) {
+    arg_region[i] = channel.Locate(call.args[i].data(), v.arg_bytes[i], &arg_offset[i]);
+    if (arg_region[i] == nullptr) {
+      arg_offset[i] = end;
+      end = align(end + v.arg_bytes[i]);
     }
-    shm->add_result_offsets(end);
-    end = align(end + v.result_bytes[o]);
+  }
+  for (size_t o = 0; o < n_results; ++o) {
+    if (v.result_alias[o] < 0) {
+      result_offset[o] = end;
+      end = align(end + v.result_bytes[o]);
+    }
   }
   FARCALL_ASSIGN_OR_RETURN(call.shm_region, channel.Acquire(end));
   shm->set_region(call.shm_region->token);
-  for (size_t i = 0; i < call.args.size(); ++i) {
-    std::memcpy(call.shm_region->data + shm->arg_offsets(i), call.args[i].data(),
-                v.arg_bytes[i]);
+  for (size_t i = 0; i < n_args; ++i) {
+    shm->add_arg_offsets(arg_offset[i]);
+    shm->add_arg_regions(arg_region[i] ? arg_region[i]->token : "");
+    if (arg_region[i] == nullptr) {
+      std::memcpy(call.shm_region->data + arg_offset[i], call.args[i].data(), v.arg_bytes[i]);
+    } else {
+      call.shm_user_regions.push_back(arg_region[i]);
+    }
+  }
+  for (size_t o = 0; o < n_results; ++o) {
+    const int64_t a = v.result_alias[o];
+    if (a >= 0) {
+      // Written in place where its arg is.
+      shm->add_result_offsets(arg_offset[a]);
+      shm->add_result_regions(arg_region[a] ? arg_region[a]->token : "");
+      ShmRegion* r = arg_region[a] ? arg_region[a].get() : call.shm_region.get();
+      call.shm_result_data.push_back(r->data + arg_offset[a]);
+      call.shm_result_in_place.push_back(arg_region[a] != nullptr);
+    } else {
+      shm->add_result_offsets(result_offset[o]);
+      shm->add_result_regions("");
+      call.shm_result_data.push_back(call.shm_region->data + result_offset[o]);
+      call.shm_result_in_place.push_back(false);
+    }
   }
   return absl::OkStatus();
 }
@@ -127,7 +154,7 @@ ResponseReader::ResponseReader(const PreparedCall& call) : call_(call) {
       r.spec = SpecFromProto(call.header.results(o));
       r.size = call.validated.result_bytes[o];
       r.aliased = call.validated.result_alias[o] >= 0;
-      r.data = call.shm_region->data + call.header.shm().result_offsets(o);
+      r.data = call.shm_result_data[o];
       r.keepalive = call.shm_region;
       result_.results.push_back(std::move(r));
     }
@@ -204,9 +231,10 @@ absl::StatusOr<CallResult> ResponseReader::Finish() {
     for (size_t o = 0; o < result_.results.size(); ++o) {
       ResultTensor& r = result_.results[o];
       if (!r.aliased) continue;
-      // Updated in place in the region: hand it back to the caller's memory.
       uint8_t* dst = call_.args[call_.validated.result_alias[o]].writable_data();
-      std::memcpy(dst, r.data, r.size);
+      // Updated in place in a staging region: hand it back to the caller's
+      // memory. In the caller's own shared buffer it is there already.
+      if (!call_.shm_result_in_place[o]) std::memcpy(dst, r.data, r.size);
       r.data = dst;
       r.keepalive.reset();
     }

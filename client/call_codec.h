@@ -22,8 +22,12 @@ struct PreparedCall {
   v1::CallHeader header;
   ValidatedCall validated;
   std::vector<Arg> args;
-  // Set for same-host calls: the region the tensors are staged in.
+  // Set for same-host calls: the region the tensors are staged in, where
+  // each result lands, and the caller's own regions the call uses.
   std::shared_ptr<ShmRegion> shm_region;
+  std::vector<uint8_t*> shm_result_data;
+  std::vector<bool> shm_result_in_place;  // aliased into caller memory already
+  std::vector<std::shared_ptr<ShmRegion>> shm_user_regions;
 };
 absl::StatusOr<PreparedCall> Prepare(const CallRequest& request,
                                      const CallOptions& options);

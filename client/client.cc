@@ -372,6 +372,25 @@ std::future<absl::StatusOr<CallResult>> Client::CallFuture(const CallRequest& re
   return f;
 }
 
+absl::StatusOr<SharedBuffer> Client::AllocateShared(size_t bytes) {
+  absl::StatusOr<Service> service = impl_->GetService(absl::Seconds(10));
+  if (!service.ok()) return service.status();
+  std::shared_ptr<client_internal::ShmChannel> shm = impl_->SharedMemory();
+  if (shm == nullptr) {
+    return absl::FailedPreconditionError(
+        "shared memory needs an agent on this host that offers it; this target "
+        "is a router, a remote agent, or an agent started with --shm_socket=''.");
+  }
+  absl::StatusOr<std::shared_ptr<client_internal::ShmRegion>> region =
+      shm->AllocateUser(std::max<size_t>(bytes, 1));
+  if (!region.ok()) return region.status();
+  SharedBuffer b;
+  b.data_ = (*region)->data;
+  b.size_ = bytes;
+  b.region_ = *std::move(region);
+  return b;
+}
+
 absl::StatusOr<v1::AgentInfo> Client::Describe(absl::Duration timeout) {
   grpc::ClientContext ctx;
   ctx.set_deadline(DeadlineAfter(timeout));

@@ -93,6 +93,34 @@ absl::StatusOr<std::shared_ptr<ShmRegion>> ShmChannel::Acquire(uint64_t size) {
   });
 }
 
+absl::StatusOr<std::shared_ptr<ShmRegion>> ShmChannel::AllocateUser(uint64_t size) {
+  absl::StatusOr<std::unique_ptr<ShmRegion>> fresh = Register(size);
+  if (!fresh.ok()) return fresh.status();
+  std::weak_ptr<ShmChannel> self = weak_from_this();
+  std::shared_ptr<ShmRegion> region((*fresh).release(), [self](ShmRegion* r) {
+    std::unique_ptr<ShmRegion> owned(r);
+    if (auto channel = self.lock()) channel->Unregister(owned->token);
+  });
+  absl::MutexLock l(&mu_);
+  std::erase_if(user_, [](const auto& w) { return w.expired(); });
+  user_.push_back(region);
+  return region;
+}
+
+std::shared_ptr<ShmRegion> ShmChannel::Locate(const void* p, uint64_t n, uint64_t* offset) {
+  const uint8_t* b = static_cast<const uint8_t*>(p);
+  absl::MutexLock l(&mu_);
+  for (const auto& w : user_) {
+    std::shared_ptr<ShmRegion> r = w.lock();
+    if (r != nullptr && b >= r->data && n <= r->size &&
+        static_cast<uint64_t>(b - r->data) <= r->size - n) {
+      *offset = static_cast<uint64_t>(b - r->data);
+      return r;
+    }
+  }
+  return nullptr;
+}
+
 void ShmChannel::Return(std::unique_ptr<ShmRegion> region) {
   {
     absl::MutexLock l(&mu_);

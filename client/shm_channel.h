@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,12 @@ class ShmChannel : public std::enable_shared_from_this<ShmChannel> {
   // one is free.
   absl::StatusOr<std::shared_ptr<ShmRegion>> Acquire(uint64_t size);
 
+  // A region of `size` bytes for the caller's own tensors
+  // (Client::AllocateShared); unregistered when the last holder lets go.
+  absl::StatusOr<std::shared_ptr<ShmRegion>> AllocateUser(uint64_t size);
+  // The caller's region holding [p, p + n), and p's offset in it.
+  std::shared_ptr<ShmRegion> Locate(const void* p, uint64_t n, uint64_t* offset);
+
  private:
   explicit ShmChannel(int sock) : sock_(sock) {}
   absl::StatusOr<std::unique_ptr<ShmRegion>> Register(uint64_t size);
@@ -49,6 +56,7 @@ class ShmChannel : public std::enable_shared_from_this<ShmChannel> {
   absl::Mutex io_mu_;  // one request/reply on the socket at a time
   absl::Mutex mu_;
   std::vector<std::unique_ptr<ShmRegion>> free_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::weak_ptr<ShmRegion>> user_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace farcall::client_internal

@@ -208,10 +208,10 @@ absl::Status AgentCall::PlaceInRegion(const ValidatedCall& v) {
         " result offsets for ", header_.args_size(), " args and ",
         header_.results_size(), " results."));
   }
-  FARCALL_ASSIGN_OR_RETURN(std::shared_ptr<ShmRegion> region,
-                           agent_.shm->Find(shm.region()));
-  auto place = [&](const char* kind, int i, uint64_t offset, int64_t size,
-                   const v1::TensorSpec& spec) -> absl::StatusOr<Tensor> {
+  auto place = [&](const char* kind, int i, const std::string& token, uint64_t offset,
+                   int64_t size, const v1::TensorSpec& spec) -> absl::StatusOr<Tensor> {
+    FARCALL_ASSIGN_OR_RETURN(std::shared_ptr<ShmRegion> region,
+                             agent_.shm->Find(token.empty() ? shm.region() : token));
     if (offset > region->size() || static_cast<uint64_t>(size) > region->size() - offset) {
       return absl::InvalidArgumentError(absl::StrCat(
           kind, "[", i, "] at [", offset, ", ", offset + size,
@@ -224,8 +224,9 @@ absl::Status AgentCall::PlaceInRegion(const ValidatedCall& v) {
     return t;
   };
   for (int i = 0; i < header_.args_size(); ++i) {
-    FARCALL_ASSIGN_OR_RETURN(
-        Tensor t, place("args", i, shm.arg_offsets(i), v.arg_bytes[i], header_.args(i)));
+    const std::string& token = i < shm.arg_regions_size() ? shm.arg_regions(i) : "";
+    FARCALL_ASSIGN_OR_RETURN(Tensor t, place("args", i, token, shm.arg_offsets(i),
+                                             v.arg_bytes[i], header_.args(i)));
     args_.push_back(std::move(t));
   }
   for (int o = 0; o < header_.results_size(); ++o) {
@@ -233,7 +234,8 @@ absl::Status AgentCall::PlaceInRegion(const ValidatedCall& v) {
       results_.push_back(args_[v.result_alias[o]]);
       continue;
     }
-    FARCALL_ASSIGN_OR_RETURN(Tensor t, place("results", o, shm.result_offsets(o),
+    const std::string& token = o < shm.result_regions_size() ? shm.result_regions(o) : "";
+    FARCALL_ASSIGN_OR_RETURN(Tensor t, place("results", o, token, shm.result_offsets(o),
                                              v.result_bytes[o], header_.results(o)));
     results_.push_back(std::move(t));
   }

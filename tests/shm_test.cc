@@ -125,6 +125,42 @@ TEST_F(ShmTest, FallsBackToGrpcWhenNotOfferedOrNotWanted) {
   EXPECT_NE(r->transport, Transport::kShm);
 }
 
+TEST_F(ShmTest, SharedBuffersGoWithoutACopyAndAreUpdatedInPlace) {
+  auto client = AgentClient();
+  constexpr int kN = 1 << 20;
+  auto xb = client->AllocateShared(kN * sizeof(float));
+  auto yb = client->AllocateShared(kN * sizeof(float));
+  ASSERT_TRUE(xb.ok() && yb.ok()) << xb.status() << yb.status();
+  float* x = reinterpret_cast<float*>(xb->data());
+  float* y = reinterpret_cast<float*>(yb->data());
+  for (int i = 0; i < kN; ++i) {
+    x[i] = i % 1000;
+    y[i] = 2;
+  }
+  TensorSpec spec{DType::kF32, {kN}};
+  CallRequest req;
+  req.handler = "axpy";
+  req.args = {Arg::In(spec, x), Arg::InOut(spec, y)};
+  req.results = {spec};
+  req.aliases = {{1, 0}};
+  req.attributes["alpha"] = 0.5;
+  auto r = client->Call(req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->transport, Transport::kShm);
+  EXPECT_EQ(r->results[0].data, yb->data());
+  for (int i = 0; i < kN; i += 4099) ASSERT_EQ(y[i], 0.5f * (i % 1000) + 2) << i;
+  // A non-aliased result of an arg in a shared buffer.
+  auto c = client->Call(CopyRequest(spec, x));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(std::memcmp(c->results[0].data, x, kN * sizeof(float)), 0);
+}
+
+TEST_F(ShmTest, SharedBuffersNeedALocalAgent) {
+  auto via_router = *Client::Connect(router_->address());
+  auto b = via_router->AllocateShared(1024);
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
 // A header naming shared memory, sent the way an outside client would.
 grpc::Status RawShmCall(const std::string& region, uint64_t arg_offset, bool with_chunk) {
   auto stub = v1::Agent::NewStub(

@@ -47,15 +47,34 @@ struct Shared {
 void Worker(Client& client, const BenchOptions& o, int id, bool timed, int64_t limit,
             Shared& shared) {
   TensorSpec spec{DType::kU8, {o.bytes}};
-  std::vector<uint8_t> in(o.bytes);
+  // With --shm the input lives in memory shared with the agent, as a
+  // same-host caller would keep it, so that it goes without a copy.
+  std::vector<uint8_t> owned;
+  SharedBuffer shared_buffer;
+  uint8_t* in = nullptr;
+  if (o.shm) {
+    absl::StatusOr<SharedBuffer> b = client.AllocateShared(o.bytes);
+    if (!b.ok()) {
+      absl::MutexLock l(&shared.mu);
+      if (shared.error.ok()) shared.error = b.status();
+      shared.next.store(limit);
+      return;
+    }
+    shared_buffer = *b;
+    in = shared_buffer.data();
+  } else {
+    owned.resize(o.bytes);
+    in = owned.data();
+  }
   for (int64_t i = 0; i < o.bytes; ++i) in[i] = static_cast<uint8_t>(i * 7 + id * 13);
-  const uint32_t expected_crc = o.handler == "crc32c" ? Crc32cReference(in.data(), in.size()) : 0;
-  std::vector<uint8_t> expected = o.alias ? in : std::vector<uint8_t>();
+  const uint32_t expected_crc = o.handler == "crc32c" ? Crc32cReference(in, o.bytes) : 0;
+  std::vector<uint8_t> expected = o.alias ? std::vector<uint8_t>(in, in + o.bytes)
+                                          : std::vector<uint8_t>();
 
   CallRequest req;
   req.handler = o.handler;
   req.platform = o.platform;
-  req.args = {o.alias ? Arg::InOut(spec, in.data()) : Arg::In(spec, in.data())};
+  req.args = {o.alias ? Arg::InOut(spec, in) : Arg::In(spec, in)};
   if (o.handler == "crc32c") {
     req.results = {TensorSpec{DType::kU32, {}}};
   } else {
@@ -80,7 +99,7 @@ void Worker(Client& client, const BenchOptions& o, int id, bool timed, int64_t l
                                                   *r->results[0].as<uint32_t>(), expected_crc));
       }
     } else {
-      const uint8_t* want = o.alias ? expected.data() : in.data();
+      const uint8_t* want = o.alias ? expected.data() : in;
       if (r->results[0].size != o.bytes ||
           std::memcmp(r->results[0].data, want, o.bytes) != 0) {
         bad = absl::DataLossError("copy returned bytes that differ from its input");

@@ -122,6 +122,22 @@ struct CallResult {
   Transport transport = Transport::kAuto;  // which RPC carried the call
 };
 
+// Memory shared with a same-host agent (Client::AllocateShared). Args whose
+// bytes lie in a SharedBuffer reach the agent without a copy, and a result
+// aliased to such an arg is updated right there. Copyable; the memory lives
+// until the last copy and the Client are gone.
+class SharedBuffer {
+ public:
+  uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  friend class Client;
+  std::shared_ptr<void> region_;
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
 using CallCallback = std::function<void(absl::StatusOr<CallResult>)>;
 
 struct ClientOptions {
@@ -147,6 +163,10 @@ class Client {
                  CallCallback done);
   std::future<absl::StatusOr<CallResult>> CallFuture(const CallRequest& request,
                                                      const CallOptions& options = {});
+
+  // Shared memory for tensors, when the target is an agent on this host that
+  // offers it; FAILED_PRECONDITION otherwise.
+  absl::StatusOr<SharedBuffer> AllocateShared(size_t bytes);
 
   // Agent only.
   absl::StatusOr<v1::AgentInfo> Describe(absl::Duration timeout = absl::Seconds(5));
