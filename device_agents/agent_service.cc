@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/metrics.h"
 #include "core/ref_counted.h"
+#include "core/shm_protocol.h"
 #include "core/status_macros.h"
 #include "core/wire/grpc_server.h"
 #include "core/wire/grpc_status.h"
@@ -305,8 +306,11 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(Options options)
                              metrics::MetricsServer::Start(options.metrics_listen));
   }
   if (!options.shm_socket.empty() && state.config.platform == Platform::kCpu) {
+    // A random name: unique even for agents in one network namespace but
+    // separate PID namespaces (containers of one pod), and never found by a
+    // client whose "local" target is really a forwarded remote agent.
     std::string address = options.shm_socket == "auto"
-                              ? absl::StrCat("@farcall-agent-", getpid())
+                              ? absl::StrCat("@farcall-agent-", shm::NewToken().substr(0, 16))
                               : options.shm_socket;
     FARCALL_ASSIGN_OR_RETURN(state.shm, ShmService::Start(address));
   }

@@ -36,7 +36,7 @@ class AgentServer {
     // HOST:PORT for Prometheus' /metrics; empty: not served.
     std::string metrics_listen;
     // Unix socket for same-host shared memory: "auto" (an abstract socket
-    // named after the process), "@name", a path, or empty for none. Offered
+    // with a random name), "@name", a path, or empty for none. Offered
     // on platforms whose memory the host addresses (cpu).
     std::string shm_socket = "auto";
   };
