@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Installs what farcall needs on Debian 12: the C++ toolchain and libraries from
-# Debian's packages, and a Python virtual environment (.venv) for the tests.
-# Safe to run again: it installs only what is missing.
+# Installs what farcall needs on Debian 12: the C++ toolchain and libraries
+# from Debian's packages. Safe to run again: it installs only what is missing.
+# (Nothing in the build or the tests needs Python packages yet; when the
+# Python binding lands, its test dependencies go into a .venv made here.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -9,7 +10,7 @@ DEBS=(
   build-essential cmake ninja-build ccache pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev prometheus-cpp-dev
-  python3 python3-venv
+  python3
 )
 
 missing=()
@@ -23,13 +24,4 @@ if ((${#missing[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -q
   $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
-fi
-
-# Python tooling for the tests and the example call.
-if [ ! -x .venv/bin/python ]; then
-  echo "install_deps: creating .venv"
-  python3 -m venv .venv
-fi
-if ! .venv/bin/python -c "import numpy, pytest, grpc" 2>/dev/null; then
-  .venv/bin/pip install -q --disable-pip-version-check numpy pytest grpcio ml_dtypes
 fi
