@@ -42,6 +42,7 @@ class StreamCall final
         reader_(call_),
         done_(std::move(done)) {
     ctx_.set_deadline(DeadlineAfter(options.timeout));
+    ctx_.set_wait_for_ready(options.wait_for_ready);
   }
 
   void Start(grpc::GenericStub& stub, const std::string& method) {
@@ -121,6 +122,7 @@ class UnaryCall {
   UnaryCall(PreparedCall call, const CallOptions& options, CallCallback done)
       : call_(std::move(call)), reader_(call_), done_(std::move(done)) {
     ctx_.set_deadline(DeadlineAfter(options.timeout));
+    ctx_.set_wait_for_ready(options.wait_for_ready);
     RequestWriter writer(call_, 0);
     writer.Next(&request_);
   }
@@ -190,7 +192,6 @@ struct Client::Impl {
   std::unique_ptr<grpc::GenericStub> generic;
   std::unique_ptr<v1::Agent::Stub> agent;
   std::unique_ptr<v1::Router::Stub> router;
-  Options options;
   std::string target;
   absl::Mutex mu;
   Service service ABSL_GUARDED_BY(mu) = Service::kUnknown;
@@ -221,13 +222,14 @@ struct Client::Impl {
 
   // Learns once whether the target is an agent (Describe answers) or a
   // router (Describe is unimplemented there).
-  absl::StatusOr<Service> GetService(absl::Duration timeout) {
+  absl::StatusOr<Service> GetService(absl::Duration timeout, bool wait_for_ready = false) {
     {
       absl::MutexLock l(&mu);
       if (service != Service::kUnknown) return service;
     }
     grpc::ClientContext ctx;
     ctx.set_deadline(DeadlineAfter(timeout));
+    ctx.set_wait_for_ready(wait_for_ready);
     v1::AgentInfo info;
     grpc::Status s = agent->Describe(&ctx, v1::DescribeRequest(), &info);
     Service found;
@@ -249,8 +251,7 @@ struct Client::Impl {
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Client::~Client() = default;
 
-absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& target,
-                                                        Options options) {
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& target) {
   if (target.empty()) return absl::InvalidArgumentError("empty target address.");
   // Keep gRPC initialised for the life of the process. Otherwise the last
   // client to go away shuts gRPC down while its callback thread may still be
@@ -266,7 +267,6 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& targe
   impl->generic = std::make_unique<grpc::GenericStub>(impl->channel);
   impl->agent = v1::Agent::NewStub(impl->channel);
   impl->router = v1::Router::NewStub(impl->channel);
-  impl->options = options;
   return std::unique_ptr<Client>(new Client(std::move(impl)));
 }
 
@@ -281,7 +281,8 @@ absl::StatusOr<Client::Plan> Client::MakePlan(const CallRequest& request,
                                               const CallOptions& options) {
   absl::StatusOr<PreparedCall> prepared = client_internal::Prepare(request, options);
   if (!prepared.ok()) return prepared.status();
-  absl::StatusOr<Service> service = impl_->GetService(options.timeout);
+  absl::StatusOr<Service> service =
+      impl_->GetService(options.timeout, options.wait_for_ready);
   if (!service.ok()) return service.status();
   Plan plan;
   plan.unary = options.transport == Transport::kUnary;
@@ -335,6 +336,7 @@ absl::StatusOr<CallResult> Client::Call(const CallRequest& request,
     if (!reader.init_status().ok()) return reader.init_status();
     grpc::ClientContext ctx;
     ctx.set_deadline(DeadlineAfter(options.timeout));
+    ctx.set_wait_for_ready(options.wait_for_ready);
     grpc::ByteBuffer request_frame, response_frame;
     RequestWriter(plan->prepared, 0).Next(&request_frame);
     grpc::Status s = grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(

@@ -585,6 +585,25 @@ TEST(RouterFailoverTest, KeepsServingWhenAnAgentDiesAndUsesItAgainWhenBack) {
   EXPECT_EQ(r->agent_id, absl::StrCat("cpu-agent-", a_port));
 }
 
+// ---- Client options ------------------------------------------------------------
+
+TEST(ClientOptionsTest, WaitForReadyWaitsForTheTargetUntilTheDeadline) {
+  // Nothing listens on port 1.
+  auto client = Client::Connect("127.0.0.1:1");
+  ASSERT_TRUE(client.ok());
+  std::vector<float> x = {1};
+  TensorSpec spec{DType::kF32, {1}};
+  CallRequest req;
+  req.handler = "copy";
+  req.args = {Arg::In(spec, x.data())};
+  req.results = {spec};
+  CallOptions o;
+  o.timeout = absl::Milliseconds(300);
+  EXPECT_EQ((*client)->Call(req, o).status().code(), absl::StatusCode::kUnavailable);
+  o.wait_for_ready = true;
+  EXPECT_EQ((*client)->Call(req, o).status().code(), absl::StatusCode::kDeadlineExceeded);
+}
+
 // ---- Memory budget ------------------------------------------------------------
 
 TEST(AgentBudgetTest, CallsThatCouldNeverFitAreRefused) {

@@ -94,6 +94,9 @@ struct CallOptions {
   // With kAuto, use shared memory when the target is an agent on this host
   // that offers it.
   bool allow_shm = true;
+  // Wait (within the timeout) for an unreachable target to come up instead
+  // of failing at once with UNAVAILABLE.
+  bool wait_for_ready = false;
 };
 
 // One result. An aliased result's bytes were written into the caller's
@@ -140,18 +143,11 @@ class SharedBuffer {
 
 using CallCallback = std::function<void(absl::StatusOr<CallResult>)>;
 
-struct ClientOptions {
-  // Reserved for channel settings; gRPC's defaults apply today.
-  bool wait_for_ready = false;
-};
-
 class Client {
  public:
-  using Options = ClientOptions;
 
   // Connects lazily: this never fails for an unreachable target; calls do.
-  static absl::StatusOr<std::unique_ptr<Client>> Connect(const std::string& target,
-                                                         Options options = {});
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(const std::string& target);
   ~Client();
 
   // Blocks until the call completes.
