@@ -113,8 +113,11 @@ absl::Status StageInSharedMemory(PreparedCall& call, ShmChannel& channel) {
   return absl::OkStatus();
 }
 
-RequestWriter::RequestWriter(const PreparedCall& call, int64_t chunk_bytes)
-    : call_(call), chunk_bytes_(chunk_bytes > 0 ? chunk_bytes : INT64_MAX) {}
+RequestWriter::RequestWriter(const PreparedCall& call, int64_t chunk_bytes,
+                             std::shared_ptr<const void> keepalive)
+    : call_(call),
+      chunk_bytes_(chunk_bytes > 0 ? chunk_bytes : INT64_MAX),
+      keepalive_(std::move(keepalive)) {}
 
 bool RequestWriter::Next(grpc::ByteBuffer* out) {
   const size_t n = call_.args.size();
@@ -130,9 +133,10 @@ bool RequestWriter::Next(grpc::ByteBuffer* out) {
     const int64_t size = call_.validated.arg_bytes[index_];
     const int64_t take = std::min(budget, size - offset_);
     if (take > 0) {
-      // No keepalive: the caller's memory outlives the call by contract.
+      // Refers to the caller's memory; the keepalive tells the call when
+      // gRPC is done with it.
       enc.AddChunk(static_cast<uint32_t>(index_), offset_,
-                   call_.args[index_].data() + offset_, take, nullptr);
+                   call_.args[index_].data() + offset_, take, keepalive_);
       budget -= take;
       offset_ += take;
     }

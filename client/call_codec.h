@@ -37,17 +37,36 @@ absl::StatusOr<PreparedCall> Prepare(const CallRequest& request,
 // this, the request carries no chunks and the answer none either.
 absl::Status StageInSharedMemory(PreparedCall& call, ShmChannel& channel);
 
+// Hands a call's outcome to its callback only once gRPC has let go of every
+// request slice that refers to the caller's memory (the slices hold a
+// reference to this), so that the caller may free that memory as soon as it
+// hears back, even after a cancel or a deadline.
+class Completion {
+ public:
+  explicit Completion(CallCallback done) : done_(std::move(done)) {}
+  ~Completion() { done_(std::move(result_)); }
+  void Set(absl::StatusOr<CallResult> r) { result_ = std::move(r); }
+
+ private:
+  CallCallback done_;
+  absl::StatusOr<CallResult> result_ = absl::InternalError("the call ended with no result.");
+};
+
 // Produces request frames of at most `chunk_bytes` of data each; the first
 // carries the header. The frames refer to the caller's memory.
 class RequestWriter {
  public:
-  RequestWriter(const PreparedCall& call, int64_t chunk_bytes);
+  // `keepalive` is held by every frame slice that refers to the caller's
+  // memory.
+  RequestWriter(const PreparedCall& call, int64_t chunk_bytes,
+                std::shared_ptr<const void> keepalive);
   // False when everything was written (an empty call still gets one frame).
   bool Next(grpc::ByteBuffer* out);
 
  private:
   const PreparedCall& call_;
   int64_t chunk_bytes_;
+  std::shared_ptr<const void> keepalive_;
   bool header_sent_ = false;
   size_t index_ = 0;
   int64_t offset_ = 0;

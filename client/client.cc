@@ -21,6 +21,7 @@
 namespace farcall {
 namespace {
 
+using client_internal::Completion;
 using client_internal::PreparedCall;
 using client_internal::RequestWriter;
 using client_internal::ResponseReader;
@@ -38,16 +39,16 @@ class StreamCall final
  public:
   StreamCall(PreparedCall call, const CallOptions& options, CallCallback done)
       : call_(std::move(call)),
-        writer_(call_, options.chunk_bytes),
-        reader_(call_),
-        done_(std::move(done)) {
+        completion_(std::make_shared<Completion>(std::move(done))),
+        writer_(call_, options.chunk_bytes, completion_),
+        reader_(call_) {
     ctx_.set_deadline(DeadlineAfter(options.timeout));
     ctx_.set_wait_for_ready(options.wait_for_ready);
   }
 
   void Start(grpc::GenericStub& stub, const std::string& method) {
     if (!reader_.init_status().ok()) {
-      done_(reader_.init_status());
+      completion_->Set(reader_.init_status());
       delete this;
       return;
     }
@@ -91,8 +92,8 @@ class StreamCall final
         result->transport = Transport::kStream;
       }
     }
-    done_(std::move(result));
-    delete this;
+    completion_->Set(std::move(result));
+    delete this;  // the callback runs once gRPC has released our slices
   }
 
  private:
@@ -106,9 +107,9 @@ class StreamCall final
   }
 
   PreparedCall call_;
+  std::shared_ptr<Completion> completion_;
   RequestWriter writer_;
   ResponseReader reader_;
-  CallCallback done_;
   grpc::ClientContext ctx_;
   grpc::ByteBuffer in_;
   grpc::ByteBuffer out_;
@@ -120,16 +121,18 @@ class StreamCall final
 class UnaryCall {
  public:
   UnaryCall(PreparedCall call, const CallOptions& options, CallCallback done)
-      : call_(std::move(call)), reader_(call_), done_(std::move(done)) {
+      : call_(std::move(call)),
+        completion_(std::make_shared<Completion>(std::move(done))),
+        reader_(call_) {
     ctx_.set_deadline(DeadlineAfter(options.timeout));
     ctx_.set_wait_for_ready(options.wait_for_ready);
-    RequestWriter writer(call_, 0);
+    RequestWriter writer(call_, 0, completion_);
     writer.Next(&request_);
   }
 
   void Start(grpc::GenericStub& stub, const std::string& method) {
     if (!reader_.init_status().ok()) {
-      done_(reader_.init_status());
+      completion_->Set(reader_.init_status());
       delete this;
       return;
     }
@@ -153,13 +156,13 @@ class UnaryCall {
         result = s;
       }
     }
-    done_(std::move(result));
-    delete this;
+    completion_->Set(std::move(result));
+    delete this;  // the callback runs once gRPC has released our slices
   }
 
   PreparedCall call_;
+  std::shared_ptr<Completion> completion_;
   ResponseReader reader_;
-  CallCallback done_;
   grpc::ClientContext ctx_;
   grpc::ByteBuffer request_;
   grpc::ByteBuffer response_;
@@ -334,23 +337,39 @@ absl::StatusOr<CallResult> Client::Call(const CallRequest& request,
     // and back, which is most of a small call's latency.
     ResponseReader reader(plan->prepared);
     if (!reader.init_status().ok()) return reader.init_status();
-    grpc::ClientContext ctx;
-    ctx.set_deadline(DeadlineAfter(options.timeout));
-    ctx.set_wait_for_ready(options.wait_for_ready);
-    grpc::ByteBuffer request_frame, response_frame;
-    RequestWriter(plan->prepared, 0).Next(&request_frame);
-    grpc::Status s = grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
-        impl_->channel.get(),
-        grpc::internal::RpcMethod(plan->method.c_str(), grpc::internal::RpcMethod::NORMAL_RPC),
-        &ctx, request_frame, &response_frame);
-    if (!s.ok()) return FromGrpcStatus(s);
-    absl::Status decoded = reader.OnFrame(response_frame);
-    if (!decoded.ok()) return decoded;
-    absl::StatusOr<CallResult> result = reader.Finish();
-    if (result.ok() && result->transport != Transport::kShm) {
-      result->transport = Transport::kUnary;
+    absl::Notification released;
+    absl::StatusOr<CallResult> out;
+    {
+      // The request refers to the caller's memory; return only once gRPC has
+      // let go of it, even when the call failed.
+      auto completion = std::make_shared<Completion>([&](absl::StatusOr<CallResult> r) {
+        out = std::move(r);
+        released.Notify();
+      });
+      grpc::ClientContext ctx;
+      ctx.set_deadline(DeadlineAfter(options.timeout));
+      ctx.set_wait_for_ready(options.wait_for_ready);
+      grpc::ByteBuffer request_frame, response_frame;
+      RequestWriter(plan->prepared, 0, completion).Next(&request_frame);
+      grpc::Status s = grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
+          impl_->channel.get(),
+          grpc::internal::RpcMethod(plan->method.c_str(), grpc::internal::RpcMethod::NORMAL_RPC),
+          &ctx, request_frame, &response_frame);
+      absl::StatusOr<CallResult> result;
+      if (!s.ok()) {
+        result = FromGrpcStatus(s);
+      } else if (absl::Status decoded = reader.OnFrame(response_frame); !decoded.ok()) {
+        result = decoded;
+      } else {
+        result = reader.Finish();
+        if (result.ok() && result->transport != Transport::kShm) {
+          result->transport = Transport::kUnary;
+        }
+      }
+      completion->Set(std::move(result));
     }
-    return result;
+    released.WaitForNotification();
+    return out;
   }
   absl::Notification done;
   absl::StatusOr<CallResult> result;
