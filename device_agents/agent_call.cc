@@ -63,12 +63,10 @@ uint8_t* AgentCall::Tensor::host() const {
 }
 
 AgentCall::AgentCall(AgentState& agent) : agent_(agent) {
-  agent_.inflight_calls.fetch_add(1, std::memory_order_relaxed);
   Metrics().inflight_calls.With({}).Increment();
 }
 
 AgentCall::~AgentCall() {
-  agent_.inflight_calls.fetch_sub(1, std::memory_order_relaxed);
   Metrics().inflight_calls.With({}).Decrement();
   if (admitted_bytes_ > 0) {
     Metrics().inflight_bytes.With({}).Decrement(static_cast<double>(admitted_bytes_));

@@ -53,7 +53,6 @@ struct AgentState {
   HandlerRegistry registry;
   std::unique_ptr<ShmService> shm;  // null: no same-host path offered
   std::unique_ptr<Admission> admission;  // the in-flight byte budget
-  std::atomic<int64_t> inflight_calls{0};
 
   // The id is final only once the port is bound, after serving has begun,
   // so it is read under a lock.
@@ -106,7 +105,6 @@ class AgentCall final : private FrameVisitor {
   // header, the last the stats. False once everything was sent.
   bool NextResponseFrame(int64_t max_chunk_bytes, grpc::ByteBuffer* out);
 
-  bool has_header() const { return validated_.has_value(); }
 
   // Records the call's outcome in the agent's metrics. Call once, with the
   // status the caller gets.

@@ -22,11 +22,6 @@ void WorkerPool::Submit(std::function<void()> work) {
   queue_.push_back(std::move(work));
 }
 
-size_t WorkerPool::queued() const {
-  absl::MutexLock l(&mu_);
-  return queue_.size();
-}
-
 void WorkerPool::Loop() {
   for (;;) {
     std::function<void()> work;

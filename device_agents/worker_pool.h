@@ -24,13 +24,11 @@ class WorkerPool {
   WorkerPool& operator=(const WorkerPool&) = delete;
 
   void Submit(std::function<void()> work);
-  // Work submitted but not yet started.
-  size_t queued() const;
 
  private:
   void Loop();
 
-  mutable absl::Mutex mu_;
+  absl::Mutex mu_;
   std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_;
