@@ -44,6 +44,7 @@ absl::StatusOr<uint8_t*> ChunkAssembler::Accept(uint32_t index,
   }
   next_[index] = offset + size;
   received_ += static_cast<int64_t>(size);
+  if (targets_[index].data == nullptr) return nullptr;  // device memory
   return targets_[index].data + offset;
 }
 

@@ -21,7 +21,9 @@ class ChunkAssembler {
   struct Target {
     TensorSpec spec;
     int64_t size = 0;
-    uint8_t* data = nullptr;  // `size` writable bytes, not owned
+    // `size` writable bytes, not owned; null when the bytes go elsewhere
+    // (device memory): Accept() then only checks and returns null.
+    uint8_t* data = nullptr;
   };
 
   // `kind` names the tensors in messages: "args" or "results".

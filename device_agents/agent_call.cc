@@ -1,7 +1,9 @@
-#include "absl/strings/string_view.h"
 #include "device_agents/agent_call.h"
 
+#include <algorithm>
 #include <utility>
+
+#include "absl/strings/string_view.h"
 
 #include "absl/strings/str_cat.h"
 #include "core/metrics.h"
@@ -55,10 +57,58 @@ class RegionView final : public DeviceMemory {
   int64_t size_;
 };
 
+// Staging in plain host memory, when the device's pinned pool is all out:
+// correct, but its copies wait for the whole stream.
+class PlainStagingBlock final : public StagingBlock {
+ public:
+  explicit PlainStagingBlock(int64_t size) : data_(size) {}
+  uint8_t* data() override { return data_.data(); }
+  int64_t size() const override { return static_cast<int64_t>(data_.size()); }
+  absl::Status Record(Stream& stream) override {
+    stream_ = &stream;
+    return absl::OkStatus();
+  }
+  absl::Status Wait() override {
+    if (stream_ == nullptr) return absl::OkStatus();
+    Stream* s = stream_;
+    stream_ = nullptr;
+    return s->Synchronize();
+  }
+
+ private:
+  std::vector<uint8_t> data_;
+  Stream* stream_ = nullptr;
+};
+
+// Staging blocks a call keeps in flight at once, each way.
+constexpr size_t kMaxBlocksInFlight = 4;
+constexpr int64_t kPlainBlockBytes = int64_t{4} << 20;
+
 }  // namespace
 
+void AgentState::ReportDeviceFailure(const absl::Status& error) {
+  std::function<void(const absl::Status&)> fn;
+  {
+    absl::MutexLock l(&failure_mu);
+    if (!device_failure.ok()) return;  // reported once
+    device_failure = error;
+    fn = on_device_failure;
+  }
+  if (fn) fn(error);
+}
+
+void AgentState::SetDeviceFailureHandler(std::function<void(const absl::Status&)> fn) {
+  absl::Status pending;
+  {
+    absl::MutexLock l(&failure_mu);
+    on_device_failure = fn;
+    pending = device_failure;
+  }
+  if (!pending.ok()) fn(pending);
+}
+
 uint8_t* AgentCall::Tensor::host() const {
-  if (staging != nullptr) return staging->data();
+  if (host_copy != nullptr) return host_copy->data();
   return memory->host_ptr();
 }
 
@@ -67,6 +117,17 @@ AgentCall::AgentCall(AgentState& agent) : agent_(agent) {
 }
 
 AgentCall::~AgentCall() {
+  // Device work of this call may still read or write its memory (a call
+  // cancelled while its inputs were being copied): finish it before the
+  // memory goes back to the pool for other calls.
+  if (stream_ != nullptr) stream_->Synchronize().IgnoreError();
+  in_open_.reset();
+  in_flight_.clear();
+  out_pending_.clear();
+  args_.clear();
+  results_.clear();
+  stream_.reset();
+  if (device_ != nullptr) --device_->active_calls;
   Metrics().inflight_calls.With({}).Decrement();
   if (admitted_bytes_ > 0) {
     Metrics().inflight_bytes.With({}).Decrement(static_cast<double>(admitted_bytes_));
@@ -114,7 +175,8 @@ absl::Status AgentCall::Begin(const grpc::ByteBuffer& first) {
   }
   handler_ = agent_.registry.Find(header_.handler(), served);
   if (handler_ == nullptr) return HandlerNotFoundError(header_.handler(), served);
-  device_ = agent_.backend.devices.front().get();
+  FARCALL_ASSIGN_OR_RETURN(device_, PickDevice());
+  ++device_->active_calls;
   // Shared-memory tensors live in the client's region, not in the agent.
   footprint_ = header_.has_shm() ? 0 : v.footprint_bytes;
   if (footprint_ > agent_.admission->budget()) {
@@ -132,9 +194,31 @@ void AgentCall::Admitted() {
   Metrics().inflight_bytes.With({}).Increment(static_cast<double>(admitted_bytes_));
 }
 
+absl::StatusOr<Device*> AgentCall::PickDevice() {
+  Device* best = nullptr;
+  absl::Status last_error;
+  for (const auto& d : agent_.backend.devices) {
+    absl::Status h = d->health();
+    if (!h.ok()) {
+      last_error = h;
+      continue;
+    }
+    if (best == nullptr || d->active_calls.load() < best->active_calls.load()) {
+      best = d.get();
+    }
+  }
+  if (best == nullptr) {
+    return absl::UnavailableError(absl::StrCat(
+        "every ", PlatformName(agent_.config.platform),
+        " device of this agent has failed; the last error: ", last_error.message()));
+  }
+  return best;
+}
+
 absl::Status AgentCall::Allocate() {
   ValidatedCall v = *std::move(pending_);
   pending_.reset();
+  FARCALL_ASSIGN_OR_RETURN(stream_, device_->AcquireStream());
   if (header_.has_shm()) {
     FARCALL_RETURN_IF_ERROR(PlaceInRegion(v));
     assembler_.emplace("args", std::vector<ChunkAssembler::Target>());
@@ -147,9 +231,7 @@ absl::Status AgentCall::Allocate() {
     t.size = size;
     FARCALL_ASSIGN_OR_RETURN(std::unique_ptr<DeviceMemory> m, device_->Allocate(size));
     t.memory = std::move(m);
-    if (t.memory->host_ptr() == nullptr) {
-      t.staging = std::make_shared<std::vector<uint8_t>>(size);
-    }
+    if (t.memory->host_ptr() == nullptr) host_memory_ = false;
     return t;
   };
   std::vector<ChunkAssembler::Target> targets;
@@ -253,7 +335,58 @@ absl::Status AgentCall::OnChunk(uint32_t index, uint64_t offset,
   }
   FARCALL_ASSIGN_OR_RETURN(uint8_t * dst,
                            assembler_->Accept(index, offset, data.size()));
+  if (dst == nullptr) return StageChunk(index, offset, data);
   data.CopyTo(dst);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<StagingBlock>> AgentCall::NextStagingBlock(
+    std::deque<std::unique_ptr<StagingBlock>>& in_flight, int64_t want) {
+  if (in_flight.size() < kMaxBlocksInFlight) {
+    if (auto b = device_->TryAcquireStaging()) return b;
+  }
+  // The pool is out: reuse this call's oldest block once its copy is done.
+  if (!in_flight.empty()) {
+    std::unique_ptr<StagingBlock> b = std::move(in_flight.front());
+    in_flight.pop_front();
+    FARCALL_RETURN_IF_ERROR(b->Wait());
+    return b;
+  }
+  return std::make_unique<PlainStagingBlock>(std::min(want, kPlainBlockBytes));
+}
+
+absl::Status AgentCall::StageChunk(uint32_t index, uint64_t offset,
+                                   const ChunkBytes& data) {
+  uint64_t done = 0;
+  while (done < data.size()) {
+    const int64_t at = static_cast<int64_t>(offset + done);
+    if (in_open_ != nullptr &&
+        (in_tensor_ != index || in_offset_ + in_fill_ != at || in_fill_ == in_open_->size())) {
+      FARCALL_RETURN_IF_ERROR(FlushInputBlock());
+    }
+    if (in_open_ == nullptr) {
+      FARCALL_ASSIGN_OR_RETURN(in_open_,
+                               NextStagingBlock(in_flight_, args_[index].size - at));
+      in_tensor_ = index;
+      in_offset_ = at;
+      in_fill_ = 0;
+    }
+    const uint64_t n = std::min<uint64_t>(data.size() - done, in_open_->size() - in_fill_);
+    data.CopyRangeTo(done, n, in_open_->data() + in_fill_);
+    in_fill_ += static_cast<int64_t>(n);
+    done += n;
+    if (in_fill_ == in_open_->size()) FARCALL_RETURN_IF_ERROR(FlushInputBlock());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AgentCall::FlushInputBlock() {
+  if (in_open_ == nullptr || in_fill_ == 0) return absl::OkStatus();
+  FARCALL_RETURN_IF_ERROR(stream_->CopyToDevice(in_open_->data(), *args_[in_tensor_].memory,
+                                                in_offset_, in_fill_));
+  FARCALL_RETURN_IF_ERROR(in_open_->Record(*stream_));
+  in_flight_.push_back(std::move(in_open_));
+  in_fill_ = 0;
   return absl::OkStatus();
 }
 
@@ -263,11 +396,12 @@ absl::Status AgentCall::EndOfInputs() {
         "the call ended before its header was sent.");
   }
   FARCALL_RETURN_IF_ERROR(assembler_->Finish());
-  for (Tensor& t : args_) {
-    if (t.staging != nullptr) {
-      FARCALL_RETURN_IF_ERROR(
-          device_->CopyToDevice(t.staging->data(), *t.memory, 0, t.size));
-    }
+  if (on_device()) {
+    FARCALL_RETURN_IF_ERROR(FlushInputBlock());
+    // Back to the pool: the next holder waits for their copies to finish,
+    // and the handler runs after them on this stream.
+    in_open_.reset();
+    in_flight_.clear();
   }
   inputs_done_time_ = absl::Now();
   return absl::OkStatus();
@@ -295,8 +429,8 @@ absl::Status AgentCall::Run(const CancellationToken& cancel) {
   HandlerInvocation inv;
   inv.platform = std::string(PlatformName(agent_.config.platform));
   inv.device_ordinal = device_->ordinal();
-  inv.stream_kind = device_->stream_kind();
-  inv.stream = device_->stream();
+  inv.stream_kind = stream_->kind();
+  inv.stream = stream_->native();
   inv.cancel = &cancel;
   auto buffer = [](const Tensor& t, int64_t alias) {
     FarcallBuffer b{};
@@ -342,20 +476,56 @@ absl::Status AgentCall::Run(const CancellationToken& cancel) {
     }
     inv.attrs.push_back(a);
   }
-  absl::Status s = InvokeHandler(handler_->fn, inv);
-  if (s.ok()) s = device_->Synchronize();
-  for (Tensor& t : results_) {
-    if (s.ok() && t.staging != nullptr) {
-      s = device_->CopyToHost(*t.memory, 0, t.size, t.staging->data());
-    }
+  absl::Status s = stream_->Invoke(*handler_, inv);
+  // Even after a failure: nothing of this call may still run once its
+  // memory goes back to the pool.
+  absl::Status synced = stream_->Synchronize();
+  if (s.ok()) s = synced;
+  if (!s.ok()) {
+    absl::Status health = device_->health();
+    if (!health.ok()) agent_.ReportDeviceFailure(health);
   }
-  if (s.ok()) s = device_->Synchronize();
   run_end_time_ = absl::Now();
   return s;
 }
 
-bool AgentCall::NextResponseFrame(int64_t max_chunk_bytes,
-                                  grpc::ByteBuffer* out) {
+absl::Status AgentCall::CopyResultsToHost() {
+  for (Tensor& t : results_) {
+    if (t.host_copy != nullptr) continue;
+    // An aliased result shares its Tensor's memory with the arg, so one copy.
+    t.host_copy = std::make_shared<std::vector<uint8_t>>(t.size);
+    FARCALL_RETURN_IF_ERROR(stream_->CopyToHost(*t.memory, 0, t.size, t.host_copy->data()));
+  }
+  return stream_->Synchronize();
+}
+
+absl::Status AgentCall::FillResultPipeline(int64_t max_chunk_bytes) {
+  std::deque<std::unique_ptr<StagingBlock>> none;
+  while (out_pending_.size() < kMaxBlocksInFlight && copy_index_ < results_.size()) {
+    const Tensor& t = results_[copy_index_];
+    const int64_t left = t.size - copy_offset_;
+    if (left == 0) {
+      ++copy_index_;
+      copy_offset_ = 0;
+      continue;
+    }
+    FARCALL_ASSIGN_OR_RETURN(std::unique_ptr<StagingBlock> block,
+                             NextStagingBlock(none, std::min(left, max_chunk_bytes)));
+    PendingResult p;
+    p.tensor = static_cast<uint32_t>(copy_index_);
+    p.offset = copy_offset_;
+    p.size = std::min({left, block->size(), max_chunk_bytes});
+    FARCALL_RETURN_IF_ERROR(stream_->CopyToHost(*t.memory, p.offset, p.size, block->data()));
+    FARCALL_RETURN_IF_ERROR(block->Record(*stream_));
+    p.block = std::move(block);
+    out_pending_.push_back(std::move(p));
+    copy_offset_ += p.size;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> AgentCall::NextResponseFrame(int64_t max_chunk_bytes,
+                                                  grpc::ByteBuffer* out) {
   if (header_sent_ && out_index_ > results_.size()) return false;
   FrameEncoder enc;
   if (!header_sent_) {
@@ -368,6 +538,44 @@ bool AgentCall::NextResponseFrame(int64_t max_chunk_bytes,
   }
   int64_t budget = max_chunk_bytes > 0 ? max_chunk_bytes : INT64_MAX;
   if (shm_) out_index_ = results_.size();  // the results are in the region
+  if (on_device() && out_index_ < results_.size() && device_error_.ok()) {
+    if (max_chunk_bytes <= 0) {
+      device_error_ = CopyResultsToHost();  // one message: all on the host
+    } else {
+      // One staged block per frame; the next blocks' copies run while gRPC
+      // sends this one.
+      device_error_ = FillResultPipeline(max_chunk_bytes);
+      if (device_error_.ok() && !out_pending_.empty()) {
+        PendingResult p = std::move(out_pending_.front());
+        out_pending_.pop_front();
+        device_error_ = p.block->Wait();
+        if (device_error_.ok()) {
+          std::shared_ptr<StagingBlock> keep(std::move(p.block));
+          enc.AddChunk(p.tensor, p.offset, keep->data(), p.size,
+                       std::shared_ptr<const void>(keep, keep->data()));
+          sent_bytes_ += p.size;
+          out_offset_ = p.offset + p.size;
+          out_index_ = p.tensor;
+          if (out_offset_ == results_[out_index_].size) {
+            ++out_index_;
+            out_offset_ = 0;
+          }
+          // Skip empty results up to the next one with bytes.
+          while (out_index_ < results_.size() && results_[out_index_].size == 0) ++out_index_;
+          device_error_ = FillResultPipeline(max_chunk_bytes);
+        }
+      }
+      if (out_pending_.empty() && copy_index_ >= results_.size()) {
+        out_index_ = results_.size();  // every byte was sent (or none needed)
+      }
+      if (device_error_.ok()) budget = 0;  // this frame is full
+    }
+    if (!device_error_.ok()) {
+      absl::Status health = device_->health();
+      if (!health.ok()) agent_.ReportDeviceFailure(health);
+      return device_error_;
+    }
+  }
   while (out_index_ < results_.size() && budget > 0) {
     const Tensor& t = results_[out_index_];
     int64_t n = std::min(budget, t.size - out_offset_);
@@ -375,8 +583,8 @@ bool AgentCall::NextResponseFrame(int64_t max_chunk_bytes,
       // The frame refers to the result's memory; the keepalive holds it
       // until gRPC has sent it, even if the call is gone by then.
       std::shared_ptr<const void> keep =
-          t.staging ? std::shared_ptr<const void>(t.staging)
-                    : std::shared_ptr<const void>(t.memory);
+          t.host_copy ? std::shared_ptr<const void>(t.host_copy)
+                      : std::shared_ptr<const void>(t.memory);
       enc.AddChunk(static_cast<uint32_t>(out_index_), out_offset_,
                    t.host() + out_offset_, n, std::move(keep));
       budget -= n;

@@ -11,6 +11,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -44,6 +46,8 @@ struct AgentConfig {
   int64_t response_chunk_bytes = 1 << 20;
   // Largest single gRPC message, which bounds what a unary Call can carry.
   int64_t max_message_bytes = 64 << 20;
+  // Which devices to serve and how much pinned staging memory each gets.
+  BackendOptions backend;
 };
 
 // What every call of one agent shares. Read-only while serving.
@@ -65,9 +69,18 @@ struct AgentState {
     id = std::move(v);
   }
 
+  // A device hit a sticky error: the agent reports NOT_SERVING through
+  // `on_device_failure` (set by the server; a failure reported before it is
+  // set is passed on when it is).
+  void ReportDeviceFailure(const absl::Status& error);
+  void SetDeviceFailureHandler(std::function<void(const absl::Status&)> fn);
+
  private:
   mutable absl::Mutex id_mu;
   std::string id ABSL_GUARDED_BY(id_mu);
+  absl::Mutex failure_mu;
+  std::function<void(const absl::Status&)> on_device_failure ABSL_GUARDED_BY(failure_mu);
+  absl::Status device_failure ABSL_GUARDED_BY(failure_mu);
 };
 
 class AgentCall final : private FrameVisitor {
@@ -102,8 +115,9 @@ class AgentCall final : private FrameVisitor {
   absl::Status Run(const CancellationToken& cancel);
   // Fills `out` with the next response frame carrying up to about
   // `max_chunk_bytes` of result data (0: everything). The first frame has the
-  // header, the last the stats. False once everything was sent.
-  bool NextResponseFrame(int64_t max_chunk_bytes, grpc::ByteBuffer* out);
+  // header, the last the stats. False once everything was sent; an error
+  // when a device copy of the results failed (the call must end with it).
+  absl::StatusOr<bool> NextResponseFrame(int64_t max_chunk_bytes, grpc::ByteBuffer* out);
 
 
   // Records the call's outcome in the agent's metrics. Call once, with the
@@ -115,9 +129,16 @@ class AgentCall final : private FrameVisitor {
     TensorSpec spec;
     int64_t size = 0;
     std::shared_ptr<DeviceMemory> memory;
-    // Host copy for devices the host cannot address directly.
-    std::shared_ptr<std::vector<uint8_t>> staging;
+    // Results of a unary Call on a device: the whole result on the host.
+    std::shared_ptr<std::vector<uint8_t>> host_copy;
     uint8_t* host() const;
+  };
+  // A result range being copied to the host, for one response frame.
+  struct PendingResult {
+    std::unique_ptr<StagingBlock> block;
+    uint32_t tensor = 0;
+    int64_t offset = 0;
+    int64_t size = 0;
   };
 
   absl::Status OnMessageField(uint32_t field, absl::string_view bytes) override;
@@ -125,9 +146,34 @@ class AgentCall final : private FrameVisitor {
                        const ChunkBytes& data) override;
   // Places the tensors of a shared-memory call in its region.
   absl::Status PlaceInRegion(const ValidatedCall& v);
+  // The least busy healthy device.
+  absl::StatusOr<Device*> PickDevice();
+  bool on_device() const { return !shm_ && stream_ != nullptr && !host_memory_; }
+
+  // Device inputs: chunks gather in a staging block, which is copied to the
+  // device asynchronously when full, so the copy of one block overlaps the
+  // receiving of the next.
+  absl::StatusOr<std::unique_ptr<StagingBlock>> NextStagingBlock(
+      std::deque<std::unique_ptr<StagingBlock>>& in_flight, int64_t want);
+  absl::Status StageChunk(uint32_t index, uint64_t offset, const ChunkBytes& data);
+  absl::Status FlushInputBlock();
+  // Device results: copies to the host run a few blocks ahead of sending.
+  absl::Status FillResultPipeline(int64_t max_chunk_bytes);
+  absl::Status CopyResultsToHost();
 
   AgentState& agent_;
   Device* device_ = nullptr;
+  std::unique_ptr<Stream> stream_;
+  bool host_memory_ = true;  // the device's memory is the host's (cpu)
+  std::unique_ptr<StagingBlock> in_open_;
+  uint32_t in_tensor_ = 0;
+  int64_t in_offset_ = 0;
+  int64_t in_fill_ = 0;
+  std::deque<std::unique_ptr<StagingBlock>> in_flight_;
+  std::deque<PendingResult> out_pending_;
+  size_t copy_index_ = 0;  // the next result range to copy to the host
+  int64_t copy_offset_ = 0;
+  absl::Status device_error_;  // a failed result copy: the call ends with it
   int frames_ = 0;
   v1::CallHeader header_;
   std::optional<ValidatedCall> pending_;    // validated, not yet allocated

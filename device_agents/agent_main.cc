@@ -7,6 +7,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "core/platform.h"
 #include "core/process.h"
@@ -31,6 +32,12 @@ ABSL_FLAG(std::string, metrics_listen, "",
 ABSL_FLAG(std::string, shm_socket, "auto",
           "same-host shared memory: auto, @abstract-name, a socket path, or empty for none");
 ABSL_FLAG(int, workers, 0, "handler threads (0: one per core)");
+ABSL_FLAG(std::vector<std::string>, devices, {},
+          "device ordinals to serve, e.g. 0,1 (default: every device found)");
+ABSL_FLAG(int64_t, staging_bytes, int64_t{256} << 20,
+          "pinned host memory per device for staging copies, in bytes");
+ABSL_FLAG(int64_t, staging_block_bytes, int64_t{4} << 20,
+          "size of one staging block (one copy to or from the device)");
 ABSL_FLAG(int, ready_fd, -1,
           "write the bound port to this file descriptor once serving");
 
@@ -51,7 +58,22 @@ int main(int argc, char** argv) {
                  platform_name.c_str());
     return 2;
   }
+  std::vector<int> devices;
+  for (const std::string& d : absl::GetFlag(FLAGS_devices)) {
+    int ordinal = -1;
+    if (!absl::SimpleAtoi(d, &ordinal) || ordinal < 0) {
+      std::fprintf(stderr,
+                   "farcall-agent: INVALID_ARGUMENT: --devices takes device "
+                   "ordinals such as 0,1; got '%s'.\n",
+                   d.c_str());
+      return 2;
+    }
+    devices.push_back(ordinal);
+  }
   farcall::agent::AgentServer::Options options;
+  options.config.backend.devices = devices;
+  options.config.backend.staging_bytes = absl::GetFlag(FLAGS_staging_bytes);
+  options.config.backend.staging_block_bytes = absl::GetFlag(FLAGS_staging_block_bytes);
   options.listen = absl::GetFlag(FLAGS_listen);
   options.plugins = absl::GetFlag(FLAGS_plugins);
   options.workers = absl::GetFlag(FLAGS_workers);

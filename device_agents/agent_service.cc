@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <functional>
 #include <thread>
 #include <utility>
@@ -133,10 +134,10 @@ class ExecuteReactor final
 
   void WriteNext() {
     out_.Clear();
-    if (!call_->NextResponseFrame(shared_.state.config.response_chunk_bytes,
-                                  &out_)) {
-      return FinishWith(absl::OkStatus());
-    }
+    absl::StatusOr<bool> more =
+        call_->NextResponseFrame(shared_.state.config.response_chunk_bytes, &out_);
+    if (!more.ok()) return FinishWith(more.status());
+    if (!*more) return FinishWith(absl::OkStatus());
     StartWrite(&out_);
   }
 
@@ -187,7 +188,7 @@ class CallReactor final : public grpc::ServerUnaryReactor, public RefCounted {
         Ref();
         shared_.pool->Submit([this] {
           absl::Status run = call_->Run(cancel_);
-          if (run.ok()) call_->NextResponseFrame(0, response_);
+          if (run.ok()) run = call_->NextResponseFrame(0, response_).status();
           FinishWith(run);
           Unref();
         });
@@ -294,7 +295,8 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(Options options)
         static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE) / 4 * 3;
   }
   state.admission = std::make_unique<Admission>(state.config.max_inflight_bytes);
-  FARCALL_ASSIGN_OR_RETURN(state.backend, OpenBackend(state.config.platform));
+  FARCALL_ASSIGN_OR_RETURN(state.backend,
+                           OpenBackend(state.config.platform, state.config.backend));
   for (const FarcallHandlerDef& def : state.backend.builtin_handlers) {
     FARCALL_RETURN_IF_ERROR(state.registry.Register(def, "builtin"));
   }
@@ -327,6 +329,13 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(Options options)
                       "farcall-agent"));
   impl->server = std::move(running.server);
   impl->port = running.port;
+  // A sticky device error: stop being picked by routers; serve nothing new.
+  grpc::Server* server = impl->server.get();
+  state.SetDeviceFailureHandler([server](const absl::Status& error) {
+    std::fprintf(stderr, "farcall-agent: device failed, now NOT_SERVING: %s\n",
+                 error.ToString().c_str());
+    server->GetHealthCheckService()->SetServingStatus(false);
+  });
   state.set_agent_id(state.config.agent_id.empty()
                          ? absl::StrCat(PlatformName(state.config.platform),
                                         "-agent-", impl->port)

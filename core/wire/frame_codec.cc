@@ -211,10 +211,20 @@ class FrameDecoder {
   uint64_t remaining_ = 0;
 };
 
-void ChunkBytes::CopyTo(uint8_t* dst) const {
-  uint64_t n = size_;
+void ChunkBytes::CopyRangeTo(uint64_t from, uint64_t n, uint8_t* dst) const {
   size_t s = slice_;
   size_t off = offset_;
+  // Skip to `from`.
+  while (from > 0) {
+    size_t avail = (*slices_)[s].size() - off;
+    if (from < avail) {
+      off += from;
+      break;
+    }
+    from -= avail;
+    ++s;
+    off = 0;
+  }
   while (n > 0) {
     const grpc::Slice& slice = (*slices_)[s];
     size_t avail = slice.size() - off;

@@ -38,7 +38,9 @@ class ChunkBytes {
  public:
   uint64_t size() const { return size_; }
   // Copies all size() bytes to `dst`.
-  void CopyTo(uint8_t* dst) const;
+  void CopyTo(uint8_t* dst) const { CopyRangeTo(0, size_, dst); }
+  // Copies bytes [from, from + n) of the chunk to `dst`; from + n <= size().
+  void CopyRangeTo(uint64_t from, uint64_t n, uint8_t* dst) const;
 
  private:
   friend class FrameDecoder;

@@ -1,8 +1,8 @@
-// The built-in handlers of the CPU agent: copy, scale, axpy, add, sum,
-// crc32c, sleep and fail, with the semantics of ARCHITECTURE.md ("Built-in
-// handlers"). They are written against the plugin SDK (farcall/handler.h)
-// like any plugin, so the agent registers them the same way it registers a
-// plugin's handlers.
+// The built-in handlers of the CPU agent (builtins/builtin_handlers.h run by
+// host loops): copy, scale, axpy, add, sum, crc32c, sleep and fail, with
+// the semantics of ARCHITECTURE.md. They are written against the plugin SDK
+// (farcall/handler.h) like any plugin, so the agent registers them the same
+// way it registers a plugin's handlers.
 //
 // Every handler checks its frame (counts, dtypes, specs, attributes) and
 // answers INVALID_ARGUMENT with a message that starts with its name, e.g.

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "device_agents/cpu/builtin_handlers.h"
 
 namespace farcall::agent::cpu {
@@ -42,6 +43,25 @@ std::string CpuModelName() {
   return "host CPU";
 }
 
+// Handlers run synchronously on the worker, so the "stream" is the thread:
+// copies happen at once and there is nothing to wait for.
+class CpuStream final : public Stream {
+ public:
+  FarcallStreamKind kind() const override { return FARCALL_STREAM_NONE; }
+  void* native() override { return nullptr; }
+  absl::Status CopyToDevice(const void* host, DeviceMemory& dst, int64_t offset,
+                            int64_t size) override {
+    std::memcpy(dst.host_ptr() + offset, host, size);
+    return absl::OkStatus();
+  }
+  absl::Status CopyToHost(DeviceMemory& src, int64_t offset, int64_t size,
+                          void* host) override {
+    std::memcpy(host, src.host_ptr() + offset, size);
+    return absl::OkStatus();
+  }
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+};
+
 class CpuDevice final : public Device {
  public:
   Platform platform() const override { return Platform::kCpu; }
@@ -64,27 +84,22 @@ class CpuDevice final : public Device {
     }
     return std::make_unique<HostMemory>(static_cast<uint8_t*>(p), size);
   }
-  absl::Status CopyToDevice(const void* host, DeviceMemory& dst, int64_t offset,
-                            int64_t size) override {
-    std::memcpy(dst.host_ptr() + offset, host, size);
-    return absl::OkStatus();
-  }
-  absl::Status CopyToHost(DeviceMemory& src, int64_t offset, int64_t size,
-                          void* host) override {
-    std::memcpy(host, src.host_ptr() + offset, size);
-    return absl::OkStatus();
-  }
-  absl::Status Synchronize() override { return absl::OkStatus(); }
-  FarcallStreamKind stream_kind() const override { return FARCALL_STREAM_NONE; }
-  void* stream() override { return nullptr; }
+  absl::StatusOr<std::unique_ptr<Stream>> AcquireStream() override;
 
  private:
   std::string name_ = CpuModelName();
 };
 
+absl::StatusOr<std::unique_ptr<Stream>> CpuDevice::AcquireStream() {
+  return std::make_unique<CpuStream>();
+}
+
 }  // namespace
 
-absl::StatusOr<Backend> OpenCpuBackend() {
+absl::StatusOr<Backend> OpenCpuBackend(const BackendOptions& options) {
+  // The host is one device; --devices may name only it.
+  FARCALL_ASSIGN_OR_RETURN(std::vector<int> chosen, SelectDevices("cpu", 1, options.devices));
+  (void)chosen;
   Backend b;
   b.devices.push_back(std::make_unique<CpuDevice>());
   for (const FarcallHandlerDef& d : BuiltinHandlers()) b.builtin_handlers.push_back(d);

@@ -8,7 +8,7 @@
 
 namespace farcall::agent::cpu {
 
-absl::StatusOr<Backend> OpenCpuBackend();
+absl::StatusOr<Backend> OpenCpuBackend(const BackendOptions& options);
 
 }  // namespace farcall::agent::cpu
 

@@ -8,13 +8,13 @@
 //
 //   uint32_t crc = Crc32c(a, na);
 //   crc = Crc32c(b, nb, crc);  // == Crc32c of a followed by b
-#ifndef FARCALL_DEVICE_AGENTS_CPU_CRC32C_H_
-#define FARCALL_DEVICE_AGENTS_CPU_CRC32C_H_
+#ifndef FARCALL_DEVICE_AGENTS_BUILTINS_CRC32C_H_
+#define FARCALL_DEVICE_AGENTS_BUILTINS_CRC32C_H_
 
 #include <cstddef>
 #include <cstdint>
 
-namespace farcall::agent::cpu {
+namespace farcall::agent::builtins {
 
 // The CRC-32C of `n` bytes at `data`, continuing from `crc`, the CRC-32C of
 // the bytes before them (0 to start).
@@ -26,6 +26,6 @@ uint32_t Crc32cPortableForTest(const void* data, size_t n, uint32_t crc = 0);
 // Whether Crc32c uses the SSE4.2 instruction on this machine.
 bool Crc32cUsesHardwareForTest();
 
-}  // namespace farcall::agent::cpu
+}  // namespace farcall::agent::builtins
 
-#endif  // FARCALL_DEVICE_AGENTS_CPU_CRC32C_H_
+#endif  // FARCALL_DEVICE_AGENTS_BUILTINS_CRC32C_H_

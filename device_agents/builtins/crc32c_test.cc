@@ -1,4 +1,4 @@
-#include "device_agents/cpu/crc32c.h"
+#include "device_agents/builtins/crc32c.h"
 
 #include <cstdint>
 #include <cstring>
@@ -8,7 +8,7 @@
 
 #include "gtest/gtest.h"
 
-namespace farcall::agent::cpu {
+namespace farcall::agent::builtins {
 namespace {
 
 uint32_t Crc(std::string_view s) { return Crc32c(s.data(), s.size()); }
@@ -64,4 +64,4 @@ TEST(Crc32cTest, HardwareAndPortableAgree) {
 }
 
 }  // namespace
-}  // namespace farcall::agent::cpu
+}  // namespace farcall::agent::builtins

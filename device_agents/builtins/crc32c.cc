@@ -1,4 +1,4 @@
-#include "device_agents/cpu/crc32c.h"
+#include "device_agents/builtins/crc32c.h"
 
 #include <array>
 #include <cstring>
@@ -8,7 +8,7 @@
 #define FARCALL_CRC32C_HAVE_SSE42_PATH 1
 #endif
 
-namespace farcall::agent::cpu {
+namespace farcall::agent::builtins {
 namespace {
 
 constexpr uint32_t kPoly = 0x82F63B78u;  // reflected Castagnoli polynomial
@@ -109,4 +109,4 @@ bool Crc32cUsesHardwareForTest() {
 #endif
 }
 
-}  // namespace farcall::agent::cpu
+}  // namespace farcall::agent::builtins

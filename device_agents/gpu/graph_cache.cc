@@ -1,0 +1,152 @@
+#include "device_agents/gpu/graph_cache.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+
+namespace farcall::agent::FARCALL_GPU_NS {
+namespace {
+
+void AppendBuffer(std::string& key, const FarcallBuffer& b) {
+  absl::StrAppend(&key, b.dtype, "[");
+  for (int64_t i = 0; i < b.rank; ++i) absl::StrAppend(&key, b.dims[i], ",");
+  absl::StrAppend(&key, "]a", b.aliased_arg, ";");
+}
+
+}  // namespace
+
+std::string GraphSignature(const RegisteredHandler& handler,
+                           const HandlerInvocation& inv) {
+  std::string key = absl::StrCat(handler.name, "@", handler.source, "|");
+  for (const FarcallBuffer& b : inv.args) AppendBuffer(key, b);
+  key += "|";
+  for (const FarcallBuffer& b : inv.results) AppendBuffer(key, b);
+  key += "|";
+  // Attributes are baked into the captured launches, so they are part of
+  // the signature; sorted, since their order on the wire is not fixed.
+  std::vector<std::string> attrs;
+  for (const FarcallAttribute& a : inv.attrs) {
+    std::string s(a.name, a.name_size);
+    switch (a.type) {
+      case FARCALL_ATTR_I64:
+        absl::StrAppend(&s, "=i", a.i64);
+        break;
+      case FARCALL_ATTR_F64:
+        absl::StrAppend(&s, "=f", absl::StrCat(a.f64));
+        break;
+      case FARCALL_ATTR_BOOL:
+        absl::StrAppend(&s, "=b", a.b);
+        break;
+      default:
+        absl::StrAppend(&s, "=s", a.str_size, ":", absl::string_view(a.str, a.str_size));
+        break;
+    }
+    attrs.push_back(std::move(s));
+  }
+  std::sort(attrs.begin(), attrs.end());
+  for (const std::string& a : attrs) absl::StrAppend(&key, a.size(), ":", a);
+  return key;
+}
+
+GraphCache::~GraphCache() {
+  absl::MutexLock l(&mu_);
+  for (auto& [key, entry] : entries_) {
+    absl::MutexLock el(&entry->mu);
+    if (entry->exec != nullptr) api::GraphExecDestroy(entry->exec);
+  }
+}
+
+int GraphCache::captures() const {
+  absl::MutexLock l(&mu_);
+  return captures_;
+}
+
+absl::Status GraphCache::Run(const RegisteredHandler& handler, HandlerInvocation& inv,
+                             Stream& stream) {
+  std::shared_ptr<Entry> entry;
+  {
+    absl::MutexLock l(&mu_);
+    std::shared_ptr<Entry>& e = entries_[GraphSignature(handler, inv)];
+    if (e == nullptr) e = std::make_shared<Entry>();
+    entry = e;
+  }
+  auto native = static_cast<api::StreamT>(stream.native());
+  absl::MutexLock l(&entry->mu);
+  if (entry->exec == nullptr && entry->args.empty()) {
+    for (const FarcallBuffer& b : inv.args) {
+      FARCALL_ASSIGN_OR_RETURN(std::unique_ptr<DeviceMemory> m,
+                               device_.Allocate(static_cast<int64_t>(b.size_bytes)));
+      entry->args.push_back(std::move(m));
+    }
+    for (const FarcallBuffer& b : inv.results) {
+      if (b.aliased_arg >= 0) {
+        entry->results.push_back(nullptr);  // the arg's buffer
+        continue;
+      }
+      FARCALL_ASSIGN_OR_RETURN(std::unique_ptr<DeviceMemory> m,
+                               device_.Allocate(static_cast<int64_t>(b.size_bytes)));
+      entry->results.push_back(std::move(m));
+    }
+  }
+  auto result_memory = [&](size_t o) -> DeviceMemory& {
+    const int64_t alias = inv.results[o].aliased_arg;
+    return alias >= 0 ? *entry->args[alias] : *entry->results[o];
+  };
+  // The call's inputs into the graph's buffers.
+  for (size_t i = 0; i < inv.args.size(); ++i) {
+    if (inv.args[i].size_bytes == 0) continue;
+    FARCALL_GPU_RETURN_IF_ERROR(api::CopyD2D(entry->args[i]->device_ptr(), inv.args[i].data,
+                                             inv.args[i].size_bytes, native));
+  }
+  if (entry->exec == nullptr) {
+    // Capture: the handler's host code runs now, and never again for this
+    // signature on this device.
+    HandlerInvocation captured = inv;
+    for (size_t i = 0; i < captured.args.size(); ++i) {
+      captured.args[i].data = entry->args[i]->device_ptr();
+    }
+    for (size_t o = 0; o < captured.results.size(); ++o) {
+      captured.results[o].data = result_memory(o).device_ptr();
+    }
+    FARCALL_GPU_RETURN_IF_ERROR(api::StreamSynchronize(native));
+    FARCALL_GPU_RETURN_IF_ERROR(api::BeginCapture(native));
+    absl::Status ran = InvokeHandler(handler.fn, captured);
+    api::GraphT graph = nullptr;
+    const api::Error ended = api::EndCapture(native, &graph);
+    if (ran.ok() && ended != api::kSuccess) {
+      ran = absl::FailedPreconditionError(absl::StrCat(
+          "handler '", handler.name,
+          "' is registered command_buffer_compatible, but its work could not be "
+          "captured as a graph (", api::ErrorName(ended), ": ", api::ErrorString(ended),
+          "); a compatible handler only enqueues work on the call's stream and "
+          "never synchronises."));
+    }
+    if (!ran.ok()) {
+      if (graph != nullptr) api::GraphDestroy(graph);
+      return ran;
+    }
+    const api::Error inst = api::GraphInstantiate(&entry->exec, graph);
+    api::GraphDestroy(graph);
+    if (inst != api::kSuccess) {
+      entry->exec = nullptr;
+      return api::ToStatus(inst, "GraphInstantiate");
+    }
+    absl::MutexLock cl(&mu_);
+    ++captures_;
+  }
+  FARCALL_GPU_RETURN_IF_ERROR(api::GraphLaunch(entry->exec, native));
+  // The graph's results out to the call's buffers (an aliased result is
+  // the call's arg buffer, updated in place as the handler would have).
+  for (size_t o = 0; o < inv.results.size(); ++o) {
+    if (inv.results[o].size_bytes == 0) continue;
+    FARCALL_GPU_RETURN_IF_ERROR(api::CopyD2D(inv.results[o].data, result_memory(o).device_ptr(),
+                                             inv.results[o].size_bytes, native));
+  }
+  // The entry's buffers are free for the next call once this is done.
+  FARCALL_GPU_RETURN_IF_ERROR(api::StreamSynchronize(native));
+  return absl::OkStatus();
+}
+
+}  // namespace farcall::agent::FARCALL_GPU_NS

@@ -1,0 +1,65 @@
+// Graph capture for handlers registered command_buffer_compatible: the first
+// call of a signature (handler, arg and result specs, aliases, attributes)
+// on a device runs the handler's host code once under stream capture; every
+// later call replays the captured graph. That is JAX's contract: such a
+// handler's host code runs once per signature.
+//
+// A graph bakes in the buffers it was captured with, so each entry owns
+// device buffers of its signature: a call's inputs are copied in (device to
+// device), the graph runs, and the results are copied out. Calls of one
+// signature on one device take turns on its entry.
+//
+// Thread safety: thread-safe.
+#ifndef FARCALL_DEVICE_AGENTS_GPU_GRAPH_CACHE_H_
+#define FARCALL_DEVICE_AGENTS_GPU_GRAPH_CACHE_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "device_agents/device.h"
+#include "device_agents/gpu/gpu_api.h"
+#include "device_agents/handler_registry.h"
+#include "device_agents/handler_runtime.h"
+
+namespace farcall::agent::FARCALL_GPU_NS {
+
+// The cache key of a call: equal exactly when a captured graph may replay.
+std::string GraphSignature(const RegisteredHandler& handler,
+                           const HandlerInvocation& inv);
+
+class GraphCache {
+ public:
+  explicit GraphCache(Device& device) : device_(device) {}
+  ~GraphCache();
+
+  // Runs `handler` for `inv` on `stream` through the signature's graph,
+  // capturing it first if needed. Returns once the results are in `inv`'s
+  // buffers (the stream is synchronised).
+  absl::Status Run(const RegisteredHandler& handler, HandlerInvocation& inv,
+                   Stream& stream);
+
+  // How many graphs were captured (host code runs), for tests and metrics.
+  int captures() const;
+
+ private:
+  struct Entry {
+    absl::Mutex mu;
+    api::GraphExecT exec ABSL_GUARDED_BY(mu) = nullptr;
+    std::vector<std::unique_ptr<DeviceMemory>> args ABSL_GUARDED_BY(mu);
+    std::vector<std::unique_ptr<DeviceMemory>> results ABSL_GUARDED_BY(mu);
+  };
+
+  Device& device_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<Entry>> entries_ ABSL_GUARDED_BY(mu_);
+  int captures_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace farcall::agent::FARCALL_GPU_NS
+
+#endif  // FARCALL_DEVICE_AGENTS_GPU_GRAPH_CACHE_H_
