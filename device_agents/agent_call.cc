@@ -62,6 +62,8 @@ class RegionView final : public DeviceMemory {
 class PlainStagingBlock final : public StagingBlock {
  public:
   explicit PlainStagingBlock(int64_t size) : data_(size) {}
+  // Its memory must outlive the copy that reads or fills it.
+  ~PlainStagingBlock() override { Wait().IgnoreError(); }
   uint8_t* data() override { return data_.data(); }
   int64_t size() const override { return static_cast<int64_t>(data_.size()); }
   absl::Status Record(Stream& stream) override {

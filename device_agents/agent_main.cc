@@ -38,6 +38,8 @@ ABSL_FLAG(int64_t, staging_bytes, int64_t{256} << 20,
           "pinned host memory per device for staging copies, in bytes");
 ABSL_FLAG(int64_t, staging_block_bytes, int64_t{4} << 20,
           "size of one staging block (one copy to or from the device)");
+ABSL_FLAG(bool, list_devices, false,
+          "print the platform's devices and exit: 0 when there is one, 1 when none");
 ABSL_FLAG(int, ready_fd, -1,
           "write the bound port to this file descriptor once serving");
 
@@ -86,6 +88,19 @@ int main(int argc, char** argv) {
   options.config.max_inflight_bytes = absl::GetFlag(FLAGS_max_inflight_bytes);
   options.config.response_chunk_bytes = absl::GetFlag(FLAGS_response_chunk_bytes);
 
+  if (absl::GetFlag(FLAGS_list_devices)) {
+    auto backend = farcall::agent::OpenBackend(*platform, options.config.backend);
+    if (!backend.ok()) {
+      std::fprintf(stderr, "farcall-agent: %s\n", backend.status().ToString().c_str());
+      return 1;
+    }
+    for (const auto& d : backend->devices) {
+      std::printf("%s device %d: %s, %lld bytes\n", platform_name.c_str(), d->ordinal(),
+                  d->name().c_str(), static_cast<long long>(d->memory_bytes()));
+    }
+    std::fflush(nullptr);
+    std::_Exit(0);
+  }
   auto server = farcall::agent::AgentServer::Start(options);
   if (!server.ok()) {
     std::fprintf(stderr, "farcall-agent: %s\n", server.status().ToString().c_str());

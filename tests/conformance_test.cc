@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "farcall/client.h"
 #include "farcall/v1/farcall.grpc.pb.h"
@@ -29,6 +30,43 @@ using ::testing::HasSubstr;
 
 constexpr int64_t kAgentMaxCallBytes = int64_t{1} << 30;
 
+// The platform under test: FARCALL_TEST_PLATFORM, cpu by default. ctest runs
+// this suite once per platform built (tests/CMakeLists.txt).
+const std::string& TestPlatform() {
+  static const std::string p = [] {
+    const char* e = std::getenv("FARCALL_TEST_PLATFORM");
+    return std::string(e != nullptr && *e != '\0' ? e : "cpu");
+  }();
+  return p;
+}
+
+// A supported platform that the agents under test do not serve.
+std::string OtherPlatform() { return TestPlatform() == "cuda" ? "rocm" : "cuda"; }
+
+// The plugin with "example.negate" for the platform under test, or empty.
+std::string TestPlugin() {
+  const char* e = std::getenv("FARCALL_TEST_PLUGIN");
+  if (e != nullptr) return e;
+  return TestPlatform() == "cpu" ? FARCALL_EXAMPLE_PLUGIN : "";
+}
+
+// Why this platform cannot be tested here ("" when it can): its agent finds
+// no device. Asked once, of the agent itself.
+const std::string& SkipReason() {
+  static const std::string reason = [] {
+    absl::StatusOr<std::string> why =
+        ::farcall::testing::DeviceProblem(FARCALL_AGENT_BIN, TestPlatform());
+    // Any other failure is not a reason to skip: the tests then fail on it.
+    return why.ok() ? *why : std::string();
+  }();
+  return reason;
+}
+
+#define SKIP_WITHOUT_DEVICE()                                                   \
+  if (!SkipReason().empty()) {                                                  \
+    GTEST_SKIP() << "no " << TestPlatform() << " device here: " << SkipReason(); \
+  }
+
 // Two cpu agents (with the example plugin) and a router over both.
 struct Cluster {
   std::unique_ptr<ChildProcess> agent_a, agent_b, router;
@@ -37,15 +75,22 @@ struct Cluster {
 Cluster* g_cluster = nullptr;
 
 std::vector<std::string> AgentArgs() {
-  return {"--platform=cpu", "--listen=127.0.0.1:0",
-          absl::StrCat("--max_call_bytes=", kAgentMaxCallBytes),
-          absl::StrCat("--plugins=", FARCALL_EXAMPLE_PLUGIN)};
+  std::vector<std::string> args = {absl::StrCat("--platform=", TestPlatform()),
+                                   "--listen=127.0.0.1:0",
+                                   absl::StrCat("--max_call_bytes=", kAgentMaxCallBytes)};
+  if (!TestPlugin().empty()) args.push_back(absl::StrCat("--plugins=", TestPlugin()));
+  return args;
 }
 
 class ClusterEnv : public ::testing::Environment {
  public:
   void SetUp() override {
     g_cluster = new Cluster;
+    if (!SkipReason().empty()) {
+      std::fprintf(stderr, "SKIPPED: no %s device here: %s\n", TestPlatform().c_str(),
+                   SkipReason().c_str());
+      return;
+    }
     auto a = ChildProcess::Start(FARCALL_AGENT_BIN, AgentArgs());
     ASSERT_TRUE(a.ok()) << a.status();
     auto b = ChildProcess::Start(FARCALL_AGENT_BIN, AgentArgs());
@@ -83,7 +128,7 @@ v1::TensorSpec Spec(DType d, std::vector<int64_t> dims) {
 }
 
 // A header for copy of one float32[n] arg.
-v1::CallHeader CopyHeader(int64_t n, const std::string& platform = "cpu") {
+v1::CallHeader CopyHeader(int64_t n, const std::string& platform = TestPlatform()) {
   v1::CallHeader h;
   h.set_handler("copy");
   h.add_platforms(platform);
@@ -198,7 +243,10 @@ class ConformanceTest : public ::testing::TestWithParam<Param> {
     EXPECT_EQ(got, std::string(16, 7));
   }
 
-  void TearDown() override { ExpectGoodCallAfter(); }
+  void SetUp() override { SKIP_WITHOUT_DEVICE(); }
+  void TearDown() override {
+    if (!IsSkipped()) ExpectGoodCallAfter();
+  }
 };
 
 // ---- Status table rows ------------------------------------------------------
@@ -212,7 +260,7 @@ TEST_P(ConformanceTest, UnsupportedPlatformIsJaxError) {
 
 TEST_P(ConformanceTest, MultiplePlatformsUnimplemented) {
   v1::CallHeader h = CopyHeader(4);
-  h.add_platforms("cuda");
+  h.add_platforms(OtherPlatform());
   ExpectStatus(RawHeaderOnly(h), grpc::StatusCode::UNIMPLEMENTED,
                "multi-platform lowering for buffer_callback");
 }
@@ -243,7 +291,7 @@ TEST_P(ConformanceTest, AliasOutputOutOfRange) {
 TEST_P(ConformanceTest, AliasSpecsDiffer) {
   v1::CallHeader h;
   h.set_handler("copy");
-  h.add_platforms("cpu");
+  h.add_platforms(TestPlatform());
   *h.add_args() = Spec(DType::kF32, {4, 8});
   *h.add_results() = Spec(DType::kF32, {8, 4});
   (*h.mutable_input_output_aliases())[0] = 0;
@@ -353,23 +401,27 @@ TEST_P(ConformanceTest, HandlerNotRegistered) {
   v1::CallHeader h = CopyHeader(4);
   h.set_handler("no_such_handler");
   ExpectStatus(RawHeaderOnly(h), grpc::StatusCode::NOT_FOUND,
-               "handler 'no_such_handler' is not registered for platform 'cpu'.");
+               absl::StrCat("handler 'no_such_handler' is not registered for platform '",
+                            TestPlatform(), "'."));
 }
 
 TEST_P(ConformanceTest, SupportedPlatformNotServed) {
-  RawAnswer a = RawHeaderOnly(CopyHeader(4, "CUDA"));
+  // Upper case: platform names are matched in any case, as in JAX.
+  RawAnswer a = RawHeaderOnly(CopyHeader(4, absl::AsciiStrToUpper(OtherPlatform())));
   if (via_router()) {
-    ExpectStatus(a, grpc::StatusCode::UNAVAILABLE, "no live agent serves platform 'cuda'.");
+    ExpectStatus(a, grpc::StatusCode::UNAVAILABLE,
+                 absl::StrCat("no live agent serves platform '", OtherPlatform(), "'."));
   } else {
     ExpectStatus(a, grpc::StatusCode::FAILED_PRECONDITION,
-                 "this agent serves platform 'cpu', but the call asks for platform 'cuda'.");
+                 absl::StrCat("this agent serves platform '", TestPlatform(),
+                              "', but the call asks for platform '", OtherPlatform(), "'."));
   }
 }
 
 TEST_P(ConformanceTest, HandlerFailureKeepsItsCodeAndMessage) {
   v1::CallHeader h;
   h.set_handler("fail");
-  h.add_platforms("cpu");
+  h.add_platforms(TestPlatform());
   (*h.mutable_attributes())["code"].set_i64(7);
   (*h.mutable_attributes())["message"].set_str("no entry for you");
   ExpectStatus(RawHeaderOnly(h), grpc::StatusCode::PERMISSION_DENIED, "no entry for you");
@@ -382,7 +434,7 @@ TEST_P(ConformanceTest, HandlerFailureKeepsItsCodeAndMessage) {
 TEST_P(ConformanceTest, DeadlineStopsSleep) {
   v1::ExecuteRequest r;
   r.mutable_header()->set_handler("sleep");
-  r.mutable_header()->add_platforms("cpu");
+  r.mutable_header()->add_platforms(TestPlatform());
   (*r.mutable_header()->mutable_attributes())["ms"].set_i64(60000);
   auto start = std::chrono::steady_clock::now();
   RawAnswer a = Raw({r}, false, /*deadline_ms=*/300);
@@ -411,6 +463,7 @@ TEST_P(ConformanceTest, RoundTripEveryDType) {
     for (auto& b : in) b = static_cast<uint8_t>(rng());
     if (d == DType::kPred) for (auto& b : in) b &= 1;
     CallRequest req;
+    req.platform = TestPlatform();
     req.handler = "copy";
     req.args = {Arg::In(spec, in.data())};
     req.results = {spec};
@@ -420,7 +473,7 @@ TEST_P(ConformanceTest, RoundTripEveryDType) {
     EXPECT_EQ(r->results[0].spec, spec);
     EXPECT_EQ(std::memcmp(r->results[0].data, in.data(), in.size()), 0) << DTypeName(d);
     EXPECT_EQ(r->transport, GetParam().transport);
-    EXPECT_EQ(r->platform, "cpu");
+    EXPECT_EQ(r->platform, TestPlatform());
   }
 }
 
@@ -433,6 +486,7 @@ TEST_P(ConformanceTest, AxpyUpdatesYInPlace) {
     y[i] = 100 + i;
   }
   CallRequest req;
+  req.platform = TestPlatform();
   req.handler = "axpy";
   req.args = {Arg::In(spec, x.data()), Arg::InOut(spec, y.data())};
   req.results = {spec};
@@ -446,10 +500,15 @@ TEST_P(ConformanceTest, AxpyUpdatesYInPlace) {
 }
 
 TEST_P(ConformanceTest, PluginHandlerRuns) {
+  if (TestPlugin().empty()) {
+    GTEST_SKIP() << "no example plugin is built for platform " << TestPlatform()
+                 << " (set FARCALL_TEST_PLUGIN)";
+  }
   auto client = NewClient();
   TensorSpec spec{DType::kF32, {3}};
   std::vector<float> x = {1, -2, 3};
   CallRequest req;
+  req.platform = TestPlatform();
   req.handler = "example.negate";
   req.args = {Arg::In(spec, x.data())};
   req.results = {spec};
@@ -467,6 +526,7 @@ TEST_P(ConformanceTest, LargeAliasedCopy) {
   for (int64_t i = 0; i < n; ++i) buf[i] = static_cast<uint8_t>(i * 131 + (i >> 20));
   std::vector<uint8_t> expected = buf;
   CallRequest req;
+  req.platform = TestPlatform();
   req.handler = "copy";
   req.args = {Arg::InOut(spec, buf.data())};
   req.results = {spec};
@@ -491,6 +551,7 @@ TEST_P(ConformanceTest, SixtyFourConcurrentCalls) {
       b[c][i] = -i;
     }
     CallRequest req;
+    req.platform = TestPlatform();
     req.handler = "add";
     req.args = {Arg::In(spec, a[c].data()), Arg::In(spec, b[c].data())};
     req.results = {spec};
@@ -507,6 +568,7 @@ TEST_P(ConformanceTest, SixtyFourConcurrentCalls) {
 TEST_P(ConformanceTest, ClientValidatesLikeTheServers) {
   auto client = NewClient();
   CallRequest req;
+  req.platform = TestPlatform();
   req.handler = "copy";
   req.platform = "tpu";
   absl::StatusOr<CallResult> r = client->Call(req, Opts());
@@ -525,6 +587,7 @@ INSTANTIATE_TEST_SUITE_P(
 // ---- Router failover --------------------------------------------------------
 
 TEST(RouterFailoverTest, KeepsServingWhenAnAgentDiesAndUsesItAgainWhenBack) {
+  SKIP_WITHOUT_DEVICE();
   auto a = ChildProcess::Start(FARCALL_AGENT_BIN, AgentArgs());
   ASSERT_TRUE(a.ok()) << a.status();
   auto b = ChildProcess::Start(FARCALL_AGENT_BIN, AgentArgs());
@@ -542,6 +605,7 @@ TEST(RouterFailoverTest, KeepsServingWhenAnAgentDiesAndUsesItAgainWhenBack) {
     std::vector<float> x = {1, 2, 3, 4};
     TensorSpec spec{DType::kF32, {4}};
     CallRequest req;
+    req.platform = TestPlatform();
     req.handler = "copy";
     req.args = {Arg::In(spec, x.data())};
     req.results = {spec};
@@ -556,7 +620,7 @@ TEST(RouterFailoverTest, KeepsServingWhenAnAgentDiesAndUsesItAgainWhenBack) {
   for (int i = 0; i < 20; ++i) {
     auto r = copy_call(i % 2 ? Transport::kUnary : Transport::kStream);
     ASSERT_TRUE(r.ok()) << "call " << i << ": " << r.status();
-    EXPECT_EQ(r->agent_id, absl::StrCat("cpu-agent-", (*b)->port()));
+    EXPECT_EQ(r->agent_id, absl::StrCat(TestPlatform(), "-agent-", (*b)->port()));
   }
   auto list = (*client)->ListAgents(/*refresh=*/true);
   ASSERT_TRUE(list.ok()) << list.status();
@@ -582,18 +646,20 @@ TEST(RouterFailoverTest, KeepsServingWhenAnAgentDiesAndUsesItAgainWhenBack) {
   (*b)->Kill();
   auto r = copy_call(Transport::kUnary);
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->agent_id, absl::StrCat("cpu-agent-", a_port));
+  EXPECT_EQ(r->agent_id, absl::StrCat(TestPlatform(), "-agent-", a_port));
 }
 
 // ---- Client options ------------------------------------------------------------
 
 TEST(ClientOptionsTest, WaitForReadyWaitsForTheTargetUntilTheDeadline) {
+  SKIP_WITHOUT_DEVICE();
   // Nothing listens on port 1.
   auto client = Client::Connect("127.0.0.1:1");
   ASSERT_TRUE(client.ok());
   std::vector<float> x = {1};
   TensorSpec spec{DType::kF32, {1}};
   CallRequest req;
+  req.platform = TestPlatform();
   req.handler = "copy";
   req.args = {Arg::In(spec, x.data())};
   req.results = {spec};
@@ -607,6 +673,7 @@ TEST(ClientOptionsTest, WaitForReadyWaitsForTheTargetUntilTheDeadline) {
 // ---- Memory budget ------------------------------------------------------------
 
 TEST(AgentBudgetTest, CallsThatCouldNeverFitAreRefused) {
+  SKIP_WITHOUT_DEVICE();
   std::vector<std::string> args = AgentArgs();
   args.push_back("--max_inflight_bytes=1048576");
   auto a = ChildProcess::Start(FARCALL_AGENT_BIN, args);
@@ -616,6 +683,7 @@ TEST(AgentBudgetTest, CallsThatCouldNeverFitAreRefused) {
   std::vector<uint8_t> x(600 << 10, 1);  // args + result: 1.2 MiB
   TensorSpec spec{DType::kU8, {static_cast<int64_t>(x.size())}};
   CallRequest req;
+  req.platform = TestPlatform();
   req.handler = "copy";
   req.args = {Arg::In(spec, x.data())};
   req.results = {spec};
@@ -634,6 +702,7 @@ TEST(AgentBudgetTest, CallsThatCouldNeverFitAreRefused) {
 }
 
 TEST(AgentBudgetTest, CallsPastTheBudgetWaitTheirTurnAndAllSucceed) {
+  SKIP_WITHOUT_DEVICE();
   // Room for one 2 MiB call (1 MiB arg + 1 MiB result) at a time.
   std::vector<std::string> args = AgentArgs();
   args.push_back("--max_inflight_bytes=3145728");
@@ -649,6 +718,7 @@ TEST(AgentBudgetTest, CallsPastTheBudgetWaitTheirTurnAndAllSucceed) {
     std::fill(in[c].begin(), in[c].end(), static_cast<uint8_t>(c + 1));
     TensorSpec spec{DType::kU8, {kBytes}};
     CallRequest req;
+    req.platform = TestPlatform();
     req.handler = "copy";
     req.args = {Arg::In(spec, in[c].data())};
     req.results = {spec};
@@ -667,6 +737,7 @@ TEST(AgentBudgetTest, CallsPastTheBudgetWaitTheirTurnAndAllSucceed) {
 // ---- Discovery --------------------------------------------------------------
 
 TEST(RouterDiscoveryTest, DnsSourceNamesEveryAgentItResolvesTo) {
+  SKIP_WITHOUT_DEVICE();
   auto a = ChildProcess::Start(FARCALL_AGENT_BIN, AgentArgs());
   ASSERT_TRUE(a.ok()) << a.status();
   auto router = ChildProcess::Start(
@@ -689,12 +760,13 @@ TEST(RouterDiscoveryTest, DnsSourceNamesEveryAgentItResolvesTo) {
   std::vector<float> x = {1, 2};
   TensorSpec spec{DType::kF32, {2}};
   CallRequest req;
+  req.platform = TestPlatform();
   req.handler = "copy";
   req.args = {Arg::In(spec, x.data())};
   req.results = {spec};
   auto r = (*client)->Call(req);
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->agent_id, absl::StrCat("cpu-agent-", (*a)->port()));
+  EXPECT_EQ(r->agent_id, absl::StrCat(TestPlatform(), "-agent-", (*a)->port()));
 }
 
 }  // namespace

@@ -91,4 +91,21 @@ absl::StatusOr<std::unique_ptr<AgentAndRouter>> StartAgentAndRouter(
   return procs;
 }
 
+absl::StatusOr<std::string> DeviceProblem(const std::string& agent_binary,
+                                          const std::string& platform) {
+  const std::string cmd =
+      absl::StrCat(agent_binary, " --platform=", platform, " --list_devices 2>&1");
+  FILE* f = popen(cmd.c_str(), "r");
+  if (f == nullptr) return absl::InternalError(absl::StrCat("cannot run ", cmd));
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
+  const int status = pclose(f);
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return std::string();
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  if (out.find("no device found") != std::string::npos) return out;
+  return absl::InternalError(absl::StrCat(cmd, " failed: ", out));
+}
+
 }  // namespace farcall::testing

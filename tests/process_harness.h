@@ -47,6 +47,12 @@ absl::StatusOr<std::unique_ptr<AgentAndRouter>> StartAgentAndRouter(
     const std::string& agent_binary, const std::string& router_binary,
     std::vector<std::string> agent_args = {"--listen=127.0.0.1:0"});
 
+// Asks `agent_binary --platform=PLATFORM --list_devices` whether this host
+// has a device for the platform: "" when it has, or the agent's "no device
+// found" message. Any other failure is an error.
+absl::StatusOr<std::string> DeviceProblem(const std::string& agent_binary,
+                                          const std::string& platform);
+
 }  // namespace farcall::testing
 
 #endif  // FARCALL_TESTS_PROCESS_HARNESS_H_

@@ -13,7 +13,7 @@
 #include "absl/status/status.h"
 #include "core/dtype.h"
 #include "core/float_types.h"
-#include "device_agents/cpu/crc32c.h"
+#include "device_agents/builtins/crc32c.h"
 #include "device_agents/handler_runtime.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -725,7 +725,7 @@ TEST(Crc32cHandlerTest, EveryDType) {
     ASSERT_TRUE(Call("crc32c", {Buf(x)}, {Buf(out)}).ok());
     uint32_t got;
     std::memcpy(&got, out.bytes.data(), 4);
-    EXPECT_EQ(got, Crc32c(x.bytes.data(), x.bytes.size()));
+    EXPECT_EQ(got, builtins::Crc32c(x.bytes.data(), x.bytes.size()));
   }
 }
 
@@ -741,7 +741,7 @@ TEST(Crc32cHandlerTest, KnownValueEmptyAndAliased) {
 
   // A uint32 scalar may be overwritten by its own checksum.
   Tensor s = Make(DType::kU32, {}, {12345});
-  const uint32_t want = Crc32c(s.bytes.data(), 4);
+  const uint32_t want = builtins::Crc32c(s.bytes.data(), 4);
   ASSERT_TRUE(Call("crc32c", {Buf(s)}, {Buf(s, 0)}).ok());
   EXPECT_EQ(Parts(s), (std::vector<double>{static_cast<double>(want)}));
 }

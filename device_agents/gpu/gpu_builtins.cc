@@ -62,7 +62,7 @@ struct GpuKernels {
     if (!temps.empty()) {
       const api::Error synced = api::StreamSynchronize(s);
       if (status.ok()) status = FromError(synced, "copy");
-      for (void* t : temps) api::Free(t);
+      for (void* t : temps) (void)api::Free(t);
     }
     return status;
   }

@@ -56,16 +56,16 @@ class GpuStagingBlock final : public StagingBlock {
     api::EventT event = nullptr;
     const api::Error e = api::EventCreate(&event);
     if (e != api::kSuccess) {
-      api::HostFree(p);
+      (void)api::HostFree(p);
       return api::ToStatus(e, "EventCreate");
     }
     return std::unique_ptr<StagingBlock>(new GpuStagingBlock(ordinal, p, size, event));
   }
   ~GpuStagingBlock() override {
-    api::SetDevice(ordinal_);
-    if (recorded_) api::EventSynchronize(event_);
-    api::EventDestroy(event_);
-    api::HostFree(data_);
+    (void)api::SetDevice(ordinal_);
+    if (recorded_) (void)api::EventSynchronize(event_);
+    (void)api::EventDestroy(event_);
+    (void)api::HostFree(data_);
   }
   uint8_t* data() override { return static_cast<uint8_t*>(data_); }
   int64_t size() const override { return size_; }
@@ -108,8 +108,8 @@ class GpuDevice final : public Device {
                       return p;
                     },
                     [ordinal](void* p) {
-                      api::SetDevice(ordinal);
-                      api::Free(p);
+                      (void)api::SetDevice(ordinal);
+                      (void)api::Free(p);
                     }},
                    // Keep up to a quarter of the device cached between calls.
                    memory / 4),
@@ -120,8 +120,8 @@ class GpuDevice final : public Device {
 
   ~GpuDevice() override {
     absl::MutexLock l(&mu_);
-    api::SetDevice(ordinal_);
-    for (api::StreamT s : free_streams_) api::StreamDestroy(s);
+    (void)api::SetDevice(ordinal_);
+    for (api::StreamT s : free_streams_) (void)api::StreamDestroy(s);
   }
 
   Platform platform() const override { return api::kPlatform; }
@@ -223,7 +223,7 @@ absl::Status FARCALL_GPU_ERROR_TO_STATUS(api::Error error, const char* expr) {
   absl::Status status = absl::InternalError(message);
   if (api::IsSticky(error)) {
     int ordinal = -1;
-    api::GetDevice(&ordinal);
+    (void)api::GetDevice(&ordinal);
     StickyErrors::Get().Set(ordinal, absl::InternalError(absl::StrCat(
         message, "; the device's context is lost until the agent restarts")));
   }

@@ -54,7 +54,7 @@ GraphCache::~GraphCache() {
   absl::MutexLock l(&mu_);
   for (auto& [key, entry] : entries_) {
     absl::MutexLock el(&entry->mu);
-    if (entry->exec != nullptr) api::GraphExecDestroy(entry->exec);
+    if (entry->exec != nullptr) (void)api::GraphExecDestroy(entry->exec);
   }
 }
 
@@ -124,11 +124,11 @@ absl::Status GraphCache::Run(const RegisteredHandler& handler, HandlerInvocation
           "never synchronises."));
     }
     if (!ran.ok()) {
-      if (graph != nullptr) api::GraphDestroy(graph);
+      if (graph != nullptr) (void)api::GraphDestroy(graph);
       return ran;
     }
     const api::Error inst = api::GraphInstantiate(&entry->exec, graph);
-    api::GraphDestroy(graph);
+    (void)api::GraphDestroy(graph);
     if (inst != api::kSuccess) {
       entry->exec = nullptr;
       return api::ToStatus(inst, "GraphInstantiate");

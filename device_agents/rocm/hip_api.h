@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <string>
 
 #include "absl/status/status.h"
 #include "core/platform.h"
@@ -77,7 +78,9 @@ inline Error DeviceName(int d, char* name, size_t size, int64_t* memory) {
   hipDeviceProp_t p{};
   Error e = hipGetDeviceProperties(&p, d);
   if (e != hipSuccess) return e;
-  snprintf(name, size, "%s (%s)", p.name, p.gcnArchName);
+  // Both fields are NUL-terminated arrays; the name may be cut at `size`.
+  std::string full = std::string(p.name) + " (" + p.gcnArchName + ")";
+  snprintf(name, size, "%s", full.c_str());
   *memory = static_cast<int64_t>(p.totalGlobalMem);
   return e;
 }

@@ -106,11 +106,33 @@ class CallFrame {
 
   std::string_view platform() const { return f_->ctx->platform; }
   int32_t device_ordinal() const { return f_->ctx->device_ordinal; }
-  // The platform stream (cudaStream_t, hipStream_t, cl_command_queue).
+  // The platform stream (cudaStream_t, hipStream_t, cl_command_queue): a
+  // device handler enqueues all its work there; the agent synchronises it
+  // before sending results. Prefer the typed accessors below.
   template <typename T>
   T stream() const {
     return reinterpret_cast<T>(f_->ctx->stream);
   }
+  FarcallStreamKind stream_kind() const {
+    return static_cast<FarcallStreamKind>(f_->ctx->stream_kind);
+  }
+  // Typed streams, present when the platform's header was included before
+  // this one; null when the call runs on another platform.
+#if defined(CUDART_VERSION)
+  cudaStream_t cuda_stream() const {
+    return stream_kind() == FARCALL_STREAM_CUDA ? stream<cudaStream_t>() : nullptr;
+  }
+#endif
+#if defined(HIP_VERSION_MAJOR)
+  hipStream_t hip_stream() const {
+    return stream_kind() == FARCALL_STREAM_HIP ? stream<hipStream_t>() : nullptr;
+  }
+#endif
+#if defined(CL_VERSION_1_0)
+  cl_command_queue opencl_queue() const {
+    return stream_kind() == FARCALL_STREAM_OPENCL ? stream<cl_command_queue>() : nullptr;
+  }
+#endif
   bool cancelled() const { return f_->api->is_cancelled(f_->ctx) != 0; }
   // Waits up to `timeout_ns`; true as soon as the call is cancelled.
   bool WaitCancelled(int64_t timeout_ns) const {

@@ -1,0 +1,169 @@
+// The GPU backend's tests, built once per runtime (cuda and rocm). Those
+// that need a device skip without one, saying so; the signature test runs
+// everywhere.
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "device_agents/gpu/gpu_api.h"
+#include "device_agents/gpu/gpu_backend.h"
+#include "device_agents/gpu/graph_cache.h"
+#include "gtest/gtest.h"
+
+namespace farcall::agent::FARCALL_GPU_NS {
+namespace {
+
+// Opens the backend, or skips the test with the reason.
+#define OPEN_OR_SKIP(backend)                                                        \
+  absl::StatusOr<Backend> backend = OpenGpuBackend(BackendOptions{});                \
+  if (!backend.ok()) {                                                               \
+    GTEST_SKIP() << "SKIPPED: no " << api::kName << " device here: " << backend.status(); \
+  }
+
+FarcallBuffer Buf(int32_t dtype, const std::vector<int64_t>& dims, void* data,
+                  uint64_t bytes, int64_t alias = -1) {
+  FarcallBuffer b{};
+  b.struct_size = sizeof(b);
+  b.dtype = dtype;
+  b.rank = static_cast<int64_t>(dims.size());
+  b.dims = dims.data();
+  b.data = data;
+  b.size_bytes = bytes;
+  b.aliased_arg = alias;
+  return b;
+}
+
+FarcallAttribute F64Attr(const char* name, double v) {
+  FarcallAttribute a{};
+  a.struct_size = sizeof(a);
+  a.name = name;
+  a.name_size = std::strlen(name);
+  a.type = FARCALL_ATTR_F64;
+  a.f64 = v;
+  return a;
+}
+
+TEST(GraphSignatureTest, DiffersExactlyWhenAGraphCouldNotReplay) {
+  RegisteredHandler h{"scale", api::kName, FARCALL_TRAIT_COMMAND_BUFFER_COMPATIBLE, nullptr,
+                      "builtin"};
+  std::vector<int64_t> d4 = {4}, d8 = {8};
+  auto inv = [&](const std::vector<int64_t>& dims, double alpha, int64_t alias) {
+    HandlerInvocation i;
+    i.args = {Buf(FARCALL_DTYPE_F32, dims, reinterpret_cast<void*>(0x1000), 16)};
+    i.results = {Buf(FARCALL_DTYPE_F32, dims, reinterpret_cast<void*>(0x2000), 16, alias)};
+    i.attrs = {F64Attr("alpha", alpha)};
+    return i;
+  };
+  const std::string base = GraphSignature(h, inv(d4, 2.0, -1));
+  // Other buffers of the same specs replay the same graph...
+  HandlerInvocation moved = inv(d4, 2.0, -1);
+  moved.args[0].data = reinterpret_cast<void*>(0x9000);
+  EXPECT_EQ(GraphSignature(h, moved), base);
+  // ...other shapes, attributes or aliases do not.
+  EXPECT_NE(GraphSignature(h, inv(d8, 2.0, -1)), base);
+  EXPECT_NE(GraphSignature(h, inv(d4, 3.0, -1)), base);
+  EXPECT_NE(GraphSignature(h, inv(d4, 2.0, 0)), base);
+  // Attribute order on the wire does not matter.
+  HandlerInvocation two = inv(d4, 2.0, -1);
+  two.attrs.push_back(F64Attr("beta", 1.0));
+  HandlerInvocation swapped = two;
+  std::swap(swapped.attrs[0], swapped.attrs[1]);
+  EXPECT_EQ(GraphSignature(h, two), GraphSignature(h, swapped));
+}
+
+const FarcallHandlerDef& Builtin(const char* name) {
+  for (const FarcallHandlerDef& d : GpuBuiltinHandlers()) {
+    if (std::string(d.name) == name) return d;
+  }
+  static FarcallHandlerDef none{};
+  return none;
+}
+
+std::atomic<int> g_host_runs{0};
+FarcallError* CountingScale(const FarcallCallFrame* frame) {
+  ++g_host_runs;
+  return Builtin("scale").fn(frame);
+}
+
+// Runs scale(x, alpha) through the device's stream and returns the result.
+std::vector<float> ScaleOnDevice(Device& device, const RegisteredHandler& h,
+                                 const std::vector<float>& x, double alpha) {
+  const uint64_t bytes = x.size() * sizeof(float);
+  auto in = device.Allocate(static_cast<int64_t>(bytes));
+  auto out = device.Allocate(static_cast<int64_t>(bytes));
+  auto stream = device.AcquireStream();
+  EXPECT_TRUE(in.ok() && out.ok() && stream.ok());
+  std::vector<int64_t> dims = {static_cast<int64_t>(x.size())};
+  EXPECT_TRUE((*stream)->CopyToDevice(x.data(), **in, 0, static_cast<int64_t>(bytes)).ok());
+  HandlerInvocation inv;
+  inv.platform = api::kName;
+  inv.stream_kind = (*stream)->kind();
+  inv.stream = (*stream)->native();
+  inv.args = {Buf(FARCALL_DTYPE_F32, dims, (*in)->device_ptr(), bytes)};
+  inv.results = {Buf(FARCALL_DTYPE_F32, dims, (*out)->device_ptr(), bytes)};
+  inv.attrs = {F64Attr("alpha", alpha)};
+  absl::Status s = (*stream)->Invoke(h, inv);
+  EXPECT_TRUE(s.ok()) << s;
+  std::vector<float> y(x.size());
+  EXPECT_TRUE((*stream)->CopyToHost(**out, 0, static_cast<int64_t>(bytes), y.data()).ok());
+  EXPECT_TRUE((*stream)->Synchronize().ok());
+  return y;
+}
+
+TEST(GraphCacheTest, HostCodeRunsOncePerSignatureAndReplaysWithNewData) {
+  OPEN_OR_SKIP(backend);
+  Device& device = *backend->devices[0];
+  RegisteredHandler h{"counting_scale", api::kName, FARCALL_TRAIT_COMMAND_BUFFER_COMPATIBLE,
+                      &CountingScale, "test"};
+  g_host_runs = 0;
+  for (int call = 0; call < 5; ++call) {
+    std::vector<float> x(1000);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(call * 1000 + i);
+    std::vector<float> y = ScaleOnDevice(device, h, x, 2.0);
+    for (size_t i = 0; i < x.size(); i += 111) ASSERT_EQ(y[i], 2 * x[i]) << "call " << call;
+  }
+  EXPECT_EQ(g_host_runs.load(), 1) << "the handler's host code ran more than once";
+  ScaleOnDevice(device, h, std::vector<float>(7, 1.0f), 2.0);  // a new shape
+  EXPECT_EQ(g_host_runs.load(), 2);
+  std::vector<float> y = ScaleOnDevice(device, h, std::vector<float>(7, 1.0f), 3.0);
+  EXPECT_EQ(g_host_runs.load(), 3);  // a new attribute
+  EXPECT_EQ(y[6], 3.0f);
+}
+
+TEST(GraphCacheTest, WithoutTheTraitHostCodeRunsEveryCall) {
+  OPEN_OR_SKIP(backend);
+  RegisteredHandler h{"counting_scale", api::kName, 0, &CountingScale, "test"};
+  g_host_runs = 0;
+  for (int call = 0; call < 3; ++call) {
+    ScaleOnDevice(*backend->devices[0], h, std::vector<float>(10, 1.0f), 2.0);
+  }
+  EXPECT_EQ(g_host_runs.load(), 3);
+}
+
+TEST(GpuBackendTest, OutOfMemoryIsResourceExhaustedAndTheDeviceStaysHealthy) {
+  OPEN_OR_SKIP(backend);
+  Device& device = *backend->devices[0];
+  auto m = device.Allocate(device.memory_bytes() * 4);
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kResourceExhausted) << m.status();
+  EXPECT_TRUE(device.health().ok());
+  EXPECT_TRUE(device.Allocate(1 << 20).ok());
+}
+
+TEST(GpuBackendTest, DevicesFlagPicksAndChecksOrdinals) {
+  OPEN_OR_SKIP(all);
+  BackendOptions one;
+  one.devices = {static_cast<int>(all->devices.size()) - 1};
+  auto picked = OpenGpuBackend(one);
+  ASSERT_TRUE(picked.ok()) << picked.status();
+  ASSERT_EQ(picked->devices.size(), 1u);
+  EXPECT_EQ(picked->devices[0]->ordinal(), one.devices[0]);
+  BackendOptions bad;
+  bad.devices = {static_cast<int>(all->devices.size())};
+  EXPECT_EQ(OpenGpuBackend(bad).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace farcall::agent::FARCALL_GPU_NS

@@ -1,0 +1,220 @@
+// The built-in handlers on oneapi: the shared checks
+// (builtins/builtin_handlers.h) with OpenCL C kernels (builtin_kernels.cl).
+// Tensors are cl_mem objects. crc32c is computed on the host: the bytes are
+// read back, which is correct but not fast.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "device_agents/builtins/builtin_handlers.h"
+#include "device_agents/builtins/crc32c.h"
+#include "device_agents/oneapi/oneapi_backend.h"
+
+namespace farcall::agent::oneapi {
+namespace {
+
+using builtins::CopyOp;
+using sdk::CallFrame;
+using sdk::OkStatus;
+using sdk::Status;
+
+Status ToSdk(const absl::Status& s) {
+  if (s.ok()) return OkStatus();
+  return Status(static_cast<FarcallCode>(s.code()), std::string(s.message()));
+}
+
+Status FromCl(cl_int err, const char* what) {
+  if (err == CL_SUCCESS) return OkStatus();
+  return ToSdk(ClErrorToStatus(err, what));
+}
+
+cl_command_queue QueueOf(const CallFrame& call) {
+  return call.stream<cl_command_queue>();
+}
+cl_mem Mem(const void* p) { return static_cast<cl_mem>(const_cast<void*>(p)); }
+
+// The kernel-name suffix of a storage dtype ("f32", "u16", ...), or null.
+const char* Suffix(DType d) {
+  switch (d) {
+    case DType::kF32:
+      return "f32";
+    case DType::kF64:
+      return "f64";
+    case DType::kF16:
+      return "f16";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kF8E5M2:
+      return "f8e5m2";
+    case DType::kF8E4M3FN:
+      return "f8e4m3fn";
+    case DType::kF8E4M3B11FNUZ:
+      return "f8e4m3b11fnuz";
+    case DType::kF8E5M2FNUZ:
+      return "f8e5m2fnuz";
+    case DType::kF8E4M3FNUZ:
+      return "f8e4m3fnuz";
+    case DType::kS8:
+    case DType::kU8:
+      return "u8";
+    case DType::kS16:
+    case DType::kU16:
+      return "u16";
+    case DType::kS32:
+    case DType::kU32:
+      return "u32";
+    case DType::kS64:
+    case DType::kU64:
+      return "u64";
+    default:
+      return nullptr;
+  }
+}
+
+// One kernel launch: looks the kernel up in the device's program, sets the
+// args in order, enqueues it on the call's queue.
+class Launch {
+ public:
+  Launch(CallFrame& call, const char* op, DType d) : queue_(QueueOf(call)) {
+    const char* suffix = Suffix(d);
+    bool fp64 = false;
+    absl::StatusOr<cl_program> program = BuiltinProgramFor(queue_, &fp64);
+    if (!program.ok()) {
+      status_ = ToSdk(program.status());
+      return;
+    }
+    if (suffix == nullptr || (d == DType::kF64 && !fp64)) {
+      status_ = sdk::Unimplemented(std::string(op) + ": dtype " + builtins::Name(d) +
+                                   " has no kernel on this OpenCL device" +
+                                   (d == DType::kF64 ? " (it lacks cl_khr_fp64)" : ""));
+      return;
+    }
+    const std::string name = std::string(op) + "_" + suffix;
+    cl_int err = CL_SUCCESS;
+    kernel_ = clCreateKernel(*program, name.c_str(), &err);
+    status_ = FromCl(err, "clCreateKernel");
+  }
+  ~Launch() {
+    if (kernel_ != nullptr) clReleaseKernel(kernel_);
+  }
+  template <typename T>
+  Launch& Arg(const T& value) {
+    if (status_.ok()) {
+      status_ = FromCl(clSetKernelArg(kernel_, index_, sizeof(T), &value), "clSetKernelArg");
+    }
+    ++index_;
+    return *this;
+  }
+  // `n` items over a grid-stride loop, or one work-group for reductions.
+  Status Run(int64_t n, bool one_group = false) {
+    if (!status_.ok()) return status_;
+    constexpr size_t kGroup = 256;  // SUM_WG in builtin_kernels.cl
+    size_t global = one_group ? kGroup
+                              : std::min<size_t>((static_cast<size_t>(n) + kGroup - 1) /
+                                                     kGroup * kGroup,
+                                                 size_t{1} << 20);
+    const size_t local = kGroup;
+    return FromCl(clEnqueueNDRangeKernel(queue_, kernel_, 1, nullptr, &global,
+                                         one_group ? &local : nullptr, 0, nullptr, nullptr),
+                  "clEnqueueNDRangeKernel");
+  }
+
+ private:
+  cl_command_queue queue_;
+  cl_kernel kernel_ = nullptr;
+  cl_uint index_ = 0;
+  Status status_;
+};
+
+template <typename C>
+Status ScaleOrAxpy(CallFrame& call, const char* op, DType d, const void* x, const void* y,
+                   void* out, int64_t n, double alpha) {
+  Launch k(call, op, d);
+  k.Arg(Mem(x));
+  if (y != nullptr) k.Arg(Mem(y));
+  return k.Arg(Mem(out)).Arg(static_cast<cl_ulong>(n)).Arg(static_cast<C>(alpha)).Run(n);
+}
+
+struct OpenClKernels {
+  static Status Copy(CallFrame& call, const std::vector<CopyOp>& ops) {
+    cl_command_queue q = QueueOf(call);
+    cl_context ctx = nullptr;
+    Status status = FromCl(
+        clGetCommandQueueInfo(q, CL_QUEUE_CONTEXT, sizeof(ctx), &ctx, nullptr), "copy");
+    std::vector<cl_mem> temps;
+    std::vector<cl_mem> sources;
+    for (const CopyOp& op : ops) {
+      if (!status.ok()) break;
+      cl_mem src = Mem(op.src);
+      for (const CopyOp& other : ops) {
+        if (&other == &op || other.dst != op.src) continue;
+        cl_int err = CL_SUCCESS;
+        cl_mem t = clCreateBuffer(ctx, CL_MEM_READ_WRITE, op.bytes, nullptr, &err);
+        status = FromCl(err, "copy: snapshot");
+        if (status.ok()) {
+          temps.push_back(t);
+          status = FromCl(clEnqueueCopyBuffer(q, src, t, 0, 0, op.bytes, 0, nullptr, nullptr),
+                          "copy: snapshot");
+          src = t;
+        }
+        break;
+      }
+      sources.push_back(src);
+    }
+    for (size_t i = 0; status.ok() && i < ops.size(); ++i) {
+      status = FromCl(clEnqueueCopyBuffer(q, sources[i], Mem(ops[i].dst), 0, 0, ops[i].bytes,
+                                          0, nullptr, nullptr),
+                      "copy");
+    }
+    // Buffers are released only once the queue no longer uses them.
+    for (cl_mem t : temps) clReleaseMemObject(t);
+    return status;
+  }
+  static Status Scale(CallFrame& call, DType d, const void* x, void* out, int64_t n,
+                      double alpha) {
+    if (d == DType::kF64) return ScaleOrAxpy<double>(call, "scale", d, x, nullptr, out, n, alpha);
+    return ScaleOrAxpy<float>(call, "scale", d, x, nullptr, out, n, alpha);
+  }
+  static Status Axpy(CallFrame& call, DType d, const void* x, const void* y, void* out,
+                     int64_t n, double alpha) {
+    if (d == DType::kF64) return ScaleOrAxpy<double>(call, "axpy", d, x, y, out, n, alpha);
+    return ScaleOrAxpy<float>(call, "axpy", d, x, y, out, n, alpha);
+  }
+  static Status Add(CallFrame& call, DType d, const void* a, const void* b, void* out,
+                    int64_t n) {
+    Launch k(call, "add", d);
+    return k.Arg(Mem(a)).Arg(Mem(b)).Arg(Mem(out)).Arg(static_cast<cl_ulong>(n)).Run(n);
+  }
+  static Status Sum(CallFrame& call, DType d, const void* x, int64_t n, int64_t lanes,
+                    void* out) {
+    Launch k(call, "sum", d);
+    return k.Arg(Mem(x))
+        .Arg(static_cast<cl_ulong>(n))
+        .Arg(static_cast<cl_ulong>(lanes))
+        .Arg(Mem(out))
+        .Run(n, /*one_group=*/true);
+  }
+  static Status Crc32c(CallFrame& call, const void* x, uint64_t bytes, void* out) {
+    cl_command_queue q = QueueOf(call);
+    std::vector<uint8_t> host(bytes);
+    Status s;
+    if (bytes > 0) {
+      s = FromCl(clEnqueueReadBuffer(q, Mem(x), CL_TRUE, 0, bytes, host.data(), 0, nullptr,
+                                     nullptr),
+                 "crc32c");
+    }
+    if (!s.ok()) return s;
+    const uint32_t crc = builtins::Crc32c(host.data(), host.size());
+    return FromCl(clEnqueueWriteBuffer(q, Mem(out), CL_TRUE, 0, sizeof(crc), &crc, 0, nullptr,
+                                       nullptr),
+                  "crc32c");
+  }
+};
+
+constexpr auto kDefs = builtins::BuiltinDefs<OpenClKernels>("oneapi", 0);
+
+}  // namespace
+
+std::span<const FarcallHandlerDef> OneapiBuiltinHandlers() { return kDefs; }
+
+}  // namespace farcall::agent::oneapi

@@ -1,0 +1,93 @@
+// Device agents end to end, for what holds on any host: an agent whose
+// platform has no device here exits at once, non-zero, with a message that
+// names the platform and says no device was found (what CI sees for cuda
+// and rocm); one whose platform has a device serves it and describes it.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/process_harness.h"
+
+namespace farcall {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct AgentRun {
+  int exit_code = -1;
+  std::string output;
+};
+
+AgentRun RunAgent(const std::string& args) {
+  AgentRun r;
+  const std::string cmd = absl::StrCat(FARCALL_AGENT_BIN, " ", args, " 2>&1");
+  FILE* f = popen(cmd.c_str(), "r");
+  if (f == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) r.output.append(buf, n);
+  const int status = pclose(f);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+class DeviceAgentTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(DeviceAgentTest, ServesItsDevicesOrExitsCleanlyWithoutOne) {
+  const std::string& platform = GetParam();
+  absl::StatusOr<std::string> problem =
+      ::farcall::testing::DeviceProblem(FARCALL_AGENT_BIN, platform);
+  ASSERT_TRUE(problem.ok()) << problem.status();
+  if (problem->empty()) {
+    // A device is here: the agent serves on a port of its own.
+    auto agent = ::farcall::testing::ChildProcess::Start(
+        FARCALL_AGENT_BIN, {absl::StrCat("--platform=", platform), "--listen=127.0.0.1:0"});
+    ASSERT_TRUE(agent.ok()) << agent.status();
+    EXPECT_GT((*agent)->port(), 0);
+    return;
+  }
+  // No device: serving fails before it binds a port, with a clear message.
+  AgentRun r = RunAgent(absl::StrCat("--platform=", platform, " --listen=127.0.0.1:0"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr(absl::StrCat("FAILED_PRECONDITION: ", platform,
+                                               ": no device found")));
+  EXPECT_THAT(r.output, HasSubstr(absl::StrCat("cannot serve platform '", platform, "'")));
+  std::printf("no %s device here, as expected in CI: %s", platform.c_str(), r.output.c_str());
+}
+
+TEST(DeviceAgentFlagsTest, DevicesOutOfRangeAreRefusedByName) {
+  AgentRun r = RunAgent("--platform=cpu --devices=3 --listen=127.0.0.1:0");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("INVALID_ARGUMENT: --devices names cpu device 3, but "
+                                  "this host has 1 (ordinals 0 to 0)."));
+  r = RunAgent("--platform=cpu --devices=zero");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--devices takes device ordinals such as 0,1; got 'zero'"));
+}
+
+TEST(DeviceAgentFlagsTest, ListDevicesNamesTheCpu) {
+  AgentRun r = RunAgent("--platform=cpu --list_devices");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("cpu device 0: "));
+}
+
+std::vector<std::string> BuiltDevicePlatforms() {
+  std::vector<std::string> out;
+  for (absl::string_view p : absl::StrSplit(FARCALL_BUILT_PLATFORMS, ',')) {
+    if (p != "cpu") out.emplace_back(p);
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(BuiltPlatforms, DeviceAgentTest,
+                         ::testing::ValuesIn(BuiltDevicePlatforms()),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace farcall
