@@ -8,6 +8,8 @@
 
 set(FARCALL_REQUIRE_BACKENDS "" CACHE STRING
     "backends whose toolkit must be found (cuda, rocm, oneapi)")
+set(FARCALL_DISABLE_BACKENDS "" CACHE STRING
+    "backends not to build even if their toolkit is found (cuda, rocm, oneapi)")
 set(FARCALL_CUDA_ARCHITECTURES "80-real;90" CACHE STRING
     "CUDA architectures for the built-in kernels")
 set(FARCALL_HIP_ARCHITECTURES "gfx908;gfx90a;gfx1030" CACHE STRING
@@ -20,7 +22,7 @@ endif()
 include(CheckLanguage)
 check_language(CUDA)
 set(FARCALL_WITH_CUDA OFF)
-if(CMAKE_CUDA_COMPILER)
+if(CMAKE_CUDA_COMPILER AND NOT "cuda" IN_LIST FARCALL_DISABLE_BACKENDS)
   if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
     set(CMAKE_CUDA_ARCHITECTURES ${FARCALL_CUDA_ARCHITECTURES})
   endif()
@@ -50,6 +52,11 @@ set(FARCALL_WITH_ONEAPI OFF)
 if(OpenCL_FOUND)
   set(FARCALL_WITH_ONEAPI ON)
 endif()
+
+foreach(b ${FARCALL_DISABLE_BACKENDS})
+  string(TOUPPER ${b} B)
+  set(FARCALL_WITH_${B} OFF)
+endforeach()
 
 foreach(b ${FARCALL_REQUIRE_BACKENDS})
   string(TOUPPER ${b} B)

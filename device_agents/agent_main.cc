@@ -108,7 +108,9 @@ int main(int argc, char** argv) {
   }
   const auto& state = (*server)->state();
   std::vector<std::string> names;
-  for (const auto* h : state.registry.List()) names.push_back(h->name);
+  for (const auto* h : state.registry.List(farcall::PlatformName(*platform))) {
+    names.push_back(h->name);
+  }
   std::fprintf(stderr,
                "farcall-agent: %s serving platform %s on port %d with %zu "
                "device(s); handlers: %s\n",

@@ -256,7 +256,7 @@ class AgentService final
       di->set_name(d->name());
       di->set_memory_bytes(d->memory_bytes());
     }
-    for (const RegisteredHandler* h : s.registry.List()) {
+    for (const RegisteredHandler* h : s.registry.List(PlatformName(s.config.platform))) {
       v1::HandlerInfo* hi = info->add_handlers();
       hi->set_name(h->name);
       hi->set_command_buffer_compatible(

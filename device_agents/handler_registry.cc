@@ -1,7 +1,10 @@
 #include "absl/strings/string_view.h"
 #include "device_agents/handler_registry.h"
 
+#include <optional>
+
 #include "absl/strings/str_cat.h"
+#include "core/platform.h"
 
 namespace farcall::agent {
 
@@ -12,14 +15,22 @@ absl::Status HandlerRegistry::Register(const FarcallHandlerDef& def,
     return absl::InvalidArgumentError(absl::StrCat(
         "handler definition from ", source, " lacks a name, platform or function."));
   }
-  auto key = std::make_pair(std::string(def.name), std::string(def.platform));
+  // Platform names are matched in any case, as in JAX; stored canonical.
+  std::optional<Platform> platform = ParsePlatform(def.platform);
+  if (!platform) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "handler '", def.name, "' from ", source, " is for platform '", def.platform,
+        "', which farcall does not serve (cpu, cuda, rocm or oneapi)."));
+  }
+  const std::string canonical(PlatformName(*platform));
+  auto key = std::make_pair(std::string(def.name), canonical);
   auto it = handlers_.find(key);
   if (it != handlers_.end()) {
     return absl::AlreadyExistsError(absl::StrCat(
-        "handler '", def.name, "' for platform '", def.platform, "' from ",
+        "handler '", def.name, "' for platform '", canonical, "' from ",
         source, " is already registered by ", it->second.source, "."));
   }
-  handlers_.emplace(key, RegisteredHandler{def.name, def.platform, def.traits,
+  handlers_.emplace(key, RegisteredHandler{def.name, canonical, def.traits,
                                            def.fn, std::move(source)});
   return absl::OkStatus();
 }
@@ -33,6 +44,15 @@ const RegisteredHandler* HandlerRegistry::Find(absl::string_view name,
 std::vector<const RegisteredHandler*> HandlerRegistry::List() const {
   std::vector<const RegisteredHandler*> out;
   for (const auto& [key, h] : handlers_) out.push_back(&h);
+  return out;
+}
+
+std::vector<const RegisteredHandler*> HandlerRegistry::List(
+    absl::string_view platform) const {
+  std::vector<const RegisteredHandler*> out;
+  for (const auto& [key, h] : handlers_) {
+    if (h.platform == platform) out.push_back(&h);
+  }
   return out;
 }
 

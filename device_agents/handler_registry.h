@@ -29,12 +29,15 @@ struct RegisteredHandler {
 class HandlerRegistry {
  public:
   // ALREADY_EXISTS if (name, platform) is taken; INVALID_ARGUMENT for a def
-  // with no name, platform or function.
+  // with no name, platform or function, or for a platform farcall does not
+  // serve. The platform is matched in any case and stored canonical.
   absl::Status Register(const FarcallHandlerDef& def, std::string source);
   // nullptr if not registered. `platform` is a canonical platform name.
   const RegisteredHandler* Find(absl::string_view name,
                                 absl::string_view platform) const;
   std::vector<const RegisteredHandler*> List() const;
+  // Only those of `platform` (canonical): what an agent of it serves.
+  std::vector<const RegisteredHandler*> List(absl::string_view platform) const;
 
  private:
   std::map<std::pair<std::string, std::string>, RegisteredHandler, std::less<>>

@@ -3,8 +3,14 @@
 # Usage: scripts/build.sh [TARGET ...]   (no targets: everything, tests too)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+mkdir -p build
 jobs=$(nproc 2>/dev/null || echo 2)
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DFARCALL_BUILD_TESTS=ON >/dev/null
+# FARCALL_REQUIRE_BACKENDS="cuda;rocm;oneapi" makes a missing toolkit an
+# error instead of a backend left out (CI sets it).
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DFARCALL_BUILD_TESTS=ON \
+  "-DFARCALL_REQUIRE_BACKENDS=${FARCALL_REQUIRE_BACKENDS:-}" >build/configure.log \
+  || { cat build/configure.log >&2; exit 1; }
+grep -E "farcall: (toolkits found|agent platforms built)" build/configure.log || true
 if (($#)); then
   cmake --build build -j "$jobs" --target "$@"
 else

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs what farcall needs on Debian 12: the C++ toolchain and libraries
-# from Debian's packages. Safe to run again: it installs only what is missing.
+# Installs what farcall needs on Debian 12: the C++ toolchain, libraries and
+# the rocm and oneapi toolchains from Debian's packages. Safe to run again: it
+# installs only what is missing.
 # (Nothing in the build or the tests needs Python packages yet; when the
 # Python binding lands, its test dependencies go into a .venv made here.)
 set -euo pipefail
@@ -11,6 +12,9 @@ DEBS=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev prometheus-cpp-dev
   python3
+  # Device backends: rocm (HIP 5.2 compiler and runtime) and oneapi (the
+  # OpenCL loader and headers, with PoCL as a CPU device to run it on).
+  hipcc libamdhip64-dev ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo
 )
 
 missing=()
@@ -24,4 +28,11 @@ if ((${#missing[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -q
   $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# The cuda backend needs the CUDA toolkit, which Debian does not package at
+# the version farcall targets: it is expected at /usr/local/cuda (or
+# CUDAToolkit_ROOT). Without it the cuda backend is simply not built.
+if [ ! -x /usr/local/cuda/bin/nvcc ] && ! command -v nvcc >/dev/null 2>&1; then
+  echo "install_deps: no CUDA toolkit found (/usr/local/cuda/bin/nvcc); the cuda backend will not be built"
 fi

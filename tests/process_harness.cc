@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/numbers.h"
@@ -89,6 +90,11 @@ absl::StatusOr<std::unique_ptr<AgentAndRouter>> StartAgentAndRouter(
   if (!router.ok()) return router.status();
   procs->router = *std::move(router);
   return procs;
+}
+
+std::string BinaryPath(const char* env_name, const char* built_path) {
+  const char* e = std::getenv(env_name);
+  return e != nullptr && *e != '\0' ? std::string(e) : std::string(built_path);
 }
 
 absl::StatusOr<std::string> DeviceProblem(const std::string& agent_binary,

@@ -47,6 +47,22 @@ absl::StatusOr<std::unique_ptr<AgentAndRouter>> StartAgentAndRouter(
     const std::string& agent_binary, const std::string& router_binary,
     std::vector<std::string> agent_args = {"--listen=127.0.0.1:0"});
 
+// `built_path`, unless the environment variable `env_name` names another
+// path (to run the tests from a bundle of the binaries).
+std::string BinaryPath(const char* env_name, const char* built_path);
+
+// The binaries an integration test starts (tests/CMakeLists.txt passes the
+// built paths); each environment variable of the same name overrides one.
+#ifdef FARCALL_BUILT_AGENT_BIN
+#define FARCALL_AGENT_BIN \
+  ::farcall::testing::BinaryPath("FARCALL_AGENT_BIN", FARCALL_BUILT_AGENT_BIN)
+#define FARCALL_ROUTER_BIN \
+  ::farcall::testing::BinaryPath("FARCALL_ROUTER_BIN", FARCALL_BUILT_ROUTER_BIN)
+#define FARCALL_CLI_BIN ::farcall::testing::BinaryPath("FARCALL_CLI_BIN", FARCALL_BUILT_CLI_BIN)
+#define FARCALL_EXAMPLE_PLUGIN \
+  ::farcall::testing::BinaryPath("FARCALL_EXAMPLE_PLUGIN", FARCALL_BUILT_EXAMPLE_PLUGIN)
+#endif
+
 // Asks `agent_binary --platform=PLATFORM --list_devices` whether this host
 // has a device for the platform: "" when it has, or the agent's "no device
 // found" message. Any other failure is an error.

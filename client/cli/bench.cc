@@ -68,6 +68,11 @@ void Worker(Client& client, const BenchOptions& o, int id, bool timed, int64_t l
   }
   for (int64_t i = 0; i < o.bytes; ++i) in[i] = static_cast<uint8_t>(i * 7 + id * 13);
   const uint32_t expected_crc = o.handler == "crc32c" ? Crc32cReference(in, o.bytes) : 0;
+  // sum: the uint8 sum wraps, as the built-in's does.
+  uint8_t expected_sum = 0;
+  if (o.handler == "sum") {
+    for (int64_t i = 0; i < o.bytes; ++i) expected_sum = static_cast<uint8_t>(expected_sum + in[i]);
+  }
   std::vector<uint8_t> expected = o.alias ? std::vector<uint8_t>(in, in + o.bytes)
                                           : std::vector<uint8_t>();
 
@@ -77,6 +82,8 @@ void Worker(Client& client, const BenchOptions& o, int id, bool timed, int64_t l
   req.args = {o.alias ? Arg::InOut(spec, in) : Arg::In(spec, in)};
   if (o.handler == "crc32c") {
     req.results = {TensorSpec{DType::kU32, {}}};
+  } else if (o.handler == "sum") {
+    req.results = {TensorSpec{DType::kU8, {}}};
   } else {
     req.results = {spec};
     if (o.alias) req.aliases = {{0, 0}};
@@ -97,6 +104,11 @@ void Worker(Client& client, const BenchOptions& o, int id, bool timed, int64_t l
       if (*r->results[0].as<uint32_t>() != expected_crc) {
         bad = absl::DataLossError(absl::StrFormat("crc32c returned %08x, expected %08x",
                                                   *r->results[0].as<uint32_t>(), expected_crc));
+      }
+    } else if (o.handler == "sum") {
+      if (*r->results[0].as<uint8_t>() != expected_sum) {
+        bad = absl::DataLossError(absl::StrFormat("sum returned %d, expected %d",
+                                                  *r->results[0].as<uint8_t>(), expected_sum));
       }
     } else {
       const uint8_t* want = o.alias ? expected.data() : in;
@@ -139,9 +151,9 @@ std::string BenchReport::Table() const {
 absl::StatusOr<BenchReport> RunBenchWith(Client& client, const BenchOptions& o);
 
 absl::StatusOr<BenchReport> RunBench(Client& client, const BenchOptions& o) {
-  if (o.handler != "copy" && o.handler != "crc32c") {
+  if (o.handler != "copy" && o.handler != "crc32c" && o.handler != "sum") {
     return absl::InvalidArgumentError(
-        "bench checks every result, so it runs --handler=copy or --handler=crc32c.");
+        "bench checks every result, so it runs --handler=copy, crc32c or sum.");
   }
   if (o.alias && o.handler != "copy") {
     return absl::InvalidArgumentError("--alias applies to --handler=copy.");

@@ -14,7 +14,7 @@ namespace farcall::cli {
 
 struct BenchOptions {
   std::string platform = "cpu";
-  std::string handler = "copy";  // copy or crc32c: results that can be checked
+  std::string handler = "copy";  // copy, crc32c or sum: results that can be checked
   int64_t bytes = 1 << 20;       // arg bytes per call
   int64_t calls = 100;
   int concurrency = 1;

@@ -43,7 +43,7 @@ ABSL_FLAG(double, timeout_s, 60, "deadline of the call in seconds");
 ABSL_FLAG(int64_t, chunk_bytes, 1 << 20, "tensor bytes per message");
 ABSL_FLAG(std::string, transport, "auto", "auto, unary or stream");
 ABSL_FLAG(bool, refresh, true, "agents: probe every agent before listing");
-ABSL_FLAG(std::string, handler, "copy", "bench: copy or crc32c");
+ABSL_FLAG(std::string, handler, "copy", "bench: copy, crc32c or sum (sum and crc32c send the bytes one way)");
 ABSL_FLAG(int64_t, bytes, 1 << 20, "bench: arg bytes per call");
 ABSL_FLAG(int64_t, calls, 100, "bench: timed calls");
 ABSL_FLAG(int, concurrency, 1, "bench: calls in flight at once");

@@ -2,4 +2,10 @@
 #define FARCALL_GPU_CUDA 1
 #include <cuda_runtime.h>
 
+namespace farcall::agent::cuda::kernels {
+using NativeStream = cudaStream_t;
+inline int LastError() { return static_cast<int>(cudaGetLastError()); }
+constexpr int kInvalidValue = static_cast<int>(cudaErrorInvalidValue);
+}  // namespace farcall::agent::cuda::kernels
+
 #include "device_agents/gpu/gpu_kernels.inc"

@@ -76,6 +76,7 @@ inline bool IsSticky(Error e) {
   }
 }
 
+inline Error GetLastError() { return cudaGetLastError(); }
 inline Error GetDeviceCount(int* n) { return cudaGetDeviceCount(n); }
 inline Error GetDevice(int* d) { return cudaGetDevice(d); }
 inline Error SetDevice(int d) { return cudaSetDevice(d); }

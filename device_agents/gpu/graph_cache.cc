@@ -115,13 +115,18 @@ absl::Status GraphCache::Run(const RegisteredHandler& handler, HandlerInvocation
     absl::Status ran = InvokeHandler(handler.fn, captured);
     api::GraphT graph = nullptr;
     const api::Error ended = api::EndCapture(native, &graph);
-    if (ran.ok() && ended != api::kSuccess) {
+    if (ended != api::kSuccess) {
+      // The capture broke (the handler synchronised, say): whatever the
+      // handler itself answered, the cause is the trait.
       ran = absl::FailedPreconditionError(absl::StrCat(
           "handler '", handler.name,
           "' is registered command_buffer_compatible, but its work could not be "
           "captured as a graph (", api::ErrorName(ended), ": ", api::ErrorString(ended),
+          ran.ok() ? "" : absl::StrCat("; the handler said: ", ran.message()),
           "); a compatible handler only enqueues work on the call's stream and "
           "never synchronises."));
+      // Clear the error the broken capture left on this thread.
+      (void)api::GetLastError();
     }
     if (!ran.ok()) {
       if (graph != nullptr) (void)api::GraphDestroy(graph);

@@ -2,4 +2,10 @@
 #define FARCALL_GPU_HIP 1
 #include <hip/hip_runtime.h>
 
+namespace farcall::agent::rocm::kernels {
+using NativeStream = hipStream_t;
+inline int LastError() { return static_cast<int>(hipGetLastError()); }
+constexpr int kInvalidValue = static_cast<int>(hipErrorInvalidValue);
+}  // namespace farcall::agent::rocm::kernels
+
 #include "device_agents/gpu/gpu_kernels.inc"

@@ -71,6 +71,7 @@ inline bool IsSticky(Error e) {
   }
 }
 
+inline Error GetLastError() { return hipGetLastError(); }
 inline Error GetDeviceCount(int* n) { return hipGetDeviceCount(n); }
 inline Error GetDevice(int* d) { return hipGetDevice(d); }
 inline Error SetDevice(int d) { return hipSetDevice(d); }
