@@ -1,0 +1,331 @@
+// AgentCall on a device whose memory the host cannot address, simulated: a
+// fake device whose copies run only when the stream is waited on, so a call
+// that frees or reuses host memory before its copy ran reads garbage here.
+// Covers the staging path (block by block, overlapping the receiving), the
+// result pipeline, pool exhaustion, and sticky device errors.
+#include "device_agents/agent_call.h"
+
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/wire/frame_codec.h"
+#include "core/wire/proto_convert.h"
+#include "device_agents/cpu/builtin_handlers.h"
+#include "device_agents/staging_pool.h"
+#include "farcall/handler.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace farcall::agent {
+namespace {
+
+using ::testing::HasSubstr;
+
+class FakeDevice;
+
+// Device memory the host "cannot address": host_ptr() is null. Handlers
+// get device_ptr(), which is real host memory, so host handlers run on it.
+class FakeMemory final : public DeviceMemory {
+ public:
+  explicit FakeMemory(int64_t size) : bytes_(size) {}
+  void* device_ptr() override { return bytes_.data(); }
+  uint8_t* host_ptr() override { return nullptr; }
+  int64_t size() const override { return static_cast<int64_t>(bytes_.size()); }
+
+ private:
+  std::vector<uint8_t> bytes_;
+};
+
+// An in-order queue whose copies run only when waited on.
+class FakeStream final : public Stream {
+ public:
+  FarcallStreamKind kind() const override { return FARCALL_STREAM_NONE; }
+  void* native() override { return this; }
+  absl::Status CopyToDevice(const void* host, DeviceMemory& dst, int64_t offset,
+                            int64_t size) override {
+    ++h2d_enqueued;
+    ops_.push_back([=, &dst] { std::memcpy(static_cast<uint8_t*>(dst.device_ptr()) + offset,
+                                           host, size); });
+    return absl::OkStatus();
+  }
+  absl::Status CopyToHost(DeviceMemory& src, int64_t offset, int64_t size,
+                          void* host) override {
+    ++d2h_enqueued;
+    ops_.push_back([=, &src] {
+      std::memcpy(host, static_cast<const uint8_t*>(src.device_ptr()) + offset, size);
+    });
+    return absl::OkStatus();
+  }
+  // The handler is a host function: on a real device it would be enqueued
+  // after the copies, so here they run first.
+  absl::Status Invoke(const RegisteredHandler& handler, HandlerInvocation& inv) override {
+    RunUpTo(enqueued());
+    return InvokeHandler(handler.fn, inv);
+  }
+  absl::Status Synchronize() override {
+    ++syncs;
+    RunUpTo(enqueued());
+    return absl::OkStatus();
+  }
+  size_t enqueued() const { return done_ + ops_.size(); }
+  void RunUpTo(size_t mark) {
+    while (done_ < mark && !ops_.empty()) {
+      ops_.front()();
+      ops_.pop_front();
+      ++done_;
+    }
+  }
+
+  int h2d_enqueued = 0;
+  int d2h_enqueued = 0;
+  int syncs = 0;
+
+ private:
+  std::deque<std::function<void()>> ops_;
+  size_t done_ = 0;
+};
+
+class FakeBlock final : public StagingBlock {
+ public:
+  explicit FakeBlock(int64_t size) : data_(size) {}
+  uint8_t* data() override { return data_.data(); }
+  int64_t size() const override { return static_cast<int64_t>(data_.size()); }
+  absl::Status Record(Stream& stream) override {
+    stream_ = static_cast<FakeStream*>(&stream);
+    mark_ = stream_->enqueued();
+    return absl::OkStatus();
+  }
+  absl::Status Wait() override {
+    if (stream_ != nullptr) stream_->RunUpTo(mark_);
+    stream_ = nullptr;
+    return absl::OkStatus();
+  }
+
+ private:
+  std::vector<uint8_t> data_;
+  FakeStream* stream_ = nullptr;
+  size_t mark_ = 0;
+};
+
+class FakeDevice final : public Device {
+ public:
+  FakeDevice(int blocks, int64_t block_bytes)
+      : pool_(StagingPool::Create(blocks * block_bytes, block_bytes, [](int64_t n) {
+          return absl::StatusOr<std::unique_ptr<StagingBlock>>(std::make_unique<FakeBlock>(n));
+        })) {}
+  Platform platform() const override { return Platform::kCpu; }
+  int ordinal() const override { return 0; }
+  std::string name() const override { return "fake"; }
+  int64_t memory_bytes() const override { return 1 << 30; }
+  absl::StatusOr<std::unique_ptr<DeviceMemory>> Allocate(int64_t size) override {
+    if (size > (64 << 20)) return absl::ResourceExhaustedError("fake: out of memory");
+    return std::make_unique<FakeMemory>(size);
+  }
+  absl::StatusOr<std::unique_ptr<Stream>> AcquireStream() override {
+    auto s = std::make_unique<FakeStream>();
+    last_stream = s.get();
+    return s;
+  }
+  std::unique_ptr<StagingBlock> TryAcquireStaging() override { return pool_->TryAcquire(); }
+  absl::Status health() const override { return sticky; }
+
+  FakeStream* last_stream = nullptr;
+  absl::Status sticky;
+
+ private:
+  std::shared_ptr<StagingPool> pool_;
+};
+
+FakeDevice* g_device = nullptr;
+
+// Decodes response frames into result bytes.
+struct Collector : FrameVisitor {
+  std::map<uint32_t, std::string> results;
+  absl::Status OnMessageField(uint32_t, absl::string_view) override { return absl::OkStatus(); }
+  absl::Status OnChunk(uint32_t index, uint64_t offset, const ChunkBytes& data) override {
+    std::string& r = results[index];
+    EXPECT_EQ(r.size(), offset);
+    std::string part(data.size(), '\0');
+    data.CopyTo(reinterpret_cast<uint8_t*>(part.data()));
+    r += part;
+    return absl::OkStatus();
+  }
+};
+
+// A handler that breaks the device for good, as an illegal address would.
+sdk::Status Explode(sdk::CallFrame&) {
+  g_device->sticky = absl::InternalError("fake: illegal address; the context is lost");
+  return sdk::Internal("explode: kernel faulted");
+}
+
+constexpr int64_t kBlock = 4096;
+
+class AgentCallDeviceTest : public ::testing::Test {
+ protected:
+  void Make(int pool_blocks) {
+    auto dev = std::make_unique<FakeDevice>(pool_blocks, kBlock);
+    g_device = dev.get();
+    state_.config.platform = Platform::kCpu;
+    state_.config.agent_id = "test-agent";
+    state_.backend.devices.push_back(std::move(dev));
+    state_.admission = std::make_unique<Admission>(int64_t{1} << 30);
+    for (const FarcallHandlerDef& d : cpu::BuiltinHandlers()) {
+      ASSERT_TRUE(state_.registry.Register(d, "builtin").ok());
+    }
+    ASSERT_TRUE(state_.registry
+                    .Register(FARCALL_HANDLER_DEF("explode", "cpu", 0, Explode), "test")
+                    .ok());
+  }
+
+  AgentState state_;
+};
+
+// "" when equal, else where they first differ (never the bytes themselves).
+std::string Diff(const std::string& got, const std::vector<uint8_t>& want) {
+  if (got.size() != want.size()) {
+    return "size " + std::to_string(got.size()) + " != " + std::to_string(want.size());
+  }
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (static_cast<uint8_t>(got[i]) != want[i]) return "first differs at " + std::to_string(i);
+  }
+  return "";
+}
+
+std::vector<uint8_t> Pattern(int64_t n) {
+  std::vector<uint8_t> v(n);
+  for (int64_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(i * 31 + (i >> 9));
+  return v;
+}
+
+// Sends `data` as copy's arg in frames of `frame_bytes`, runs it, and
+// returns the result collected from frames of `out_bytes` (0: one frame).
+std::string RunCopy(AgentState& state, const std::vector<uint8_t>& data,
+                    int64_t frame_bytes, int64_t out_bytes, bool alias,
+                    std::function<void(int frame)> after_frame = nullptr,
+                    std::function<void(int frame)> after_response = nullptr) {
+  const int64_t n = static_cast<int64_t>(data.size());
+  AgentCall call(state);
+  std::vector<grpc::ByteBuffer> frames;
+  for (int64_t off = 0; off < n || frames.empty(); off += frame_bytes) {
+    FrameEncoder enc;
+    if (frames.empty()) {
+      v1::CallHeader h;
+      h.set_handler("copy");
+      h.add_platforms("cpu");
+      *h.add_args() = SpecToProto(TensorSpec{DType::kU8, {n}});
+      *h.add_results() = SpecToProto(TensorSpec{DType::kU8, {n}});
+      if (alias) (*h.mutable_input_output_aliases())[0] = 0;
+      enc.AddMessageField(kHeaderField, h);
+    }
+    if (off < n) enc.AddChunk(0, off, data.data() + off, std::min(frame_bytes, n - off), nullptr);
+    frames.push_back(enc.Finish());
+  }
+  EXPECT_TRUE(call.Begin(frames[0]).ok());
+  call.Admitted();
+  EXPECT_TRUE(call.Allocate().ok());
+  for (size_t f = 0; f < frames.size(); ++f) {
+    absl::Status s = call.OnRequestFrame(frames[f]);
+    EXPECT_TRUE(s.ok()) << s;
+    if (after_frame) after_frame(static_cast<int>(f));
+  }
+  EXPECT_TRUE(call.EndOfInputs().ok());
+  CancellationToken cancel;
+  absl::Status run = call.Run(cancel);
+  EXPECT_TRUE(run.ok()) << run;
+  Collector c;
+  for (int f = 0;; ++f) {
+    grpc::ByteBuffer out;
+    absl::StatusOr<bool> more = call.NextResponseFrame(out_bytes, &out);
+    EXPECT_TRUE(more.ok()) << more.status();
+    if (!more.ok() || !*more) break;
+    EXPECT_TRUE(DecodeFrame(out, c).ok());
+    if (after_response) after_response(f);
+  }
+  return c.results[0];
+}
+
+TEST_F(AgentCallDeviceTest, InputsGoToTheDeviceBlockByBlockWhileTheNextArrive) {
+  Make(/*pool_blocks=*/8);
+  const std::vector<uint8_t> data = Pattern(5 * kBlock + 123);
+  std::vector<int> enqueued_after_frame;
+  std::string got = RunCopy(state_, data, kBlock, kBlock, false, [&](int) {
+    enqueued_after_frame.push_back(g_device->last_stream->h2d_enqueued);
+  });
+  EXPECT_EQ(Diff(got, data), "");
+  // Each full block's copy was enqueued as soon as its frame arrived, before
+  // the next frame: the copy overlaps the receiving.
+  EXPECT_EQ(enqueued_after_frame, (std::vector<int>{1, 2, 3, 4, 5, 5}));
+}
+
+TEST_F(AgentCallDeviceTest, ResultCopiesRunAheadOfSending) {
+  Make(8);
+  const std::vector<uint8_t> data = Pattern(6 * kBlock);
+  std::vector<int> d2h_after_response;
+  std::string got = RunCopy(state_, data, 3 * kBlock, kBlock, false, nullptr, [&](int) {
+    d2h_after_response.push_back(g_device->last_stream->d2h_enqueued);
+  });
+  EXPECT_EQ(Diff(got, data), "");
+  // When the first frame is handed to gRPC, the copies of the next blocks
+  // are already enqueued (four in flight).
+  ASSERT_GE(d2h_after_response.size(), 2u);
+  EXPECT_EQ(d2h_after_response[0], 5);
+  EXPECT_EQ(d2h_after_response.back(), 6);
+}
+
+TEST_F(AgentCallDeviceTest, ByteExactWhenThePinnedPoolRunsOut) {
+  Make(/*pool_blocks=*/1);
+  // Odd frame sizes: blocks fill across frames and frames across blocks.
+  const std::vector<uint8_t> data = Pattern(37 * kBlock + 5);
+  for (int64_t frame : {int64_t{1000}, kBlock + 7, 9 * kBlock}) {
+    for (int64_t out : {int64_t{0}, kBlock, 3 * kBlock}) {
+      for (bool alias : {false, true}) {
+        std::string got = RunCopy(state_, data, frame, out, alias);
+        ASSERT_EQ(Diff(got, data), "")
+            << "frame " << frame << " out " << out << " alias " << alias;
+      }
+    }
+  }
+}
+
+TEST_F(AgentCallDeviceTest, StickyErrorIsReportedOnceAndTheDeviceIsNoLongerPicked) {
+  Make(4);
+  std::vector<std::string> reported;
+  state_.SetDeviceFailureHandler(
+      [&](const absl::Status& s) { reported.push_back(std::string(s.message())); });
+  v1::CallHeader h;
+  h.set_handler("explode");
+  h.add_platforms("cpu");
+  FrameEncoder enc;
+  enc.AddMessageField(kHeaderField, h);
+  grpc::ByteBuffer frame = enc.Finish();
+  {
+    AgentCall call(state_);
+    ASSERT_TRUE(call.Begin(frame).ok());
+    call.Admitted();
+    ASSERT_TRUE(call.Allocate().ok());
+    ASSERT_TRUE(call.OnRequestFrame(frame).ok());
+    ASSERT_TRUE(call.EndOfInputs().ok());
+    CancellationToken cancel;
+    absl::Status s = call.Run(cancel);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
+    EXPECT_EQ(s.message(), "explode: kernel faulted");
+  }
+  ASSERT_EQ(reported.size(), 1u);
+  EXPECT_THAT(reported[0], HasSubstr("illegal address"));
+  AgentCall next(state_);
+  absl::Status s = next.Begin(frame);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(s.message(), HasSubstr("every cpu device of this agent has failed"));
+  // A handler set later still hears of it, once.
+  std::vector<std::string> late;
+  state_.SetDeviceFailureHandler([&](const absl::Status& e) { late.push_back(""); });
+  EXPECT_EQ(late.size(), 1u);
+}
+
+}  // namespace
+}  // namespace farcall::agent
