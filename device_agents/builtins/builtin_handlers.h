@@ -237,6 +237,36 @@ inline constexpr std::string_view kNeedsFloat = "a float or complex dtype";
 inline constexpr std::string_view kNeedsNumeric =
     "an integer, float or complex dtype";
 
+// The checks of a two-arg elementwise handler (axpy, add): both args of one
+// spec and a `supported` dtype, and a result of the same spec (named after
+// b when `result_like_b`, else after a).
+struct Binary {
+  Buffer a{nullptr}, b{nullptr}, out{nullptr};
+  DType d = DType::kInvalid;
+};
+
+inline Status CheckBinary(CallFrame& call, std::string_view handler, std::string_view a_name,
+                          std::string_view b_name, bool result_like_b,
+                          bool (*supported)(DType), std::string_view needs, Binary* v) {
+  Status s = CheckCounts(call, handler, 2, 1);
+  if (!s.ok()) return s;
+  v->a = call.arg(0);
+  v->b = call.arg(1);
+  v->out = call.result(0);
+  DType bd = DType::kInvalid, rd = DType::kInvalid;
+  if (!(s = CheckBuffer(handler, a_name, v->a, &v->d)).ok()) return s;
+  if (!(s = CheckBuffer(handler, b_name, v->b, &bd)).ok()) return s;
+  if (!(s = CheckBuffer(handler, "result", v->out, &rd)).ok()) return s;
+  if (!v->a.SameSpec(v->b)) {
+    return InvalidArgument(StrCat(handler, ": ", a_name, " and ", b_name,
+                                  " must have the same spec, got ", SpecString(v->a), " and ",
+                                  SpecString(v->b)));
+  }
+  if (!supported(v->d)) return Unsupported(handler, v->d, needs);
+  return result_like_b ? CheckSameSpec(handler, "result", v->b, b_name, v->out)
+                       : CheckSameSpec(handler, "result", v->a, a_name, v->out);
+}
+
 // ---------------------------------------------------------------------------
 // copy: results[i] = args[i].
 
@@ -296,26 +326,15 @@ Status Scale(CallFrame& call) {
 
 template <class K>
 Status Axpy(CallFrame& call) {
-  Status s = CheckCounts(call, "axpy", 2, 1);
+  Binary v;
+  Status s = CheckBinary(call, "axpy", "x", "y", /*result_like_b=*/true, IsFloatOrComplex,
+                         kNeedsFloat, &v);
   if (!s.ok()) return s;
-  const Buffer x = call.arg(0);
-  const Buffer y = call.arg(1);
-  const Buffer out = call.result(0);
-  DType d = DType::kInvalid, yd = DType::kInvalid, rd = DType::kInvalid;
-  if (!(s = CheckBuffer("axpy", "x", x, &d)).ok()) return s;
-  if (!(s = CheckBuffer("axpy", "y", y, &yd)).ok()) return s;
-  if (!(s = CheckBuffer("axpy", "result", out, &rd)).ok()) return s;
-  if (!x.SameSpec(y)) {
-    return InvalidArgument(StrCat("axpy: x and y must have the same spec, got ",
-                                  SpecString(x), " and ", SpecString(y)));
-  }
-  if (!IsFloatOrComplex(d)) return Unsupported("axpy", d, kNeedsFloat);
-  if (!(s = CheckSameSpec("axpy", "result", y, "y", out)).ok()) return s;
   double alpha = 0;
   if (!(s = GetF64Attr(call, "axpy", "alpha", &alpha)).ok()) return s;
-  const int64_t n = x.element_count() * Lanes(d);
+  const int64_t n = v.a.element_count() * Lanes(v.d);
   if (n == 0) return OkStatus();
-  return K::Axpy(call, PartDType(d), x.raw(), y.raw(), out.raw(), n, alpha);
+  return K::Axpy(call, PartDType(v.d), v.a.raw(), v.b.raw(), v.out.raw(), n, alpha);
 }
 
 // ---------------------------------------------------------------------------
@@ -323,24 +342,13 @@ Status Axpy(CallFrame& call) {
 
 template <class K>
 Status Add(CallFrame& call) {
-  Status s = CheckCounts(call, "add", 2, 1);
+  Binary v;
+  Status s = CheckBinary(call, "add", "a", "b", /*result_like_b=*/false, IsNumeric,
+                         kNeedsNumeric, &v);
   if (!s.ok()) return s;
-  const Buffer a = call.arg(0);
-  const Buffer b = call.arg(1);
-  const Buffer out = call.result(0);
-  DType d = DType::kInvalid, bd = DType::kInvalid, rd = DType::kInvalid;
-  if (!(s = CheckBuffer("add", "a", a, &d)).ok()) return s;
-  if (!(s = CheckBuffer("add", "b", b, &bd)).ok()) return s;
-  if (!(s = CheckBuffer("add", "result", out, &rd)).ok()) return s;
-  if (!a.SameSpec(b)) {
-    return InvalidArgument(StrCat("add: a and b must have the same spec, got ",
-                                  SpecString(a), " and ", SpecString(b)));
-  }
-  if (!IsNumeric(d)) return Unsupported("add", d, kNeedsNumeric);
-  if (!(s = CheckSameSpec("add", "result", a, "a", out)).ok()) return s;
-  const int64_t n = a.element_count() * Lanes(d);
+  const int64_t n = v.a.element_count() * Lanes(v.d);
   if (n == 0) return OkStatus();
-  return K::Add(call, PartDType(d), a.raw(), b.raw(), out.raw(), n);
+  return K::Add(call, PartDType(v.d), v.a.raw(), v.b.raw(), v.out.raw(), n);
 }
 
 // ---------------------------------------------------------------------------
