@@ -68,7 +68,6 @@ class FakeStream final : public Stream {
     return InvokeHandler(handler.fn, inv);
   }
   absl::Status Synchronize() override {
-    ++syncs;
     RunUpTo(enqueued());
     return absl::OkStatus();
   }
@@ -83,7 +82,6 @@ class FakeStream final : public Stream {
 
   int h2d_enqueued = 0;
   int d2h_enqueued = 0;
-  int syncs = 0;
 
  private:
   std::deque<std::function<void()>> ops_;

@@ -1,5 +1,4 @@
 // End to end: the `farcall` command-line tool against real servers.
-#include <sys/wait.h>
 
 #include <cstdio>
 #include <fstream>
@@ -17,22 +16,10 @@ using ::farcall::testing::ChildProcess;
 using ::testing::HasSubstr;
 using ::testing::MatchesRegex;
 
-struct CliRun {
-  int exit_code;
-  std::string out;  // stdout and stderr
-};
+using testing::CommandResult;
 
-CliRun Farcall(const std::string& args) {
-  std::string cmd = absl::StrCat(FARCALL_CLI_BIN, " ", args, " 2>&1");
-  FILE* p = popen(cmd.c_str(), "r");
-  CliRun r{-1, ""};
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
-  int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+CommandResult Farcall(const std::string& args) {
+  return testing::RunCommand(absl::StrCat(FARCALL_CLI_BIN, " ", args));
 }
 
 class CliTest : public ::testing::Test {
@@ -57,48 +44,48 @@ ChildProcess* CliTest::router_ = nullptr;
 
 TEST_F(CliTest, AxpyInPlacePrintsInputsAndResult) {
   std::string dir = ::testing::TempDir();
-  CliRun r = Farcall(absl::StrCat("call axpy 'float32[4]:iota' 'float32[4]:ones' ",
+  CommandResult r = Farcall(absl::StrCat("call axpy 'float32[4]:iota' 'float32[4]:ones' ",
                                "--results='float32[4]' --aliases=1:0 --attr=alpha=2.0 ",
                                "--out_dir=", dir, " ", Target()));
-  ASSERT_EQ(r.exit_code, 0) << r.out;
-  EXPECT_THAT(r.out, HasSubstr("args[0]    float32[4] [0, 1, 2, 3]"));
-  EXPECT_THAT(r.out, HasSubstr("args[1]    float32[4] [1, 1, 1, 1]  (aliased to results[0])"));
-  EXPECT_THAT(r.out, HasSubstr("results[0] float32[4] [1, 3, 5, 7]  (written in place into args[1])"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("args[0]    float32[4] [0, 1, 2, 3]"));
+  EXPECT_THAT(r.output, HasSubstr("args[1]    float32[4] [1, 1, 1, 1]  (aliased to results[0])"));
+  EXPECT_THAT(r.output, HasSubstr("results[0] float32[4] [1, 3, 5, 7]  (written in place into args[1])"));
   std::ifstream npy(dir + "/result0.npy", std::ios::binary);
   EXPECT_TRUE(npy.good());
 }
 
 TEST_F(CliTest, ErrorsPrintCodeAndMessageAndExitNonZero) {
-  CliRun r = Farcall(absl::StrCat("call copy 'float32[4]' --results='float32[4]' --platform=tpu ",
+  CommandResult r = Farcall(absl::StrCat("call copy 'float32[4]' --results='float32[4]' --platform=tpu ",
                                Target()));
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_THAT(r.out,
+  EXPECT_THAT(r.output,
               HasSubstr("farcall: INVALID_ARGUMENT: `buffer_callback` not supported on tpu backend."));
   r = Farcall(absl::StrCat("call nope 'float32[4]' --results='float32[4]' ", Target()));
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_THAT(r.out, HasSubstr("farcall: NOT_FOUND: handler 'nope' is not registered"));
+  EXPECT_THAT(r.output, HasSubstr("farcall: NOT_FOUND: handler 'nope' is not registered"));
 }
 
 TEST_F(CliTest, AgentsTableShowsTheAgent) {
-  CliRun r = Farcall(absl::StrCat("agents ", Target()));
-  ASSERT_EQ(r.exit_code, 0) << r.out;
-  EXPECT_THAT(r.out, HasSubstr(agent_->address()));
-  EXPECT_THAT(r.out, HasSubstr("SERVING"));
+  CommandResult r = Farcall(absl::StrCat("agents ", Target()));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr(agent_->address()));
+  EXPECT_THAT(r.output, HasSubstr("SERVING"));
 }
 
 TEST_F(CliTest, HealthOfRouterAndAgent) {
   EXPECT_EQ(Farcall(absl::StrCat("health ", Target())).exit_code, 0);
   EXPECT_EQ(Farcall(absl::StrCat("health --target=", agent_->address())).exit_code, 0);
-  CliRun down = Farcall("health --target=127.0.0.1:1");
+  CommandResult down = Farcall("health --target=127.0.0.1:1");
   EXPECT_EQ(down.exit_code, 1);
-  EXPECT_THAT(down.out, HasSubstr("UNAVAILABLE"));
+  EXPECT_THAT(down.output, HasSubstr("UNAVAILABLE"));
 }
 
 TEST_F(CliTest, BenchChecksResultsAndEndsWithJson) {
-  CliRun r = Farcall(absl::StrCat("bench --bytes=100000 --calls=20 --concurrency=2 --alias --json ",
+  CommandResult r = Farcall(absl::StrCat("bench --bytes=100000 --calls=20 --concurrency=2 --alias --json ",
                                Target()));
-  ASSERT_EQ(r.exit_code, 0) << r.out;
-  std::string last = r.out.substr(r.out.rfind('{'));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::string last = r.output.substr(r.output.rfind('{'));
   EXPECT_THAT(last, HasSubstr("\"calls\": 20"));
   EXPECT_THAT(last, HasSubstr("\"bytes_per_call\": 100000"));
   EXPECT_THAT(last, MatchesRegex(".*\"p50_us\": [0-9.]+, \"p90_us\": [0-9.]+, \"p99_us\": [0-9.]+.*\n"));

@@ -2,7 +2,6 @@
 // platform has no device here exits at once, non-zero, with a message that
 // names the platform and says no device was found (what CI sees for cuda
 // and rocm); one whose platform has a device serves it and describes it.
-#include <sys/wait.h>
 
 #include <cstdio>
 #include <string>
@@ -19,22 +18,8 @@ namespace {
 
 using ::testing::HasSubstr;
 
-struct AgentRun {
-  int exit_code = -1;
-  std::string output;
-};
-
-AgentRun RunAgent(const std::string& args) {
-  AgentRun r;
-  const std::string cmd = absl::StrCat(FARCALL_AGENT_BIN, " ", args, " 2>&1");
-  FILE* f = popen(cmd.c_str(), "r");
-  if (f == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) r.output.append(buf, n);
-  const int status = pclose(f);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+::farcall::testing::CommandResult RunAgent(const std::string& args) {
+  return ::farcall::testing::RunCommand(absl::StrCat(FARCALL_AGENT_BIN, " ", args));
 }
 
 class DeviceAgentTest : public ::testing::TestWithParam<std::string> {};
@@ -53,7 +38,7 @@ TEST_P(DeviceAgentTest, ServesItsDevicesOrExitsCleanlyWithoutOne) {
     return;
   }
   // No device: serving fails before it binds a port, with a clear message.
-  AgentRun r = RunAgent(absl::StrCat("--platform=", platform, " --listen=127.0.0.1:0"));
+  ::farcall::testing::CommandResult r = RunAgent(absl::StrCat("--platform=", platform, " --listen=127.0.0.1:0"));
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_THAT(r.output, HasSubstr(absl::StrCat("FAILED_PRECONDITION: ", platform,
                                                ": no device found")));
@@ -62,7 +47,7 @@ TEST_P(DeviceAgentTest, ServesItsDevicesOrExitsCleanlyWithoutOne) {
 }
 
 TEST(DeviceAgentFlagsTest, DevicesOutOfRangeAreRefusedByName) {
-  AgentRun r = RunAgent("--platform=cpu --devices=3 --listen=127.0.0.1:0");
+  ::farcall::testing::CommandResult r = RunAgent("--platform=cpu --devices=3 --listen=127.0.0.1:0");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_THAT(r.output, HasSubstr("INVALID_ARGUMENT: --devices names cpu device 3, but "
                                   "this host has 1 (ordinals 0 to 0)."));
@@ -72,7 +57,7 @@ TEST(DeviceAgentFlagsTest, DevicesOutOfRangeAreRefusedByName) {
 }
 
 TEST(DeviceAgentFlagsTest, ListDevicesNamesTheCpu) {
-  AgentRun r = RunAgent("--platform=cpu --list_devices");
+  ::farcall::testing::CommandResult r = RunAgent("--platform=cpu --list_devices");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("cpu device 0: "));
 }

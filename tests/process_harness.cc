@@ -97,18 +97,24 @@ std::string BinaryPath(const char* env_name, const char* built_path) {
   return e != nullptr && *e != '\0' ? std::string(e) : std::string(built_path);
 }
 
-absl::StatusOr<std::string> DeviceProblem(const std::string& agent_binary,
-                                          const std::string& platform) {
-  const std::string cmd =
-      absl::StrCat(agent_binary, " --platform=", platform, " --list_devices 2>&1");
-  FILE* f = popen(cmd.c_str(), "r");
-  if (f == nullptr) return absl::InternalError(absl::StrCat("cannot run ", cmd));
-  std::string out;
+CommandResult RunCommand(const std::string& command) {
+  CommandResult r;
+  FILE* f = popen(absl::StrCat(command, " 2>&1").c_str(), "r");
+  if (f == nullptr) return r;
   char buf[4096];
   size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
+  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) r.output.append(buf, n);
   const int status = pclose(f);
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return std::string();
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+absl::StatusOr<std::string> DeviceProblem(const std::string& agent_binary,
+                                          const std::string& platform) {
+  const std::string cmd = absl::StrCat(agent_binary, " --platform=", platform, " --list_devices");
+  CommandResult r = RunCommand(cmd);
+  if (r.exit_code == 0) return std::string();
+  std::string out = r.output;
   while (!out.empty() && out.back() == '\n') out.pop_back();
   if (out.find("no device found") != std::string::npos) return out;
   return absl::InternalError(absl::StrCat(cmd, " failed: ", out));

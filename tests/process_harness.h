@@ -63,6 +63,14 @@ std::string BinaryPath(const char* env_name, const char* built_path);
   ::farcall::testing::BinaryPath("FARCALL_EXAMPLE_PLUGIN", FARCALL_BUILT_EXAMPLE_PLUGIN)
 #endif
 
+// What a shell command printed (stdout and stderr together) and its exit
+// status (-1 if it did not exit normally or could not be run).
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;
+};
+CommandResult RunCommand(const std::string& command);
+
 // Asks `agent_binary --platform=PLATFORM --list_devices` whether this host
 // has a device for the platform: "" when it has, or the agent's "no device
 // found" message. Any other failure is an error.

@@ -58,11 +58,6 @@ GraphCache::~GraphCache() {
   }
 }
 
-int GraphCache::captures() const {
-  absl::MutexLock l(&mu_);
-  return captures_;
-}
-
 absl::Status GraphCache::Run(const RegisteredHandler& handler, HandlerInvocation& inv,
                              Stream& stream) {
   std::shared_ptr<Entry> entry;
@@ -138,8 +133,6 @@ absl::Status GraphCache::Run(const RegisteredHandler& handler, HandlerInvocation
       entry->exec = nullptr;
       return api::ToStatus(inst, "GraphInstantiate");
     }
-    absl::MutexLock cl(&mu_);
-    ++captures_;
   }
   FARCALL_GPU_RETURN_IF_ERROR(api::GraphLaunch(entry->exec, native));
   // The graph's results out to the call's buffers (an aliased result is

@@ -43,9 +43,6 @@ class GraphCache {
   absl::Status Run(const RegisteredHandler& handler, HandlerInvocation& inv,
                    Stream& stream);
 
-  // How many graphs were captured (host code runs), for tests and metrics.
-  int captures() const;
-
  private:
   struct Entry {
     absl::Mutex mu;
@@ -57,7 +54,6 @@ class GraphCache {
   Device& device_;
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<Entry>> entries_ ABSL_GUARDED_BY(mu_);
-  int captures_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace farcall::agent::FARCALL_GPU_NS
