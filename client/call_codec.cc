@@ -26,10 +26,11 @@ absl::StatusOr<PreparedCall> Prepare(const CallRequest& request,
   PreparedCall p;
   v1::CallHeader& h = p.header;
   h.set_handler(request.handler);
-  h.add_platforms(request.platform);
   CallDescriptor d;
   d.handler = request.handler;
-  d.platforms = {request.platform};
+  d.platforms = request.platforms.empty() ? std::vector<std::string>{request.platform}
+                                          : request.platforms;
+  for (const std::string& platform : d.platforms) h.add_platforms(platform);
   for (const Arg& a : request.args) {
     *h.add_args() = SpecToProto(a.spec());
     d.args.push_back(a.spec());
@@ -46,8 +47,27 @@ absl::StatusOr<PreparedCall> Prepare(const CallRequest& request,
   h.set_call_id(options.call_id);
   // The same validation the servers run, so a bad call fails here with the
   // same code and message, without a round trip.
-  FARCALL_ASSIGN_OR_RETURN(p.validated, ValidateCall(d));
+  absl::StatusOr<ValidatedCall> validated = ValidateCall(d);
+  if (!validated.ok() && options.validate_locally) return validated.status();
+  if (!validated.ok()) {
+    // Sent as it is: the servers give the verdict. Only sizes are needed to
+    // cut the args into chunks (a spec without one sends nothing).
+    validated.emplace();
+    for (const TensorSpec& a : d.args) validated->arg_bytes.push_back(ByteSize(a, "").value_or(0));
+    for (const TensorSpec& r : d.results) {
+      validated->result_bytes.push_back(ByteSize(r, "").value_or(0));
+      validated->result_alias.push_back(-1);
+    }
+  }
+  p.validated = *std::move(validated);
+  if (!request.result_memory.empty() && request.result_memory.size() != request.results.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "result_memory has ", request.result_memory.size(), " entries for ",
+        request.results.size(), " results; give one per result, or none."));
+  }
+  p.result_memory = request.result_memory;
   for (const auto& [i, o] : request.aliases) {
+    if (i >= request.args.size() || o >= request.results.size()) continue;  // unchecked call
     if (request.args[i].writable_data() == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(
           "args[", i, "] is aliased to results[", o,
@@ -173,6 +193,9 @@ ResponseReader::ResponseReader(const PreparedCall& call) : call_(call) {
     if (alias >= 0) {
       r.aliased = true;
       r.data = call.args[alias].writable_data();
+    } else if (o < static_cast<int>(call.result_memory.size()) &&
+               call.result_memory[o] != nullptr) {
+      r.data = static_cast<uint8_t*>(call.result_memory[o]);
     } else {
       // Not zero-filled: every byte is written by a chunk.
       r.storage.reset(new (std::nothrow) uint8_t[r.size > 0 ? r.size : 1]);
@@ -234,8 +257,14 @@ absl::StatusOr<CallResult> ResponseReader::Finish() {
   if (call_.shm_region != nullptr) {
     for (size_t o = 0; o < result_.results.size(); ++o) {
       ResultTensor& r = result_.results[o];
-      if (!r.aliased) continue;
-      uint8_t* dst = call_.args[call_.validated.result_alias[o]].writable_data();
+      uint8_t* dst = nullptr;
+      if (r.aliased) {
+        dst = call_.args[call_.validated.result_alias[o]].writable_data();
+      } else if (o < call_.result_memory.size() && call_.result_memory[o] != nullptr) {
+        dst = static_cast<uint8_t*>(call_.result_memory[o]);
+      } else {
+        continue;  // read where it lies, in the region
+      }
       // Updated in place in a staging region: hand it back to the caller's
       // memory. In the caller's own shared buffer it is there already.
       if (!call_.shm_result_in_place[o]) std::memcpy(dst, r.data, r.size);

@@ -22,6 +22,7 @@ struct PreparedCall {
   v1::CallHeader header;
   ValidatedCall validated;
   std::vector<Arg> args;
+  std::vector<void*> result_memory;  // CallRequest::result_memory
   // Set for same-host calls: the region the tensors are staged in, where
   // each result lands, and the caller's own regions the call uses.
   std::shared_ptr<ShmRegion> shm_region;

@@ -57,9 +57,9 @@ absl::Status ValidateAliases(const CallDescriptor& call,
       return absl::InvalidArgumentError(absl::StrCat(
           "input_output_aliases contains the mapping ", Mapping(i, o),
           " referring to an input with abstract value ",
-          ShapedArrayString(call.args[i]),
+          SpecToString(call.args[i]),
           " and an output with a different abstract value ",
-          ShapedArrayString(call.results[o]), "."));
+          SpecToString(call.results[o]), "."));
     }
     if ((*result_alias)[o] >= 0) {
       return absl::InvalidArgumentError(absl::StrCat(

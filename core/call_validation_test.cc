@@ -179,9 +179,9 @@ TEST(ValidateCallTest, AliasSpecsDiffer) {
   c.aliases = {{0, 0}};
   ExpectError(ValidateCall(c), absl::StatusCode::kInvalidArgument,
               "input_output_aliases contains the mapping '0:0' referring to "
-              "an input with abstract value ShapedArray(float32[4,8]) and an "
+              "an input with abstract value float32[4,8] and an "
               "output with a different abstract value "
-              "ShapedArray(float32[8,4]).");
+              "float32[8,4].");
 }
 
 TEST(ValidateCallTest, AliasDTypesDiffer) {
@@ -191,9 +191,9 @@ TEST(ValidateCallTest, AliasDTypesDiffer) {
   c.aliases = {{0, 0}, {1, 1}};
   ExpectError(ValidateCall(c), absl::StatusCode::kInvalidArgument,
               "input_output_aliases contains the mapping '1:1' referring to "
-              "an input with abstract value ShapedArray(float32[3]) and an "
+              "an input with abstract value float32[3] and an "
               "output with a different abstract value "
-              "ShapedArray(bfloat16[3]).");
+              "bfloat16[3].");
 }
 
 TEST(ValidateCallTest, TwoInputsAliasedToOneOutput) {

@@ -47,7 +47,7 @@ std::optional<DType> DTypeFromNumber(int32_t n);
 int64_t ItemSize(DType d);
 
 // "float32", "bfloat16", "bool", "float8_e4m3fn", ...: numpy's names, which
-// JAX prints in ShapedArray(...). "invalid" for kInvalid.
+// JAX prints in abstract values (float32[4,8]). "invalid" for kInvalid.
 absl::string_view DTypeName(DType d);
 
 // The dtype named `name` (as DTypeName writes it), or nullopt.

@@ -56,10 +56,6 @@ std::string SpecToString(const TensorSpec& spec) {
                       "]");
 }
 
-std::string ShapedArrayString(const TensorSpec& spec) {
-  return absl::StrCat("ShapedArray(", SpecToString(spec), ")");
-}
-
 absl::StatusOr<TensorSpec> ParseTensorSpec(absl::string_view text) {
   auto bad = [&](absl::string_view why) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -34,11 +34,9 @@ int64_t ElementCount(const TensorSpec& spec);
 // "args[2]".
 absl::StatusOr<int64_t> ByteSize(const TensorSpec& spec, absl::string_view what);
 
-// "float32[4,8]"; a scalar is "float32[]".
+// "float32[4,8]"; a scalar is "float32[]". This is also how JAX prints an
+// abstract value (str of a ShapedArray), as in its alias errors.
 std::string SpecToString(const TensorSpec& spec);
-
-// As JAX prints an abstract value: "ShapedArray(float32[4,8])".
-std::string ShapedArrayString(const TensorSpec& spec);
 
 // Parses what SpecToString writes. INVALID_ARGUMENT with the reason.
 absl::StatusOr<TensorSpec> ParseTensorSpec(absl::string_view text);

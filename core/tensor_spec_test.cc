@@ -145,14 +145,6 @@ TEST(SpecToStringTest, Formats) {
   EXPECT_EQ(SpecToString(Spec(DType::kInvalid, {2})), "invalid[2]");
 }
 
-TEST(ShapedArrayStringTest, AsJaxPrintsIt) {
-  EXPECT_EQ(ShapedArrayString(Spec(DType::kF32, {4, 8})),
-            "ShapedArray(float32[4,8])");
-  EXPECT_EQ(ShapedArrayString(Spec(DType::kS32, {})), "ShapedArray(int32[])");
-  EXPECT_EQ(ShapedArrayString(Spec(DType::kC64, {2})),
-            "ShapedArray(complex64[2])");
-}
-
 TEST(ParseTensorSpecTest, Good) {
   absl::StatusOr<TensorSpec> s = ParseTensorSpec("float32[4,8]");
   ASSERT_TRUE(s.ok()) << s.status();

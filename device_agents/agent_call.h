@@ -111,6 +111,9 @@ class AgentCall final : private FrameVisitor {
   // For a unary Call: RESOURCE_EXHAUSTED if the results cannot fit in one
   // response message.
   absl::Status CheckFitsOneMessage() const;
+  // The handler's own threads, or null for the agent's shared workers. Known
+  // after Begin().
+  WorkerPool* handler_pool() const { return handler_ ? handler_->pool.get() : nullptr; }
   // Runs the handler on the calling (worker) thread.
   absl::Status Run(const CancellationToken& cancel);
   // Fills `out` with the next response frame carrying up to about

@@ -28,6 +28,12 @@ constexpr char kVersion[] = "0.1.0";
 struct Shared {
   AgentState state;
   std::unique_ptr<WorkerPool> pool;
+  // Where a call's handler runs: its own threads (in-process handlers), or
+  // the shared workers.
+  WorkerPool& PoolFor(const AgentCall& call) {
+    WorkerPool* own = call.handler_pool();
+    return own != nullptr ? *own : *pool;
+  }
 };
 
 // A call waiting for room in the agent's in-flight byte budget. The reactor
@@ -79,7 +85,7 @@ class ExecuteReactor final
       absl::Status s = call_->EndOfInputs();
       if (!s.ok()) return FinishWith(s);
       Ref();
-      shared_.pool->Submit([this] {
+      shared_.PoolFor(*call_).Submit([this] {
         absl::Status run = call_->Run(cancel_);
         if (run.ok()) {
           WriteNext();
@@ -186,7 +192,7 @@ class CallReactor final : public grpc::ServerUnaryReactor, public RefCounted {
         FinishWith(a);
       } else {
         Ref();
-        shared_.pool->Submit([this] {
+        shared_.PoolFor(*call_).Submit([this] {
           absl::Status run = call_->Run(cancel_);
           if (run.ok()) run = call_->NextResponseFrame(0, response_).status();
           FinishWith(run);
@@ -302,6 +308,9 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(Options options)
   }
   for (const std::string& path : options.plugins) {
     FARCALL_RETURN_IF_ERROR(LoadPlugin(path, state.registry));
+  }
+  for (RegisteredHandler& h : options.in_process_handlers) {
+    FARCALL_RETURN_IF_ERROR(state.registry.RegisterInProcess(std::move(h)));
   }
   if (!options.metrics_listen.empty()) {
     FARCALL_ASSIGN_OR_RETURN(impl->metrics,

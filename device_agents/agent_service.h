@@ -39,6 +39,9 @@ class AgentServer {
     // with a random name), "@name", a path, or empty for none. Offered
     // on platforms whose memory the host addresses (cpu).
     std::string shm_socket = "auto";
+    // Handlers of the program that embeds the agent (RegisteredHandler's
+    // `invoke` and `pool`), registered after the built-ins and plugins.
+    std::vector<RegisteredHandler> in_process_handlers;
   };
 
   // Opens the platform's devices, loads plugins, binds and starts serving.

@@ -73,7 +73,7 @@ class Stream {
   // replayed after; elsewhere the handler's host code simply runs.
   virtual absl::Status Invoke(const RegisteredHandler& handler,
                               HandlerInvocation& inv) {
-    return InvokeHandler(handler.fn, inv);
+    return RunHandler(handler, inv);
   }
   // Waits for everything enqueued.
   virtual absl::Status Synchronize() = 0;

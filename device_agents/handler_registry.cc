@@ -15,23 +15,41 @@ absl::Status HandlerRegistry::Register(const FarcallHandlerDef& def,
     return absl::InvalidArgumentError(absl::StrCat(
         "handler definition from ", source, " lacks a name, platform or function."));
   }
+  RegisteredHandler h;
+  h.name = def.name;
+  h.platform = def.platform;
+  h.traits = def.traits;
+  h.fn = def.fn;
+  h.source = std::move(source);
+  return Add(std::move(h));
+}
+
+absl::Status HandlerRegistry::RegisterInProcess(RegisteredHandler handler) {
+  if (handler.name.empty() || !handler.invoke) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "handler definition from ", handler.source, " lacks a name or function."));
+  }
+  handler.fn = nullptr;
+  return Add(std::move(handler));
+}
+
+absl::Status HandlerRegistry::Add(RegisteredHandler h) {
   // Platform names are matched in any case, as in JAX; stored canonical.
-  std::optional<Platform> platform = ParsePlatform(def.platform);
+  std::optional<Platform> platform = ParsePlatform(h.platform);
   if (!platform) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "handler '", def.name, "' from ", source, " is for platform '", def.platform,
+        "handler '", h.name, "' from ", h.source, " is for platform '", h.platform,
         "', which farcall does not serve (cpu, cuda, rocm or oneapi)."));
   }
-  const std::string canonical(PlatformName(*platform));
-  auto key = std::make_pair(std::string(def.name), canonical);
+  h.platform = std::string(PlatformName(*platform));
+  auto key = std::make_pair(h.name, h.platform);
   auto it = handlers_.find(key);
   if (it != handlers_.end()) {
     return absl::AlreadyExistsError(absl::StrCat(
-        "handler '", def.name, "' for platform '", canonical, "' from ",
-        source, " is already registered by ", it->second.source, "."));
+        "handler '", h.name, "' for platform '", h.platform, "' from ",
+        h.source, " is already registered by ", it->second.source, "."));
   }
-  handlers_.emplace(key, RegisteredHandler{def.name, canonical, def.traits,
-                                           def.fn, std::move(source)});
+  handlers_.emplace(std::move(key), std::move(h));
   return absl::OkStatus();
 }
 

@@ -7,10 +7,16 @@ mkdir -p build
 jobs=$(nproc 2>/dev/null || echo 2)
 # FARCALL_REQUIRE_BACKENDS="cuda;rocm;oneapi" makes a missing toolkit an
 # error instead of a backend left out (CI sets it).
+# The Python extension is built against .venv's Python and nanobind, when
+# scripts/install_deps.sh has made it.
+python_args=()
+if [ -x .venv/bin/python ]; then
+  python_args=("-DPython_EXECUTABLE=$PWD/.venv/bin/python")
+fi
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DFARCALL_BUILD_TESTS=ON \
-  "-DFARCALL_REQUIRE_BACKENDS=${FARCALL_REQUIRE_BACKENDS:-}" >build/configure.log \
+  "-DFARCALL_REQUIRE_BACKENDS=${FARCALL_REQUIRE_BACKENDS:-}" "${python_args[@]}" >build/configure.log \
   || { cat build/configure.log >&2; exit 1; }
-grep -E "farcall: (toolkits found|agent platforms built)" build/configure.log || true
+grep -E "farcall: (toolkits found|agent platforms built|Python extension)" build/configure.log || true
 if (($#)); then
   cmake --build build -j "$jobs" --target "$@"
 else

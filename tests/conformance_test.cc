@@ -297,8 +297,8 @@ TEST_P(ConformanceTest, AliasSpecsDiffer) {
   (*h.mutable_input_output_aliases())[0] = 0;
   ExpectStatus(RawHeaderOnly(h), grpc::StatusCode::INVALID_ARGUMENT,
                "input_output_aliases contains the mapping '0:0' referring to an input "
-               "with abstract value ShapedArray(float32[4,8]) and an output with a "
-               "different abstract value ShapedArray(float32[8,4]).");
+               "with abstract value float32[4,8] and an output with a "
+               "different abstract value float32[8,4].");
 }
 
 TEST_P(ConformanceTest, TwoInputsAliasedToOneOutput) {

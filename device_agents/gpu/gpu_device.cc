@@ -183,7 +183,7 @@ class GpuStream final : public Stream {
     if ((handler.traits & FARCALL_TRAIT_COMMAND_BUFFER_COMPATIBLE) != 0) {
       return device_.graphs().Run(handler, inv, *this);
     }
-    return InvokeHandler(handler.fn, inv);
+    return RunHandler(handler, inv);
   }
   absl::Status Synchronize() override {
     FARCALL_GPU_SET_DEVICE(device_.ordinal());

@@ -78,6 +78,16 @@ struct CallRequest {
   std::map<std::string, AttributeValue> attributes;
   bool has_side_effect = false;
   bool command_buffer_compatible = false;
+  // Where non-aliased results go: empty, and the client allocates each one;
+  // or one pointer per result, to ByteSize(results[o]) writable bytes of the
+  // caller's (nullptr: the client allocates that one). The memory must stay
+  // valid until the call completes. Aliased results always go into their
+  // InOut arg; their entry here is ignored.
+  std::vector<void*> result_memory;
+  // Sent instead of `platform` when not empty. Calls name exactly one
+  // platform; more are refused with UNIMPLEMENTED, as in JAX. For tests of
+  // that answer.
+  std::vector<std::string> platforms;
 };
 
 // kShm: same-host shared memory (the agent is local and offers it); the
@@ -97,6 +107,10 @@ struct CallOptions {
   // Wait (within the timeout) for an unreachable target to come up instead
   // of failing at once with UNAVAILABLE.
   bool wait_for_ready = false;
+  // false: send the call without checking it here first, so that the
+  // servers' answers to a bad call can be observed (their codes and messages
+  // are the same as the client's own checks). For conformance tests.
+  bool validate_locally = true;
 };
 
 // One result. An aliased result's bytes were written into the caller's

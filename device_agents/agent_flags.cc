@@ -1,0 +1,111 @@
+#include "device_agents/agent_flags.h"
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/platform.h"
+#include "core/process.h"
+
+ABSL_FLAG(std::string, platform, "cpu", "cpu, cuda, rocm or oneapi");
+ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
+          "HOST:PORT to serve on; port 0 picks a free one");
+ABSL_FLAG(std::vector<std::string>, plugins, {},
+          "comma-separated handler plugins (.so) to load");
+ABSL_FLAG(std::string, agent_id, "", "id reported to clients (default: PLATFORM-agent-PORT)");
+ABSL_FLAG(int64_t, max_call_bytes, int64_t{4} << 30,
+          "largest call, args plus non-aliased results, in bytes");
+ABSL_FLAG(int64_t, max_inflight_bytes, 0,
+          "tensor bytes all calls in flight may hold (0: 3/4 of physical memory)");
+ABSL_FLAG(int64_t, max_message_bytes, 64 << 20,
+          "largest single gRPC message (bounds unary Call)");
+ABSL_FLAG(int64_t, response_chunk_bytes, 1 << 20,
+          "result bytes per streamed response message");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "HOST:PORT to serve Prometheus /metrics on (empty: off)");
+ABSL_FLAG(std::string, shm_socket, "auto",
+          "same-host shared memory: auto, @abstract-name, a socket path, or empty for none");
+ABSL_FLAG(int, workers, 0, "handler threads (0: one per core)");
+ABSL_FLAG(std::vector<std::string>, devices, {},
+          "device ordinals to serve, e.g. 0,1 (default: every device found)");
+ABSL_FLAG(int64_t, staging_bytes, int64_t{256} << 20,
+          "pinned host memory per device for staging copies, in bytes");
+ABSL_FLAG(int64_t, staging_block_bytes, int64_t{4} << 20,
+          "size of one staging block (one copy to or from the device)");
+ABSL_FLAG(bool, list_devices, false,
+          "print the platform's devices and exit: 0 when there is one, 1 when none");
+ABSL_FLAG(int, ready_fd, -1,
+          "write the bound port to this file descriptor once serving");
+
+namespace farcall::agent {
+
+absl::StatusOr<AgentServer::Options> AgentOptionsFromFlags() {
+  const std::string platform_name = absl::GetFlag(FLAGS_platform);
+  std::optional<Platform> platform = ParsePlatform(platform_name);
+  if (!platform) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("`buffer_callback` not supported on ", platform_name, " backend."));
+  }
+  AgentServer::Options options;
+  for (const std::string& d : absl::GetFlag(FLAGS_devices)) {
+    int ordinal = -1;
+    if (!absl::SimpleAtoi(d, &ordinal) || ordinal < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--devices takes device ordinals such as 0,1; got '", d, "'."));
+    }
+    options.config.backend.devices.push_back(ordinal);
+  }
+  options.config.backend.staging_bytes = absl::GetFlag(FLAGS_staging_bytes);
+  options.config.backend.staging_block_bytes = absl::GetFlag(FLAGS_staging_block_bytes);
+  options.listen = absl::GetFlag(FLAGS_listen);
+  options.plugins = absl::GetFlag(FLAGS_plugins);
+  options.workers = absl::GetFlag(FLAGS_workers);
+  options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  options.shm_socket = absl::GetFlag(FLAGS_shm_socket);
+  options.config.platform = *platform;
+  options.config.agent_id = absl::GetFlag(FLAGS_agent_id);
+  options.config.max_call_bytes = absl::GetFlag(FLAGS_max_call_bytes);
+  options.config.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  options.config.max_inflight_bytes = absl::GetFlag(FLAGS_max_inflight_bytes);
+  options.config.response_chunk_bytes = absl::GetFlag(FLAGS_response_chunk_bytes);
+  return options;
+}
+
+std::optional<int> ListDevicesIfAsked(const AgentServer::Options& options) {
+  if (!absl::GetFlag(FLAGS_list_devices)) return std::nullopt;
+  auto backend = OpenBackend(options.config.platform, options.config.backend);
+  if (!backend.ok()) {
+    std::fprintf(stderr, "farcall-agent: %s\n", backend.status().ToString().c_str());
+    return 1;
+  }
+  const std::string name(PlatformName(options.config.platform));
+  for (const auto& d : backend->devices) {
+    std::printf("%s device %d: %s, %lld bytes\n", name.c_str(), d->ordinal(),
+                d->name().c_str(), static_cast<long long>(d->memory_bytes()));
+  }
+  std::fflush(nullptr);
+  return 0;
+}
+
+void AnnounceServing(const AgentServer& server) {
+  const AgentState& state = server.state();
+  const std::string platform(PlatformName(state.config.platform));
+  std::vector<std::string> names;
+  for (const auto* h : state.registry.List(platform)) names.push_back(h->name);
+  std::fprintf(stderr,
+               "farcall-agent: %s serving platform %s on port %d with %zu "
+               "device(s); handlers: %s\n",
+               state.agent_id().c_str(), platform.c_str(), server.port(),
+               state.backend.devices.size(), absl::StrJoin(names, ", ").c_str());
+  if (server.metrics_port() > 0) {
+    std::fprintf(stderr, "farcall-agent: metrics on port %d (/metrics)\n",
+                 server.metrics_port());
+  }
+  ReportReady(absl::GetFlag(FLAGS_ready_fd), server.port(), server.metrics_port());
+}
+
+}  // namespace farcall::agent

@@ -1,0 +1,209 @@
+// farcall._farcall.start_agent: an agent in this process that serves the
+// built-ins, plugins and Python handlers. Python handlers run on their own
+// threads (a WorkerPool of --python_threads), which take the GIL to call
+// farcall.agent's dispatcher; native handlers never wait for Python.
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "device_agents/agent_flags.h"
+#include "device_agents/agent_service.h"
+#include "device_agents/worker_pool.h"
+#include "core/dtype.h"
+#include "nanobind/ndarray.h"
+#include "nanobind/stl/string.h"
+#include "nanobind/stl/tuple.h"
+#include "nanobind/stl/unique_ptr.h"
+#include "nanobind/stl/vector.h"
+#include "python/ext/extension.h"
+
+namespace nb = nanobind;
+
+namespace farcall::python {
+namespace {
+
+using agent::AgentServer;
+using agent::HandlerInvocation;
+
+// A Python object that may be dropped from any thread.
+struct HeldObject {
+  nb::object obj;
+  ~HeldObject() {
+    if (!PythonAlive()) {
+      obj.release();
+      return;
+    }
+    nb::gil_scoped_acquire gil;
+    obj.reset();
+  }
+};
+
+nb::tuple BufferTuple(const FarcallBuffer& b) {
+  nb::list dims;
+  for (int64_t i = 0; i < b.rank; ++i) dims.append(b.dims[i]);
+  return nb::make_tuple(reinterpret_cast<uintptr_t>(b.data), b.dtype, nb::tuple(dims),
+                        b.size_bytes);
+}
+
+// Calls dispatch(fn, ctx, results, args) with the GIL; it returns None, or
+// (code, message) for a failed call.
+absl::Status CallPython(const HeldObject& dispatch, const HeldObject& fn,
+                        const HandlerInvocation& inv) {
+  if (!PythonAlive()) return absl::UnavailableError("the Python interpreter is shutting down.");
+  nb::gil_scoped_acquire gil;
+  try {
+    nb::list results, args;
+    for (const FarcallBuffer& b : inv.results) results.append(BufferTuple(b));
+    for (const FarcallBuffer& b : inv.args) args.append(BufferTuple(b));
+    nb::dict ctx;
+    ctx["platform"] = inv.platform;
+    ctx["device_ordinal"] = inv.device_ordinal;
+    ctx["stream"] = reinterpret_cast<uintptr_t>(inv.stream);
+    nb::object out = dispatch.obj(fn.obj, ctx, results, args);
+    if (out.is_none()) return absl::OkStatus();
+    auto [code, message] = nb::cast<std::tuple<int, std::string>>(out);
+    return absl::Status(static_cast<absl::StatusCode>(code), message);
+  } catch (nb::python_error& e) {
+    // The dispatcher itself failed; it turns a handler's exceptions into
+    // (code, message), so this is farcall's own bug or an interrupt.
+    return absl::InternalError(absl::StrCat("Python handler dispatch failed: ", e.what()));
+  }
+}
+
+class PyAgent {
+ public:
+  explicit PyAgent(std::unique_ptr<AgentServer> server) : server_(std::move(server)) {}
+  ~PyAgent() { Shutdown(); }
+
+  int port() const { return server_ ? server_->port() : 0; }
+  std::string agent_id() const { return server_ ? server_->state().agent_id() : ""; }
+  void Shutdown() {
+    if (server_ == nullptr) return;
+    std::unique_ptr<AgentServer> s = std::move(server_);
+    nb::gil_scoped_release release;  // handler threads may wait for the GIL
+    s->Shutdown();
+    s.reset();
+  }
+
+ private:
+  std::unique_ptr<AgentServer> server_;
+};
+
+// Parses `argv` as farcall-agent's flags and starts serving. Returns the
+// agent, or an exit code (--list_devices, bad flags, failed start).
+nb::object StartAgent(std::vector<std::string> argv,
+                      std::vector<std::tuple<std::string, nb::object>> handlers,
+                      nb::object dispatch, int python_threads, const std::string& source) {
+  static bool parsed = false;
+  if (parsed) {
+    RaiseStatus(absl::FailedPreconditionError("an agent was already started in this process."));
+  }
+  parsed = true;
+  std::vector<char*> cargv;
+  for (std::string& a : argv) cargv.push_back(a.data());
+  absl::SetProgramUsageMessage(agent::kAgentUsage);
+  absl::ParseCommandLine(static_cast<int>(cargv.size()), cargv.data());
+  absl::StatusOr<AgentServer::Options> options = agent::AgentOptionsFromFlags();
+  if (!options.ok()) {
+    std::fprintf(stderr, "farcall-agent: %s\n", options.status().ToString().c_str());
+    return nb::int_(2);
+  }
+  if (std::optional<int> code = agent::ListDevicesIfAsked(*options)) return nb::int_(*code);
+
+  auto pool = std::make_shared<agent::WorkerPool>(python_threads > 0 ? python_threads : 1);
+  auto held_dispatch = std::make_shared<HeldObject>();
+  held_dispatch->obj = std::move(dispatch);
+  const std::string platform(PlatformName(options->config.platform));
+  for (auto& [name, fn] : handlers) {
+    auto held_fn = std::make_shared<HeldObject>();
+    held_fn->obj = std::move(fn);
+    agent::RegisteredHandler h;
+    h.name = name;
+    h.platform = platform;
+    h.source = source;
+    h.pool = pool;
+    h.invoke = [held_dispatch, held_fn](const HandlerInvocation& inv) {
+      return CallPython(*held_dispatch, *held_fn, inv);
+    };
+    options->in_process_handlers.push_back(std::move(h));
+  }
+  absl::StatusOr<std::unique_ptr<AgentServer>> server;
+  {
+    nb::gil_scoped_release release;
+    server = AgentServer::Start(*std::move(options));
+  }
+  if (!server.ok()) {
+    std::fprintf(stderr, "farcall-agent: %s\n", server.status().ToString().c_str());
+    return nb::int_(1);
+  }
+  agent::AnnounceServing(**server);
+  return nb::cast(std::make_unique<PyAgent>(*std::move(server)));
+}
+
+// DLPack's code for a wire dtype; false for none.
+bool DlpackDType(int dtype, nb::dlpack::dtype* out) {
+  using C = nb::dlpack::dtype_code;
+  auto set = [&](C code, int bits) {
+    *out = nb::dlpack::dtype{static_cast<uint8_t>(code), static_cast<uint8_t>(bits), 1};
+    return true;
+  };
+  switch (static_cast<DType>(dtype)) {
+    case DType::kPred: return set(C::Bool, 8);
+    case DType::kS8: return set(C::Int, 8);
+    case DType::kS16: return set(C::Int, 16);
+    case DType::kS32: return set(C::Int, 32);
+    case DType::kS64: return set(C::Int, 64);
+    case DType::kU8: return set(C::UInt, 8);
+    case DType::kU16: return set(C::UInt, 16);
+    case DType::kU32: return set(C::UInt, 32);
+    case DType::kU64: return set(C::UInt, 64);
+    case DType::kF16: return set(C::Float, 16);
+    case DType::kF32: return set(C::Float, 32);
+    case DType::kF64: return set(C::Float, 64);
+    case DType::kBF16: return set(C::Bfloat, 16);
+    case DType::kC64: return set(C::Complex, 64);
+    case DType::kC128: return set(C::Complex, 128);
+    case DType::kF8E5M2: return set(C::Float8_E5M2, 8);
+    case DType::kF8E4M3FN: return set(C::Float8_E4M3FN, 8);
+    case DType::kF8E4M3B11FNUZ: return set(C::Float8_E4M3B11FNUZ, 8);
+    case DType::kF8E5M2FNUZ: return set(C::Float8_E5M2FNUZ, 8);
+    case DType::kF8E4M3FNUZ: return set(C::Float8_E4M3FNUZ, 8);
+    default: return false;
+  }
+}
+
+// An object with __dlpack__ over a handler's buffer; `owner` (the Buffer)
+// stays alive as long as it does.
+nb::object DlpackView(uintptr_t ptr, std::vector<size_t> shape, int dtype, bool readonly,
+                      int device_type, int device_id, nb::handle owner) {
+  nb::dlpack::dtype dt;
+  if (!DlpackDType(dtype, &dt)) {
+    PyErr_SetString(PyExc_BufferError, "this dtype has no DLPack code.");
+    throw nb::python_error();
+  }
+  if (readonly) {
+    return nb::cast(nb::ndarray<nb::ro>(reinterpret_cast<const void*>(ptr), shape.size(),
+                                        shape.data(), owner, nullptr, dt, device_type,
+                                        device_id));
+  }
+  return nb::cast(nb::ndarray<>(reinterpret_cast<void*>(ptr), shape.size(), shape.data(),
+                                owner, nullptr, dt, device_type, device_id));
+}
+
+}  // namespace
+
+void DefineAgent(nb::module_& m) {
+  m.def("dlpack_view", &DlpackView);
+  nb::class_<PyAgent>(m, "Agent")
+      .def_prop_ro("port", &PyAgent::port)
+      .def_prop_ro("agent_id", &PyAgent::agent_id)
+      .def("shutdown", &PyAgent::Shutdown);
+  m.def("start_agent", &StartAgent, nb::arg("argv"), nb::arg("handlers"),
+        nb::arg("dispatch"), nb::arg("python_threads"), nb::arg("source"));
+}
+
+}  // namespace farcall::python

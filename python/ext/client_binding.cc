@@ -1,0 +1,285 @@
+// farcall._farcall.Client: the C++ client, called with plain pointers, dtype
+// codes and shapes that farcall/_client.py prepares. Results come back as
+// flat uint8 numpy arrays that own the client's memory (no copy); the
+// Python side views them with the right dtype and shape.
+#include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "farcall/client.h"
+#include "nanobind/ndarray.h"
+#include "nanobind/stl/map.h"
+#include "nanobind/stl/string.h"
+#include "nanobind/stl/tuple.h"
+#include "nanobind/stl/vector.h"
+#include "python/ext/extension.h"
+
+namespace nb = nanobind;
+
+namespace farcall::python {
+namespace {
+
+using ArgTuple = std::tuple<uintptr_t, int, std::vector<int64_t>, bool>;  // ptr, dtype, dims, writable
+using SpecTuple = std::tuple<int, std::vector<int64_t>>;                 // dtype, dims
+
+TensorSpec MakeSpec(int dtype, std::vector<int64_t> dims) {
+  return TensorSpec{static_cast<DType>(dtype), std::move(dims)};
+}
+
+// A uint8 numpy array over `size` bytes at `data`, kept alive by `owner`.
+template <typename Owner>
+nb::object OwnedBytes(uint8_t* data, int64_t size, Owner owner) {
+  auto* held = new Owner(std::move(owner));
+  nb::capsule cap(held, [](void* p) noexcept { delete static_cast<Owner*>(p); });
+  size_t shape[1] = {static_cast<size_t>(size)};
+  return nb::cast(nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>>(data, 1, shape, cap));
+}
+
+struct PyCall {
+  CallRequest request;
+  CallOptions options;
+};
+
+PyCall BuildCall(const std::string& handler, const std::string& platform,
+                 const std::vector<ArgTuple>& args, const std::vector<SpecTuple>& results,
+                 const std::map<uint32_t, uint32_t>& aliases, const nb::dict& attributes,
+                 bool has_side_effect, double timeout, const std::string& rpc,
+                 bool validate, const std::vector<uintptr_t>& result_memory) {
+  PyCall c;
+  CallRequest& r = c.request;
+  r.handler = handler;
+  r.platform = platform;
+  if (platform.find(',') != std::string::npos) {
+    r.platforms = absl::StrSplit(platform, ',');  // farcall/_client.py joins a list
+  }
+  for (const auto& [ptr, dtype, dims, writable] : args) {
+    void* data = reinterpret_cast<void*>(ptr);
+    r.args.push_back(writable ? Arg::InOut(MakeSpec(dtype, dims), data)
+                              : Arg::In(MakeSpec(dtype, dims), data));
+  }
+  for (const auto& [dtype, dims] : results) r.results.push_back(MakeSpec(dtype, dims));
+  r.aliases = aliases;
+  for (auto [k, v] : attributes) {
+    std::string name = nb::cast<std::string>(k);
+    // bool before int: Python's bool is an int.
+    if (nb::isinstance<nb::bool_>(v)) {
+      r.attributes[name] = nb::cast<bool>(v);
+    } else if (nb::isinstance<nb::int_>(v)) {
+      r.attributes[name] = nb::cast<int64_t>(v);
+    } else if (nb::isinstance<nb::float_>(v)) {
+      r.attributes[name] = nb::cast<double>(v);
+    } else {
+      r.attributes[name] = nb::cast<std::string>(v);
+    }
+  }
+  r.has_side_effect = has_side_effect;
+  for (uintptr_t p : result_memory) r.result_memory.push_back(reinterpret_cast<void*>(p));
+  c.options.timeout = absl::Seconds(timeout);
+  c.options.validate_locally = validate;
+  if (rpc == "unary") c.options.transport = Transport::kUnary;
+  if (rpc == "stream") c.options.transport = Transport::kStream;
+  return c;
+}
+
+const char* TransportName(Transport t) {
+  switch (t) {
+    case Transport::kUnary: return "unary";
+    case Transport::kStream: return "stream";
+    case Transport::kShm: return "shm";
+    case Transport::kAuto: break;
+  }
+  return "auto";
+}
+
+// (results, info): each result a uint8 array, or None where it is aliased
+// (the caller's own array holds it), and a dict of where and how it ran.
+nb::tuple ToPython(CallResult result) {
+  nb::list out;
+  for (ResultTensor& t : result.results) {
+    if (t.aliased) {
+      out.append(nb::none());
+    } else if (t.storage != nullptr) {
+      uint8_t* data = t.data;
+      out.append(OwnedBytes(data, t.size, std::move(t.storage)));
+    } else if (t.keepalive != nullptr) {
+      out.append(OwnedBytes(t.data, t.size, std::move(t.keepalive)));
+    } else {
+      out.append(nb::none());  // written into result_memory
+    }
+  }
+  nb::dict info;
+  info["agent_id"] = result.agent_id;
+  info["platform"] = result.platform;
+  info["transport"] = TransportName(result.transport);
+  info["queue_seconds"] = absl::ToDoubleSeconds(result.queue_time);
+  info["transfer_seconds"] = absl::ToDoubleSeconds(result.transfer_time);
+  info["execute_seconds"] = absl::ToDoubleSeconds(result.execute_time);
+  return nb::make_tuple(out, info);
+}
+
+nb::dict AgentInfoToDict(const v1::AgentInfo& a) {
+  nb::dict d;
+  d["agent_id"] = a.agent_id();
+  d["platform"] = a.platform();
+  d["version"] = a.version();
+  nb::list devices, handlers;
+  for (const auto& dev : a.devices()) {
+    nb::dict x;
+    x["ordinal"] = dev.ordinal();
+    x["name"] = dev.name();
+    x["memory_bytes"] = dev.memory_bytes();
+    devices.append(x);
+  }
+  for (const auto& h : a.handlers()) {
+    nb::dict x;
+    x["name"] = h.name();
+    x["command_buffer_compatible"] = h.command_buffer_compatible();
+    x["source"] = h.source();
+    handlers.append(x);
+  }
+  d["devices"] = devices;
+  d["handlers"] = handlers;
+  d["max_call_bytes"] = a.max_call_bytes();
+  d["shm_socket"] = a.shm_socket();
+  return d;
+}
+
+// Holds a Python callable for a gRPC thread: taking and dropping it needs
+// the GIL, which that thread must not take once Python is finalizing.
+struct PyCallback {
+  nb::object fn;
+  ~PyCallback() {
+    if (!PythonAlive()) {
+      fn.release();  // leaked: Python is going away
+      return;
+    }
+    nb::gil_scoped_acquire gil;
+    fn.reset();
+  }
+};
+
+class PyClient {
+ public:
+  explicit PyClient(const std::string& target) {
+    absl::StatusOr<std::unique_ptr<Client>> c = Client::Connect(target);
+    if (!c.ok()) RaiseStatus(c.status());
+    client_ = *std::move(c);
+  }
+
+  nb::tuple Call(const std::string& handler, const std::string& platform,
+                 const std::vector<ArgTuple>& args, const std::vector<SpecTuple>& results,
+                 const std::map<uint32_t, uint32_t>& aliases, const nb::dict& attributes,
+                 bool has_side_effect, double timeout, const std::string& rpc, bool validate,
+                 const std::vector<uintptr_t>& result_memory) {
+    PyCall c = BuildCall(handler, platform, args, results, aliases, attributes,
+                         has_side_effect, timeout, rpc, validate, result_memory);
+    absl::StatusOr<CallResult> r;
+    {
+      nb::gil_scoped_release release;
+      r = client_->Call(c.request, c.options);
+    }
+    if (!r.ok()) RaiseStatus(r.status());
+    return ToPython(*std::move(r));
+  }
+
+  // `done(results_and_info, code, message)` runs once on a gRPC thread,
+  // holding the GIL; `keep` (the caller's arrays) is held until then.
+  void CallAsync(const std::string& handler, const std::string& platform,
+                 const std::vector<ArgTuple>& args, const std::vector<SpecTuple>& results,
+                 const std::map<uint32_t, uint32_t>& aliases, const nb::dict& attributes,
+                 bool has_side_effect, double timeout, const std::string& rpc, bool validate,
+                 nb::object done) {
+    PyCall c = BuildCall(handler, platform, args, results, aliases, attributes,
+                         has_side_effect, timeout, rpc, validate, {});
+    auto cb = std::make_shared<PyCallback>();
+    cb->fn = std::move(done);
+    nb::gil_scoped_release release;
+    client_->CallAsync(c.request, c.options, [cb](absl::StatusOr<CallResult> r) {
+      if (!PythonAlive()) return;
+      nb::gil_scoped_acquire gil;
+      try {
+        if (r.ok()) {
+          cb->fn(ToPython(*std::move(r)), nb::none(), nb::none());
+        } else {
+          cb->fn(nb::none(), CodeName(r.status().code()), std::string(r.status().message()));
+        }
+      } catch (nb::python_error& e) {
+        e.restore();
+        PyErr_WriteUnraisable(cb->fn.ptr());
+      }
+    });
+  }
+
+  nb::object AllocateShared(size_t bytes) {
+    absl::StatusOr<SharedBuffer> b;
+    {
+      nb::gil_scoped_release release;
+      b = client_->AllocateShared(bytes);
+    }
+    if (!b.ok()) RaiseStatus(b.status());
+    uint8_t* data = b->data();
+    return OwnedBytes(data, static_cast<int64_t>(bytes), *std::move(b));
+  }
+
+  nb::dict Describe(double timeout) {
+    absl::StatusOr<v1::AgentInfo> info;
+    {
+      nb::gil_scoped_release release;
+      info = client_->Describe(absl::Seconds(timeout));
+    }
+    if (!info.ok()) RaiseStatus(info.status());
+    return AgentInfoToDict(*info);
+  }
+
+  nb::list Agents(bool refresh, double timeout) {
+    absl::StatusOr<v1::ListAgentsResponse> resp;
+    {
+      nb::gil_scoped_release release;
+      resp = client_->ListAgents(refresh, absl::Seconds(timeout));
+    }
+    if (!resp.ok()) RaiseStatus(resp.status());
+    nb::list out;
+    for (const v1::AgentEntry& e : resp->agents()) {
+      nb::dict d;
+      d["address"] = e.address();
+      d["info"] = AgentInfoToDict(e.info());
+      d["health"] = v1::AgentEntry::Health_Name(e.health());
+      d["inflight_calls"] = e.inflight_calls();
+      d["last_error"] = e.last_error();
+      d["calls_total"] = e.calls_total();
+      out.append(d);
+    }
+    return out;
+  }
+
+  void Health(double timeout) {
+    absl::Status s;
+    {
+      nb::gil_scoped_release release;
+      s = client_->Health(absl::Seconds(timeout));
+    }
+    if (!s.ok()) RaiseStatus(s);
+  }
+
+ private:
+  std::unique_ptr<Client> client_;
+};
+
+}  // namespace
+
+void DefineClient(nb::module_& m) {
+  nb::class_<PyClient>(m, "Client")
+      .def(nb::init<const std::string&>(), nb::arg("target"))
+      .def("call", &PyClient::Call)
+      .def("call_async", &PyClient::CallAsync)
+      .def("allocate_shared", &PyClient::AllocateShared)
+      .def("describe", &PyClient::Describe)
+      .def("agents", &PyClient::Agents)
+      .def("health", &PyClient::Health);
+}
+
+}  // namespace farcall::python

@@ -1,0 +1,299 @@
+"""farcall.Client: calls handlers on agents, directly or through a router.
+
+The work happens in the C++ client (farcall._farcall); this module turns
+Python objects into pointers, dtype codes and shapes, and the answers back
+into numpy arrays, without copying tensor bytes.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from farcall import _dtypes, _errors, _farcall
+
+_farcall._set_error_factory(_errors.make_error)
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    """A result's shape and dtype; any object with ``.shape`` and ``.dtype``
+    (a ``jax.ShapeDtypeStruct``, an array) does as well."""
+
+    shape: tuple
+    dtype: Any
+
+    def __init__(self, shape, dtype):
+        object.__setattr__(self, "shape", tuple(int(d) for d in shape))
+        object.__setattr__(self, "dtype", np.dtype(dtype))
+
+
+@dataclasses.dataclass(frozen=True)
+class CallInfo:
+    """Where and how a call ran, with the agent's own timings."""
+
+    agent_id: str
+    platform: str
+    transport: str  # "unary", "stream" or "shm"
+    queue_seconds: float
+    transfer_seconds: float
+    execute_seconds: float
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceInfo:
+    ordinal: int
+    name: str
+    memory_bytes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class HandlerInfo:
+    name: str
+    command_buffer_compatible: bool
+    source: str
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentInfo:
+    agent_id: str
+    platform: str
+    version: str
+    devices: list
+    handlers: list
+    max_call_bytes: int
+    shm_socket: str
+
+    @classmethod
+    def _from(cls, d: dict) -> "AgentInfo":
+        d = dict(d)
+        d["devices"] = [DeviceInfo(**x) for x in d["devices"]]
+        d["handlers"] = [HandlerInfo(**x) for x in d["handlers"]]
+        return cls(**d)
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentEntry:
+    """One agent as a router sees it."""
+
+    address: str
+    info: AgentInfo
+    health: str  # "SERVING", "NOT_SERVING", "DOWN" or "UNKNOWN"
+    inflight_calls: int
+    last_error: str
+    calls_total: int
+
+
+def _as_array(x) -> np.ndarray:
+    """A numpy view of x, without a copy where numpy can make one."""
+    if isinstance(x, np.ndarray):
+        return x
+    if hasattr(x, "__dlpack__") and not (
+        hasattr(x, "__array__") or hasattr(x, "__array_interface__")
+    ):
+        return np.from_dlpack(x)
+    return np.asarray(x)
+
+
+def _result_spec(r) -> tuple[int, tuple]:
+    try:
+        shape, dtype = r.shape, r.dtype
+    except AttributeError:
+        raise TypeError(
+            f"results must have .shape and .dtype (farcall.Spec, "
+            f"jax.ShapeDtypeStruct or an array); got {type(r).__name__}"
+        ) from None
+    return _dtypes.code_of(dtype), tuple(int(d) for d in shape)
+
+
+def _attribute(name: str, v):
+    if isinstance(v, np.generic):
+        v = v.item()
+    if not isinstance(v, (bool, int, float, str)):
+        raise TypeError(
+            f"attribute {name!r} must be an int, float, bool or str; got {type(v).__name__}"
+        )
+    return v
+
+
+class _Prepared:
+    """A call's arguments in the form the native client takes."""
+
+    __slots__ = ("arrays", "originals", "args", "results", "aliases", "attributes")
+
+    def __init__(self, args, results, input_output_aliases, attributes):
+        aliases = {int(i): int(o) for i, o in (input_output_aliases or {}).items()}
+        self.results = [_result_spec(r) for r in results]
+        self.arrays = []
+        self.originals = list(args)
+        self.args = []
+        aliased_inputs = {i: o for i, o in aliases.items() if 0 <= o < len(self.results)}
+        for i, x in enumerate(args):
+            a = _as_array(x)
+            writable = i in aliased_inputs
+            if writable:
+                o = aliased_inputs[i]
+                if not a.flags.writeable:
+                    raise ValueError(
+                        f"args[{i}] is aliased to results[{o}] (input_output_aliases) "
+                        f"but is read-only; pass a writable array, which the result "
+                        f"is written into"
+                    )
+                if not a.flags.c_contiguous:
+                    raise ValueError(
+                        f"args[{i}] is aliased to results[{o}] (input_output_aliases) "
+                        f"but is not C-contiguous; pass a contiguous array, which "
+                        f"the result is written into"
+                    )
+            elif not a.flags.c_contiguous:
+                a = np.ascontiguousarray(a)  # sent as a dense copy
+            self.arrays.append(a)
+            self.args.append(
+                (a.__array_interface__["data"][0] if a.nbytes else 0,
+                 _dtypes.code_of(a.dtype), a.shape, writable)
+            )
+        self.aliases = aliases
+        self.attributes = {k: _attribute(k, v) for k, v in (attributes or {}).items()}
+
+    def finish(self, raw: list) -> list:
+        out = []
+        by_output = {o: i for i, o in self.aliases.items()}
+        for o, r in enumerate(raw):
+            if r is None:  # aliased: the caller's own array, updated in place
+                i = by_output[o]
+                orig = self.originals[i]
+                out.append(orig if isinstance(orig, np.ndarray) else self.arrays[i])
+                continue
+            code, shape = self.results[o]
+            out.append(r.view(_dtypes.dtype_of(code)).reshape(shape))
+        return out
+
+
+def _info(d: dict) -> CallInfo:
+    return CallInfo(**d)
+
+
+class Client:
+    """A connection to a farcall router or agent.
+
+    ``target`` is ``HOST:PORT``. Connecting is lazy: an unreachable target
+    fails calls, not this constructor. Thread-safe; one Client serves many
+    threads. Same-host agents are reached through shared memory.
+
+        client = farcall.Client("127.0.0.1:50050")
+        x = np.arange(8, dtype=np.float32)
+        y = np.ones(8, dtype=np.float32)
+        (out,) = client.call("axpy", x, y, results=[y], input_output_aliases={1: 0},
+                             attributes={"alpha": 2.0})
+        assert out is y          # updated in place
+    """
+
+    def __init__(self, target: str, *, timeout: float = 60.0):
+        self.target = target
+        self.timeout = float(timeout)
+        self._native = _farcall.Client(target)
+
+    def __repr__(self) -> str:
+        return f"farcall.Client({self.target!r})"
+
+    def _native_args(self, handler, platform, p: _Prepared, has_side_effect, timeout, rpc, validate):
+        if rpc not in ("auto", "unary", "stream"):
+            raise ValueError(f"rpc must be 'auto', 'unary' or 'stream'; got {rpc!r}")
+        if not isinstance(platform, str):
+            # One platform per call, as in JAX; the server answers a list
+            # with the contract's UNIMPLEMENTED.
+            platform = ",".join(platform)
+        return (handler, platform, p.args, p.results, p.aliases, p.attributes,
+                bool(has_side_effect), float(self.timeout if timeout is None else timeout),
+                rpc, bool(validate))
+
+    def call(self, handler: str, *args, results: Sequence, platform: str = "cpu",
+             input_output_aliases: Mapping[int, int] | None = None,
+             attributes: Mapping[str, Any] | None = None, has_side_effect: bool = False,
+             timeout: float | None = None, rpc: str = "auto",
+             validate: bool = True) -> list:
+        """Runs ``handler`` on an agent of ``platform``; returns the results.
+
+        ``results`` lists objects with ``.shape`` and ``.dtype``. An aliased
+        result is the caller's own input array, updated in place. The GIL is
+        released while the call runs. ``rpc`` forces the unary ``Call`` or
+        the streamed ``Execute`` RPC; ``validate=False`` skips the local
+        checks so that the servers answer a bad call (for tests).
+
+        Raises a ``farcall.Error`` subclass with the contract's code and
+        message.
+        """
+        return self.call_with_info(
+            handler, *args, results=results, platform=platform,
+            input_output_aliases=input_output_aliases, attributes=attributes,
+            has_side_effect=has_side_effect, timeout=timeout, rpc=rpc, validate=validate)[0]
+
+    def call_with_info(self, handler: str, *args, results: Sequence, platform: str = "cpu",
+                       input_output_aliases=None, attributes=None, has_side_effect=False,
+                       timeout=None, rpc="auto", validate=True) -> tuple[list, CallInfo]:
+        """As ``call``, and also returns a ``CallInfo``: which agent ran it,
+        over which transport, and the agent's timings."""
+        p = _Prepared(args, results, input_output_aliases, attributes)
+        raw, info = self._native.call(
+            *self._native_args(handler, platform, p, has_side_effect, timeout, rpc, validate), [])
+        return p.finish(raw), _info(info)
+
+    def call_async(self, handler: str, *args, results: Sequence, platform: str = "cpu",
+                   input_output_aliases=None, attributes=None, has_side_effect=False,
+                   timeout=None, rpc="auto", validate=True) -> concurrent.futures.Future:
+        """As ``call``, but returns at once with a ``concurrent.futures.Future``
+        of the results. The args must not be changed until it is done."""
+        p = _Prepared(args, results, input_output_aliases, attributes)
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        fut.set_running_or_notify_cancel()
+
+        def done(out, code, message, p=p):  # p keeps the arrays alive
+            if code is None:
+                fut.set_result(p.finish(out[0]))
+            else:
+                fut.set_exception(_errors.make_error(code, message))
+
+        self._native.call_async(
+            *self._native_args(handler, platform, p, has_side_effect, timeout, rpc, validate),
+            done)
+        return fut
+
+    def describe(self, timeout: float = 5.0) -> AgentInfo:
+        """The agent's id, platform, devices and handlers (agents only)."""
+        return AgentInfo._from(self._native.describe(float(timeout)))
+
+    def agents(self, refresh: bool = False, timeout: float = 5.0) -> list:
+        """Every agent the router knows, with its health (routers only)."""
+        out = []
+        for d in self._native.agents(bool(refresh), float(timeout)):
+            d = dict(d)
+            d["info"] = AgentInfo._from(d["info"])
+            out.append(AgentEntry(**d))
+        return out
+
+    def health(self, timeout: float = 5.0) -> str:
+        """"SERVING" when the standard health check says so; otherwise raises
+        farcall.UnavailableError saying why."""
+        self._native.health(float(timeout))
+        return "SERVING"
+
+    def allocate_shared(self, nbytes: int) -> np.ndarray:
+        """``nbytes`` of shared memory with a same-host agent, as uint8."""
+        return self._native.allocate_shared(int(nbytes))
+
+
+def shared_array(shape, dtype, client: Client) -> np.ndarray:
+    """A numpy array in memory shared with ``client``'s agent (same host).
+
+    Passed to ``client.call``, it is not copied at all: the agent reads it,
+    and writes an aliased result into it, in place. Raises
+    farcall.FailedPreconditionError when the target is a router or a remote
+    agent.
+    """
+    dtype = np.dtype(dtype)
+    shape = tuple(int(d) for d in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+    n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    return client.allocate_shared(n).view(dtype).reshape(shape)

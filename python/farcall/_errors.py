@@ -1,0 +1,107 @@
+"""farcall's exceptions: one class per gRPC status code.
+
+Each has ``.code`` (the gRPC name, such as ``"NOT_FOUND"``) and ``.message``
+(the wire contract's message). Three also derive from the built-in exception
+that JAX raises for the same condition, so code written for JAX keeps
+working: INVALID_ARGUMENT is a ``ValueError``, UNIMPLEMENTED a
+``NotImplementedError`` and DEADLINE_EXCEEDED a ``TimeoutError``.
+"""
+
+from __future__ import annotations
+
+
+class Error(Exception):
+    """A failed farcall call: ``.code`` and ``.message``."""
+
+    code = "UNKNOWN"
+
+    def __init__(self, message: str = "", code: str | None = None):
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"
+
+
+class CancelledError(Error):
+    code = "CANCELLED"
+
+
+class UnknownError(Error):
+    code = "UNKNOWN"
+
+
+class InvalidArgumentError(Error, ValueError):
+    code = "INVALID_ARGUMENT"
+
+
+class DeadlineExceededError(Error, TimeoutError):
+    code = "DEADLINE_EXCEEDED"
+
+
+class NotFoundError(Error):
+    code = "NOT_FOUND"
+
+
+class AlreadyExistsError(Error):
+    code = "ALREADY_EXISTS"
+
+
+class PermissionDeniedError(Error):
+    code = "PERMISSION_DENIED"
+
+
+class ResourceExhaustedError(Error):
+    code = "RESOURCE_EXHAUSTED"
+
+
+class FailedPreconditionError(Error):
+    code = "FAILED_PRECONDITION"
+
+
+class AbortedError(Error):
+    code = "ABORTED"
+
+
+class OutOfRangeError(Error):
+    code = "OUT_OF_RANGE"
+
+
+class UnimplementedError(Error, NotImplementedError):
+    code = "UNIMPLEMENTED"
+
+
+class InternalError(Error):
+    code = "INTERNAL"
+
+
+class UnavailableError(Error):
+    code = "UNAVAILABLE"
+
+
+class DataLossError(Error):
+    code = "DATA_LOSS"
+
+
+class UnauthenticatedError(Error):
+    code = "UNAUTHENTICATED"
+
+
+# The gRPC numbers, as on the wire.
+CODES = {
+    "OK": 0, "CANCELLED": 1, "UNKNOWN": 2, "INVALID_ARGUMENT": 3,
+    "DEADLINE_EXCEEDED": 4, "NOT_FOUND": 5, "ALREADY_EXISTS": 6,
+    "PERMISSION_DENIED": 7, "RESOURCE_EXHAUSTED": 8, "FAILED_PRECONDITION": 9,
+    "ABORTED": 10, "OUT_OF_RANGE": 11, "UNIMPLEMENTED": 12, "INTERNAL": 13,
+    "UNAVAILABLE": 14, "DATA_LOSS": 15, "UNAUTHENTICATED": 16,
+}
+
+_BY_CODE = {cls.code: cls for cls in Error.__subclasses__()}
+
+
+def make_error(code: str, message: str) -> Error:
+    """The Error subclass for a gRPC code name."""
+    cls = _BY_CODE.get(code, Error)
+    return cls(message) if cls is not Error else Error(message, code)

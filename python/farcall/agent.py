@@ -1,0 +1,233 @@
+"""``python -m farcall.agent --handlers=FILE.py [farcall-agent flags]``
+
+Starts an agent that serves the built-in and plugin handlers plus every
+function in FILE.py (several files: comma-separated) registered with
+``@farcall.handler("name")``. Every farcall-agent flag works (``--platform``,
+``--listen``, ``--plugins``, ``--ready_fd``, ...), and
+``--python_threads=N`` (default 4) sets how many threads run Python handlers;
+native handlers run on the agent's own workers and never wait for Python.
+
+Handlers are called as JAX calls buffer callbacks, ``callback(ctx, out,
+*args)``. A handler that returns a value fails its call with INTERNAL
+("buffer_callback callback must not return any values."); an exception fails
+it with INTERNAL naming the exception's type and message, or with the code
+of a ``farcall.Error`` it raised. The agent serves on either way.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+import importlib.util
+import os
+import signal
+import sys
+import threading
+
+import numpy as np
+
+from farcall import _dtypes, _errors, _farcall, _handlers
+
+# DLPack device types.
+_KDL_CPU, _KDL_CUDA, _KDL_ROCM = 1, 2, 10
+
+
+class ExecutionStage(enum.IntEnum):
+    """As jax.experimental.buffer_callback.ExecutionStage; agents run
+    handlers at EXECUTE."""
+
+    INSTANTIATE = 0
+    PREPARE = 1
+    INITIALIZE = 2
+    EXECUTE = 3
+
+
+class ExecutionContext:
+    """What JAX's ExecutionContext offers: ``stage``, and ``stream`` (the
+    platform stream as an int, on GPU agents; 0 on cpu). Also ``platform``
+    and ``device_ordinal``."""
+
+    __slots__ = ("stage", "stream", "platform", "device_ordinal")
+
+    def __init__(self, platform: str, device_ordinal: int, stream: int):
+        self.stage = ExecutionStage.EXECUTE
+        self.stream = stream
+        self.platform = platform
+        self.device_ordinal = device_ordinal
+
+    def __repr__(self) -> str:
+        return (f"ExecutionContext(platform={self.platform!r}, "
+                f"device_ordinal={self.device_ordinal}, stream={self.stream:#x})")
+
+
+class Buffer:
+    """One of a handler's buffers: ``shape``, ``dtype``, ``ndim``, and
+    ``np.asarray`` (host platforms; read-only for args, writable for
+    results), ``__dlpack__``, and ``__cuda_array_interface__`` on cuda and
+    rocm. Valid only while the handler runs."""
+
+    __slots__ = ("_ptr", "_code", "shape", "dtype", "_nbytes", "_writable", "_platform",
+                 "_device", "_stream", "_live", "__weakref__")
+
+    def __init__(self, ptr, code, shape, nbytes, writable, platform, device, stream):
+        self._ptr = ptr
+        self._code = code
+        self.shape = tuple(shape)
+        self.dtype = _dtypes.dtype_of(code)
+        self._nbytes = nbytes
+        self._writable = writable
+        self._platform = platform
+        self._device = device
+        self._stream = stream
+        self._live = True
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def __repr__(self) -> str:
+        kind = "result" if self._writable else "arg"
+        return f"farcall.agent.Buffer({kind}, {self.dtype.name}{list(self.shape)}, {self._platform})"
+
+    def _check(self):
+        if not self._live:
+            raise ValueError("this buffer's call has ended; buffers are valid only "
+                             "while their handler runs")
+
+    def __array__(self, dtype=None, copy=None):
+        self._check()
+        if self._platform not in ("cpu",):
+            raise TypeError(
+                f"a {self._platform} buffer lives in device memory; use __dlpack__ "
+                f"or __cuda_array_interface__")
+        if copy:
+            raise ValueError("farcall buffers convert without a copy only")
+        if self._nbytes == 0:
+            a = np.empty(self.shape, self.dtype)
+        else:
+            raw = (ctypes.c_ubyte * self._nbytes).from_address(self._ptr)
+            a = np.frombuffer(raw, dtype=np.uint8).view(self.dtype).reshape(self.shape)
+            if not self._writable:
+                a.flags.writeable = False
+        if dtype is not None and np.dtype(dtype) != self.dtype:
+            raise ValueError(f"buffer has dtype {self.dtype}, not {np.dtype(dtype)}")
+        return a
+
+    def __dlpack_device__(self):
+        kind = {"cuda": _KDL_CUDA, "rocm": _KDL_ROCM}.get(self._platform, _KDL_CPU)
+        return (kind, self._device if kind != _KDL_CPU else 0)
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        self._check()
+        kind, dev = self.__dlpack_device__()
+        view = _farcall.dlpack_view(self._ptr, list(self.shape), self._code,
+                                    not self._writable, kind, dev, self)
+        kwargs = {}
+        if max_version is not None:
+            kwargs["max_version"] = max_version
+        return view.__dlpack__(**kwargs)
+
+    @property
+    def __cuda_array_interface__(self):
+        self._check()
+        if self._platform not in ("cuda", "rocm"):
+            raise AttributeError("__cuda_array_interface__ is for cuda and rocm buffers")
+        return {
+            "shape": self.shape,
+            "typestr": self.dtype.str,
+            "descr": [("", self.dtype.str)],
+            "data": (self._ptr, not self._writable),
+            "version": 3,
+            "strides": None,
+            "stream": self._stream or None,
+        }
+
+
+_MUST_NOT_RETURN = "buffer_callback callback must not return any values."
+
+
+def _dispatch(fn, ctx_info, results, args):
+    """Runs one Python handler; None, or (code, message) for a failed call.
+    Called by the native agent on a Python handler thread, with the GIL."""
+    platform = ctx_info["platform"]
+    dev, stream = ctx_info["device_ordinal"], ctx_info["stream"]
+    out = [Buffer(p, c, s, n, True, platform, dev, stream) for p, c, s, n in results]
+    ins = [Buffer(p, c, s, n, False, platform, dev, stream) for p, c, s, n in args]
+    try:
+        ret = fn(ExecutionContext(platform, dev, stream), out, *ins)
+        if ret is not None:
+            raise ValueError(_MUST_NOT_RETURN)
+        return None
+    except _errors.Error as e:
+        return (_errors.CODES.get(e.code, 2), e.message)
+    except BaseException as e:  # noqa: BLE001: every failure becomes the call's
+        return (_errors.CODES["INTERNAL"], f"{type(e).__name__}: {e}")
+    finally:
+        for b in out + ins:
+            b._live = False
+
+
+def load_handlers(paths: str) -> dict:
+    """Imports each file in the comma-separated ``paths``; returns every
+    handler registered with @farcall.handler."""
+    for path in filter(None, paths.split(",")):
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"--handlers: no such file: {path}")
+        name = "farcall_handlers_" + os.path.splitext(os.path.basename(path))[0]
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return _handlers.registered()
+
+
+def _take_flag(argv: list, name: str, default: str) -> tuple[str, list]:
+    value, rest, i = default, [], 0
+    while i < len(argv):
+        a = argv[i]
+        if a == f"--{name}" and i + 1 < len(argv):
+            value = argv[i + 1]
+            i += 2
+            continue
+        if a.startswith(f"--{name}="):
+            value = a.split("=", 1)[1]
+        else:
+            rest.append(a)
+        i += 1
+    return value, rest
+
+
+def main(argv: list | None = None) -> int:
+    argv = list(sys.argv if argv is None else argv)
+    prog, flags = argv[0], argv[1:]
+    paths, flags = _take_flag(flags, "handlers", "")
+    threads, flags = _take_flag(flags, "python_threads", "4")
+    try:
+        handlers = load_handlers(paths)
+        n_threads = int(threads)
+    except Exception as e:  # noqa: BLE001: a start-up error, printed plainly
+        print(f"farcall-agent: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda signum, frame: stop.set())
+    agent = _farcall.start_agent(
+        [prog] + flags, sorted(handlers.items()), _dispatch, n_threads,
+        "python:" + paths)
+    if isinstance(agent, int):
+        return agent
+    try:
+        while not stop.wait(3600):
+            pass
+        print("farcall-agent: signal received, shutting down", file=sys.stderr)
+    finally:
+        agent.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
