@@ -22,3 +22,9 @@ if (($#)); then
 else
   cmake --build build -j "$jobs"
 fi
+# The farcall package into .venv, built by the same build tree (so the C++
+# compiled above is reused, not built again).
+if [ -x .venv/bin/python ] && grep -q "farcall: Python extension with" build/configure.log; then
+  .venv/bin/python -m pip install -q --disable-pip-version-check --no-build-isolation \
+    --no-deps -C build-dir=../build -C cmake.define.FARCALL_BUILD_TESTS=ON ./python
+fi

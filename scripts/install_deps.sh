@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Installs what farcall needs on Debian 12: the C++ toolchain, libraries and
-# the rocm and oneapi toolchains from Debian's packages. Safe to run again: it
-# installs only what is missing.
-# (Nothing in the build or the tests needs Python packages yet; when the
-# Python binding lands, its test dependencies go into a .venv made here.)
+# the rocm and oneapi toolchains from Debian's packages, and .venv (Python
+# 3.11) with numpy, ml_dtypes, jax and jaxlib for the CPU, pytest and the
+# Python build tools from PyPI. Safe to run again: it installs only what is
+# missing. scripts/build.sh then installs the farcall package into .venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,7 +11,7 @@ DEBS=(
   build-essential cmake ninja-build ccache pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev prometheus-cpp-dev
-  python3
+  python3 python3-dev python3-venv
   # Device backends: rocm (HIP 5.2 compiler and runtime) and oneapi (the
   # OpenCL loader and headers, with PoCL as a CPU device to run it on).
   hipcc libamdhip64-dev ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo
@@ -35,4 +35,14 @@ fi
 # CUDAToolkit_ROOT). Without it the cuda backend is simply not built.
 if [ ! -x /usr/local/cuda/bin/nvcc ] && ! command -v nvcc >/dev/null 2>&1; then
   echo "install_deps: no CUDA toolkit found (/usr/local/cuda/bin/nvcc); the cuda backend will not be built"
+fi
+
+# Python: the client package, the JAX drop-in and their tests.
+if [ ! -x .venv/bin/python ]; then
+  echo "install_deps: creating .venv"
+  python3 -m venv .venv
+fi
+if ! .venv/bin/python -c "import numpy, ml_dtypes, jax, jaxlib, pytest, nanobind, scikit_build_core" 2>/dev/null; then
+  echo "install_deps: installing Python packages into .venv (python/requirements-dev.txt)"
+  .venv/bin/python -m pip install -q --disable-pip-version-check -r python/requirements-dev.txt
 fi

@@ -96,8 +96,8 @@ absl::Status DecodeAttributes(absl::string_view in,
 }
 
 ffi::Error ToFfiError(const absl::Status& s) {
-  return ffi::Error(static_cast<ffi::ErrorCode>(s.code()),
-                    absl::StrCat("farcall: ", CodeName(s.code()), ": ", s.message()));
+  // JAX's runtime error puts the code's name in front: "NOT_FOUND: ...".
+  return ffi::Error(static_cast<ffi::ErrorCode>(s.code()), std::string(s.message()));
 }
 
 TensorSpec SpecOf(const ffi::AnyBuffer& b) {

@@ -1,0 +1,267 @@
+"""farcall.jax.buffer_callback: JAX's buffer_callback, run on a farcall agent.
+
+    from farcall.jax import buffer_callback
+    axpy = buffer_callback("axpy", jax.ShapeDtypeStruct((8,), jnp.float32),
+                           target="127.0.0.1:50050", input_output_aliases={1: 0},
+                           attributes={"alpha": 2.0})
+    y = jax.jit(axpy)(x, y)
+
+It mirrors ``jax.experimental.buffer_callback.buffer_callback``: the same
+arguments (``handler`` names a handler on the agents instead of being a
+Python function), the same checks with JAX's exception types and messages,
+and JAX's messages for JVP and transpose. ``vmap_method`` behaves as in
+``jax.pure_callback``.
+
+How a call runs depends on the backend the JAX program is lowered for:
+- cpu: an XLA FFI custom call into farcall's C++ client. XLA's buffers go to
+  the agent with no Python and no GIL on the path, and
+  ``input_output_aliases`` is XLA's own operand-output aliasing, so an
+  aliased result is written into XLA's buffer in place.
+- any other backend (a TPU job, say), or a farcall built without jaxlib's
+  FFI headers: ``jax.pure_callback`` into farcall.Client, or
+  ``jax.experimental.io_callback`` when ``has_side_effect=True``.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Mapping
+
+import jax
+import numpy as np
+from jax import tree_util
+from jax._src import core
+from jax._src import dispatch
+from jax._src import effects
+from jax._src import ffi as _jax_ffi
+from jax.interpreters import ad, batching, mlir
+
+from farcall import _client, _farcall
+
+_PLATFORMS = ("cpu", "cuda", "rocm", "oneapi")
+_FFI_TARGET = "farcall_buffer_call"
+_DEFAULT_TIMEOUT = 60.0
+
+
+def _register_ffi_targets() -> frozenset:
+    handlers = _farcall.ffi_handlers()
+    for plat, capsule in handlers.items():
+        jax.ffi.register_ffi_target(_FFI_TARGET, capsule, platform=plat)
+    return frozenset(handlers)
+
+
+_FFI_PLATFORMS = _register_ffi_targets()
+_PREFER_HOST_CALLBACK = False
+
+
+def prefer_host_callback(enabled: bool = True) -> None:
+    """Functions traced after this call use the host-callback path
+    (``jax.pure_callback`` / ``io_callback``) on every backend, the FFI
+    backends included: for comparisons and tests. Default: off."""
+    global _PREFER_HOST_CALLBACK
+    _PREFER_HOST_CALLBACK = bool(enabled)
+
+
+def _check_platform(platform) -> str:
+    """JAX's own checks, with its exception types and messages."""
+    if isinstance(platform, (list, tuple)):
+        if len(platform) > 1:
+            raise NotImplementedError("multi-platform lowering for buffer_callback")
+        if not platform:
+            raise ValueError("buffer_callback needs exactly one platform; got none.")
+        platform = platform[0]
+    if str(platform).lower() not in _PLATFORMS:
+        raise ValueError(f"`buffer_callback` not supported on {platform} backend.")
+    return str(platform)
+
+
+def _encode_attrs(attributes: Mapping[str, Any] | None) -> str:
+    """One string for the FFI handler: a type letter (i, f, b, s), then the
+    name and the value, each as "<byte length>:<utf-8 bytes>"."""
+    parts = []
+    for name, v in sorted((attributes or {}).items()):
+        v = _client._attribute(name, v)
+        if isinstance(v, bool):
+            t, s = "b", "1" if v else "0"
+        elif isinstance(v, int):
+            t, s = "i", str(v)
+        elif isinstance(v, float):
+            t, s = "f", repr(v)
+        else:
+            t, s = "s", v
+        parts.append(f"{t}{len(name.encode())}:{name}{len(s.encode())}:{s}")
+    return "".join(parts)
+
+
+class FarcallCallbackEffect(effects.Effect):
+    """A side-effecting farcall call: never removed or deduplicated."""
+
+    def __str__(self):
+        return "FarcallCallback"
+
+
+_EFFECT = FarcallCallbackEffect()
+effects.lowerable_effects.add_type(FarcallCallbackEffect)
+effects.control_flow_allowed_effects.add_type(FarcallCallbackEffect)
+
+# Named as JAX names its own, so that JAX's messages about it (vmap) read the same.
+farcall_call_p = core.Primitive("buffer_callback")
+farcall_call_p.multiple_results = True
+dispatch.simple_impl(farcall_call_p)  # eager calls run as jitted ones
+
+
+def buffer_callback(handler: str, result_shape_dtypes: object, *, target: str,
+                    platform: str = "cpu", has_side_effect: bool = False,
+                    vmap_method: str | None = None,
+                    input_output_aliases: dict[int, int] | None = None,
+                    command_buffer_compatible: bool = False,
+                    attributes: Mapping[str, Any] | None = None,
+                    timeout: float | None = None):
+    """Returns a function that runs ``handler`` on a farcall agent of
+    ``platform``, reached at ``target`` (a router or an agent).
+
+    The returned function takes and returns JAX arrays (pytrees of them),
+    and works eagerly and under ``jax.jit``. ``attributes`` are the
+    handler's attributes (int, float, bool or str). Errors from the agent
+    surface as JAX runtime errors that contain the gRPC code and message.
+    """
+    if not isinstance(handler, str) or not handler:
+        raise TypeError("farcall.jax.buffer_callback: handler must be a handler name (str)")
+    flat_shape_dtypes, out_tree = tree_util.tree_flatten(result_shape_dtypes)
+    flat_result_avals = tuple(core.ShapedArray(x.shape, x.dtype) for x in flat_shape_dtypes)
+    encoded_attrs = _encode_attrs(attributes)
+    call_timeout = float(_DEFAULT_TIMEOUT if timeout is None else timeout)
+
+    def wrapped_callback(*args, **kwargs):
+        remote_platform = _check_platform(platform)
+        flat_args, in_tree = tree_util.tree_flatten((args, kwargs))
+        in_avals = [core.typeof(x) for x in flat_args]
+        static_aliases: list[tuple[int, int]] = []
+        if input_output_aliases is not None:
+            for i_idx, o_idx in sorted(input_output_aliases.items()):
+                i_idx, o_idx = int(i_idx), int(o_idx)
+                if i_idx >= len(args):
+                    raise ValueError(
+                        f"input_output_aliases contains the mapping '{i_idx}:{o_idx}' "
+                        f"with input index {i_idx} outside the range [0, {len(args)}).")
+                if o_idx >= len(flat_result_avals):
+                    raise ValueError(
+                        f"input_output_aliases contains the mapping '{i_idx}:{o_idx}' "
+                        f"with output index {o_idx} outside the range [0, "
+                        f"{len(flat_result_avals)}).")
+                in_aval, out_aval = in_avals[i_idx], flat_result_avals[o_idx]
+                if not _jax_ffi._check_compatible_avals(in_aval, out_aval):
+                    raise ValueError(
+                        f"input_output_aliases contains the mapping '{i_idx}:{o_idx}' "
+                        f"referring to an input with abstract value {in_aval} and an "
+                        f"output with a different abstract value {out_aval}.")
+                static_aliases.append((i_idx, o_idx))
+        out_flat = farcall_call_p.bind(
+            *flat_args,
+            handler=handler,
+            target=target,
+            platform=remote_platform,
+            result_avals=flat_result_avals,
+            vmap_method=vmap_method,
+            has_side_effect=bool(has_side_effect),
+            input_output_aliases=tuple(static_aliases),
+            command_buffer_compatible=bool(command_buffer_compatible),
+            attributes=encoded_attrs,
+            raw_attributes=tuple(sorted((attributes or {}).items())),
+            timeout=call_timeout,
+            use_ffi=not _PREFER_HOST_CALLBACK,
+        )
+        return tree_util.tree_unflatten(out_tree, out_flat)
+
+    return wrapped_callback
+
+
+@farcall_call_p.def_effectful_abstract_eval
+def _abstract_eval(*args, result_avals, has_side_effect, **_):
+    return result_avals, ({_EFFECT} if has_side_effect else core.no_effects)
+
+
+def _jvp_rule(*args, **kwargs):
+    raise ValueError(
+        "Buffer callbacks do not support JVP. "
+        "Please use `jax.custom_jvp` to use callbacks while taking gradients.")
+
+
+def _transpose_rule(*args, **kwargs):
+    raise ValueError(
+        "Buffer callbacks do not support transpose. "
+        "Please use `jax.custom_vjp` to use callbacks while taking gradients.")
+
+
+ad.primitive_jvps[farcall_call_p] = _jvp_rule
+ad.primitive_transposes[farcall_call_p] = _transpose_rule
+batching.primitive_batchers[farcall_call_p] = functools.partial(
+    _jax_ffi.ffi_batching_rule, farcall_call_p)
+
+
+def _ffi_lowering(ctx, *args, handler, target, platform, has_side_effect,
+                  input_output_aliases, attributes, timeout, use_ffi, **params):
+    if not use_ffi:
+        return _callback_lowering(
+            ctx, *args, handler=handler, target=target, platform=platform,
+            has_side_effect=has_side_effect, input_output_aliases=input_output_aliases,
+            attributes=attributes, timeout=timeout, **params)
+    rule = jax.ffi.ffi_lowering(
+        _FFI_TARGET, has_side_effect=has_side_effect,
+        operand_output_aliases=dict(input_output_aliases))
+    return rule(ctx, *args, target=target, handler=handler, platform=platform,
+                aliases=",".join(f"{i}:{o}" for i, o in input_output_aliases),
+                attributes=attributes, timeout=np.float64(timeout),
+                has_side_effect=bool(has_side_effect))
+
+
+_CLIENTS: dict[str, _client.Client] = {}
+
+
+def _client_for(target: str) -> _client.Client:
+    c = _CLIENTS.get(target)
+    if c is None:
+        c = _CLIENTS.setdefault(target, _client.Client(target))
+    return c
+
+
+def _host_call(*args, handler, target, platform, result_avals, input_output_aliases,
+               has_side_effect, raw_attributes, timeout):
+    """The call from a host callback: args are numpy arrays, maybe read-only."""
+    aliased = {i for i, _ in input_output_aliases}
+    args = [np.array(a) if i in aliased else a for i, a in enumerate(args)]
+    out = _client_for(target).call(
+        handler, *args, results=[_client.Spec(a.shape, a.dtype) for a in result_avals],
+        platform=platform, input_output_aliases=dict(input_output_aliases),
+        attributes=dict(raw_attributes), has_side_effect=has_side_effect, timeout=timeout)
+    return tuple(out)
+
+
+def _callback_impl(*args, result_avals, has_side_effect, **params):
+    shapes = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in result_avals]
+    host = functools.partial(_host_call, result_avals=result_avals,
+                             has_side_effect=has_side_effect, **params)
+    if has_side_effect:
+        from jax.experimental import io_callback
+        return list(io_callback(host, shapes, *args, ordered=False))
+    return list(jax.pure_callback(host, shapes, *args))
+
+
+def _callback_lowering(ctx, *args, handler, target, platform, result_avals,
+                       has_side_effect, input_output_aliases, raw_attributes, timeout, **_):
+    impl = functools.partial(
+        _callback_impl, handler=handler, target=target, platform=platform,
+        result_avals=result_avals, has_side_effect=has_side_effect,
+        input_output_aliases=input_output_aliases, raw_attributes=raw_attributes,
+        timeout=timeout)
+    return mlir.lower_fun(impl, multiple_results=True)(ctx, *args)
+
+
+mlir.register_lowering(farcall_call_p, _callback_lowering)
+for _plat in _FFI_PLATFORMS:
+    mlir.register_lowering(farcall_call_p, _ffi_lowering, platform=_plat)
+
+
+def uses_ffi(backend: str = "cpu") -> bool:
+    """Whether calls lowered for ``backend`` take the XLA FFI path."""
+    return backend in _FFI_PLATFORMS and not _PREFER_HOST_CALLBACK

@@ -1,0 +1,98 @@
+"""Fixtures: real farcall processes on loopback ports the OS picks.
+
+Every server is started with --listen=127.0.0.1:0 --ready_fd=N and reports
+its port on a pipe once it serves, so nothing sleeps or polls. The binaries
+come from FARCALL_AGENT_BIN / FARCALL_ROUTER_BIN (set by ctest), or build/.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+HERE = pathlib.Path(__file__).resolve().parent
+
+
+def _bin(env: str, rel: str) -> str:
+    return os.environ.get(env) or str(ROOT / "build" / rel)
+
+
+AGENT_BIN = _bin("FARCALL_AGENT_BIN", "device_agents/farcall-agent")
+ROUTER_BIN = _bin("FARCALL_ROUTER_BIN", "server/farcall-router")
+HANDLERS = str(HERE / "handlers_for_test.py")
+
+
+class Server:
+    """A child process serving on 127.0.0.1:<port>; stopped by stop()."""
+
+    def __init__(self, cmd: list[str]):
+        r, w = os.pipe()
+        self.log = tempfile.TemporaryFile()
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen(cmd + [f"--ready_fd={w}"], pass_fds=(w,),
+                                     stdout=self.log, stderr=subprocess.STDOUT, env=env)
+        os.close(w)
+        with os.fdopen(r) as f:
+            line = f.read()  # EOF when it reports, or when it dies
+        if not line.strip():
+            self.proc.wait()
+            raise RuntimeError(f"{cmd[0]} failed to start:\n{self.output()}")
+        self.port = int(line.split()[0])
+        self.address = f"127.0.0.1:{self.port}"
+
+    def output(self) -> str:
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        return self.proc.wait(timeout=30)
+
+
+def start_agent(*flags: str) -> Server:
+    return Server([AGENT_BIN, "--listen=127.0.0.1:0", *flags])
+
+
+def start_python_agent(*flags: str, handlers: str = HANDLERS) -> Server:
+    return Server([sys.executable, "-m", "farcall.agent", f"--handlers={handlers}",
+                   "--listen=127.0.0.1:0", *flags])
+
+
+def start_router(*agents: Server) -> Server:
+    return Server([ROUTER_BIN, "--listen=127.0.0.1:0",
+                   "--agents=" + ",".join(a.address for a in agents)])
+
+
+@pytest.fixture(scope="session")
+def agent():
+    s = start_agent()
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="session")
+def py_agent():
+    s = start_python_agent("--python_threads=2")
+    yield s
+    assert s.stop() == 0, s.output()
+
+
+@pytest.fixture(scope="session")
+def router(agent):
+    s = start_router(agent)
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="session")
+def py_router(py_agent):
+    s = start_router(py_agent)
+    yield s
+    s.stop()

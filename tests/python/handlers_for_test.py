@@ -1,0 +1,80 @@
+"""Python handlers for the tests. Each is a JAX buffer callback, unchanged:
+test_parity.py runs the same functions under JAX's own buffer_callback."""
+
+import time
+
+import numpy as np
+
+import farcall
+import farcall.agent
+
+
+@farcall.handler("py_affine")
+def affine(ctx, out, x):
+    """out[0] = 2x + 1 (elementwise math)."""
+    np.asarray(out[0])[...] = np.asarray(x) * 2 + 1
+
+
+@farcall.handler("py_double_in_place")
+def double_in_place(ctx, out, x):
+    """Called with {0: 0}: out[0] is x's buffer."""
+    o = np.asarray(out[0])
+    o[...] = o * 2
+
+
+@farcall.handler("py_stats")
+def stats(ctx, out, x):
+    """Several results, one rank 0: the sum, and x negated."""
+    a = np.asarray(x)
+    np.asarray(out[0])[...] = a.sum(dtype=a.dtype)
+    np.asarray(out[1])[...] = -a
+
+
+@farcall.handler("py_returns_value")
+def returns_value(ctx, out):
+    return 42
+
+
+@farcall.handler("py_raises")
+def raises(ctx, out):
+    raise KeyError("no such key")
+
+
+@farcall.handler("py_raises_farcall_error")
+def raises_farcall_error(ctx, out):
+    raise farcall.FailedPreconditionError("not ready yet")
+
+
+@farcall.handler("py_slow")
+def slow(ctx, out, seconds):
+    time.sleep(float(np.asarray(seconds)))
+
+
+_kept = []
+
+
+@farcall.handler("py_inspect")
+def inspect(ctx, out, x):
+    """Writes 1 for each property of the buffers that holds."""
+    arg = np.asarray(x)
+    res = np.asarray(out[0])
+    dl = np.from_dlpack(x)
+    checks = [
+        x.shape == (2, 3), x.dtype == np.float32, x.ndim == 2,
+        not arg.flags.writeable, res.flags.writeable,
+        bool(np.all(dl == arg)), x.__dlpack_device__() == (1, 0),
+        ctx.stage == farcall.agent.ExecutionStage.EXECUTE, ctx.platform == "cpu",
+    ]
+    _kept.append(x)
+    res[...] = np.array(checks, dtype=np.int32)
+
+
+@farcall.handler("py_stale_buffer")
+def stale_buffer(ctx, out):
+    """1 if a buffer kept from an earlier call refuses conversion."""
+    try:
+        np.asarray(_kept[-1])
+        ok = 0
+    except ValueError:
+        ok = 1
+    np.asarray(out[0])[...] = ok

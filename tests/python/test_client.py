@@ -1,0 +1,153 @@
+"""farcall.Client against a real CPU agent and router."""
+
+import concurrent.futures
+
+import jax
+import ml_dtypes
+import numpy as np
+import pytest
+
+import farcall
+
+F32 = np.float32
+ALL_DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+              "uint64", "float16", "float32", "float64", "complex64", "complex128",
+              "bfloat16", "float8_e5m2", "float8_e4m3fn", "float8_e4m3b11fnuz",
+              "float8_e5m2fnuz", "float8_e4m3fnuz"]
+
+
+@pytest.fixture(params=["agent", "router"])
+def client(request):
+    return farcall.Client(request.getfixturevalue(request.param).address)
+
+
+def test_aliased_result_is_the_callers_array_updated_in_place(client):
+    x = np.arange(8, dtype=F32)
+    y = np.ones(8, dtype=F32)
+    (out,) = client.call("axpy", x, y, results=[y], input_output_aliases={1: 0},
+                         attributes={"alpha": 2.0})
+    assert out is y
+    assert np.shares_memory(out, y)
+    np.testing.assert_array_equal(y, 2 * np.arange(8) + 1)
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_every_contract_dtype_round_trips(client, dtype):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 5)).astype(np.dtype(dtype))
+    (out,) = client.call("copy", x, results=[x])
+    assert out.dtype == x.dtype and out.shape == x.shape
+    assert out.tobytes() == x.tobytes()
+
+
+def test_results_take_spec_shape_dtype_struct_or_array(client):
+    x = np.arange(6, dtype=ml_dtypes.bfloat16).reshape(2, 3)
+    for spec in (farcall.Spec((2, 3), ml_dtypes.bfloat16),
+                 jax.ShapeDtypeStruct((2, 3), jax.numpy.bfloat16), x):
+        (out,) = client.call("copy", x, results=[spec])
+        assert out.dtype == x.dtype and out.tobytes() == x.tobytes()
+
+
+def test_rank0_and_several_results(client):
+    x = np.arange(10, dtype=np.int64)
+    (total,) = client.call("sum", x, results=[farcall.Spec((), np.int64)])
+    assert total.shape == () and total == 45
+    a, b = client.call("copy", x, x[::-1], results=[x, x])
+    np.testing.assert_array_equal(b, x[::-1])  # a non-contiguous arg is sent dense
+
+
+def test_args_by_buffer_protocol_and_dlpack(client):
+    raw = bytearray(np.arange(4, dtype=F32).tobytes())
+    (out,) = client.call("copy", memoryview(raw).cast("f"), results=[farcall.Spec((4,), F32)])
+    np.testing.assert_array_equal(out, np.arange(4))
+    j = jax.numpy.arange(4, dtype=F32)
+    (out,) = client.call("scale", j, results=[j], attributes={"alpha": 3})
+    np.testing.assert_array_equal(out, 3 * np.arange(4))
+
+
+def test_read_only_or_non_contiguous_aliased_arg_is_refused_before_sending(client):
+    y = np.ones(8, dtype=F32)
+    y.flags.writeable = False
+    with pytest.raises(ValueError, match=r"args\[0\] is aliased to results\[0\].*read-only"):
+        client.call("scale", y, results=[y], input_output_aliases={0: 0})
+    z = np.ones(16, dtype=F32)[::2]
+    with pytest.raises(ValueError, match=r"not C-contiguous"):
+        client.call("scale", z, results=[z], input_output_aliases={0: 0})
+
+
+def test_errors_carry_code_message_and_jax_compatible_bases(client):
+    x = np.ones(4, dtype=F32)
+    with pytest.raises(farcall.InvalidArgumentError) as e:
+        client.call("copy", x, results=[x], platform="TPU")
+    assert isinstance(e.value, ValueError)
+    assert e.value.code == "INVALID_ARGUMENT"
+    assert e.value.message == "`buffer_callback` not supported on TPU backend."
+    with pytest.raises(NotImplementedError, match="multi-platform lowering for buffer_callback"):
+        client.call("copy", x, results=[x], platform=["cpu", "cuda"])
+    with pytest.raises(farcall.NotFoundError) as e:
+        client.call("no_such_handler", results=[])
+    assert e.value.message == "handler 'no_such_handler' is not registered for platform 'cpu'."
+    with pytest.raises(farcall.DeadlineExceededError) as e:
+        client.call("sleep", results=[], attributes={"ms": 5000}, timeout=0.2)
+    assert isinstance(e.value, TimeoutError)
+    with pytest.raises(farcall.PermissionDeniedError) as e:
+        client.call("fail", results=[], attributes={"code": 7, "message": "not you"})
+    assert str(e.value) == "PERMISSION_DENIED: not you"
+
+
+def test_call_async_returns_futures(client):
+    xs = [np.full(16, i, dtype=F32) for i in range(8)]
+    futs = [client.call_async("scale", x, results=[x], attributes={"alpha": 2.0}) for x in xs]
+    assert all(isinstance(f, concurrent.futures.Future) for f in futs)
+    for i, f in enumerate(futs):
+        np.testing.assert_array_equal(f.result(timeout=30)[0], np.full(16, 2 * i))
+    bad = client.call_async("no_such_handler", results=[])
+    with pytest.raises(farcall.NotFoundError):
+        bad.result(timeout=30)
+
+
+def test_the_gil_is_released_while_a_call_runs(agent):
+    client = farcall.Client(agent.address)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        slow = pool.submit(client.call, "sleep", results=[], attributes={"ms": 3000})
+        # This thread runs Python (and a whole call) while the other one
+        # waits in its call: it could not if that call held the GIL.
+        (out,) = client.call("sum", np.ones(4, F32), results=[farcall.Spec((), F32)])
+        assert out == 4
+        assert not slow.done()
+        slow.result(timeout=30)
+
+
+def test_large_calls_stream_both_ways(client):
+    x = np.random.default_rng(1).integers(0, 255, size=9 << 20, dtype=np.uint8)
+    for rpc in ("auto", "stream"):
+        out, info = client.call_with_info("copy", x, results=[x], rpc=rpc)
+        assert np.array_equal(out[0], x)
+    assert info.transport in ("stream", "shm")
+
+
+def test_describe_agents_and_health_are_plain_objects(agent, router):
+    info = farcall.Client(agent.address).describe()
+    assert isinstance(info, farcall.AgentInfo)
+    assert info.platform == "cpu" and "axpy" in [h.name for h in info.handlers]
+    entries = farcall.Client(router.address).agents()
+    assert [e.address for e in entries] == [agent.address]
+    assert entries[0].health == "SERVING" and entries[0].info.agent_id == info.agent_id
+    assert farcall.Client(agent.address).health() == "SERVING"
+    with pytest.raises(farcall.UnavailableError):
+        farcall.Client("127.0.0.1:1").health(timeout=2)
+
+
+def test_shared_array_is_not_copied(agent):
+    client = farcall.Client(agent.address)
+    s = farcall.shared_array((1024,), F32, client)
+    s[:] = 1.5
+    out, info = client.call_with_info("scale", s, results=[s], input_output_aliases={0: 0},
+                                      attributes={"alpha": 2.0})
+    assert info.transport == "shm"
+    assert out[0] is s and np.all(s == 3.0)
+
+
+def test_shared_array_needs_a_same_host_agent(router):
+    with pytest.raises(farcall.FailedPreconditionError):
+        farcall.shared_array((4,), F32, farcall.Client(router.address))
