@@ -186,11 +186,11 @@ nb::object DlpackView(uintptr_t ptr, std::vector<size_t> shape, int dtype, bool 
     throw nb::python_error();
   }
   if (readonly) {
-    return nb::cast(nb::ndarray<nb::ro>(reinterpret_cast<const void*>(ptr), shape.size(),
+    return nb::cast(nb::ndarray<nb::array_api, nb::ro>(reinterpret_cast<const void*>(ptr), shape.size(),
                                         shape.data(), owner, nullptr, dt, device_type,
                                         device_id));
   }
-  return nb::cast(nb::ndarray<>(reinterpret_cast<void*>(ptr), shape.size(), shape.data(),
+  return nb::cast(nb::ndarray<nb::array_api>(reinterpret_cast<void*>(ptr), shape.size(), shape.data(),
                                 owner, nullptr, dt, device_type, device_id));
 }
 

@@ -1,0 +1,97 @@
+"""python -m farcall.agent: Python handlers with JAX's callback signature."""
+
+import concurrent.futures
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import farcall
+
+from conftest import start_python_agent
+
+F32 = np.float32
+
+
+@pytest.fixture(params=["py_agent", "py_router"])
+def client(request):
+    return farcall.Client(request.getfixturevalue(request.param).address)
+
+
+def test_serves_builtins_and_python_handlers(py_agent):
+    info = farcall.Client(py_agent.address).describe()
+    names = {h.name: h.source for h in info.handlers}
+    assert names["axpy"] == "builtin"
+    assert names["py_affine"].startswith("python:") and "handlers_for_test.py" in names["py_affine"]
+
+
+def test_python_handler_results(client):
+    x = np.arange(6, dtype=F32).reshape(2, 3)
+    (out,) = client.call("py_affine", x, results=[x])
+    np.testing.assert_array_equal(out, 2 * x + 1)
+    b = np.arange(4, dtype=ml_dtypes.bfloat16)
+    (out,) = client.call("py_affine", b, results=[b])
+    assert out.dtype == b.dtype and np.all(out.astype(F32) == 2 * np.arange(4) + 1)
+    total, neg = client.call("py_stats", x, results=[farcall.Spec((), F32), x])
+    assert total.shape == () and total == 15
+    np.testing.assert_array_equal(neg, -x)
+
+
+def test_aliased_python_handler_updates_in_place(client):
+    y = np.arange(5, dtype=np.int32)
+    (out,) = client.call("py_double_in_place", y, results=[y], input_output_aliases={0: 0})
+    assert out is y
+    np.testing.assert_array_equal(y, 2 * np.arange(5))
+
+
+def test_buffers_behave_like_jax_buffers(client):
+    x = np.ones((2, 3), F32)
+    (checks,) = client.call("py_inspect", x, results=[farcall.Spec((9,), np.int32)])
+    assert checks.tolist() == [1] * 9
+    (stale,) = client.call("py_stale_buffer", results=[farcall.Spec((), np.int32)])
+    assert stale == 1
+
+
+def test_return_value_and_exceptions_fail_the_call_and_the_agent_serves_on(client):
+    with pytest.raises(farcall.InternalError) as e:
+        client.call("py_returns_value", results=[])
+    assert "buffer_callback callback must not return any values." in e.value.message
+    with pytest.raises(farcall.InternalError) as e:
+        client.call("py_raises", results=[])
+    assert e.value.message == "KeyError: 'no such key'"
+    with pytest.raises(farcall.FailedPreconditionError) as e:
+        client.call("py_raises_farcall_error", results=[])
+    assert e.value.message == "not ready yet"
+    (out,) = client.call("py_affine", np.zeros(2, F32), results=[farcall.Spec((2,), F32)])
+    np.testing.assert_array_equal(out, [1, 1])
+
+
+def test_a_slow_python_handler_blocks_no_native_handler(py_agent):
+    client = farcall.Client(py_agent.address)
+    slow = client.call_async("py_slow", np.array(3.0), results=[])
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        natives = [pool.submit(client.call, "sum", np.ones(8, F32),
+                               results=[farcall.Spec((), F32)]) for _ in range(8)]
+        assert [f.result(timeout=30)[0] for f in natives] == [8] * 8
+    assert not slow.done()
+    slow.result(timeout=30)
+
+
+def test_bad_handler_file_and_bad_flags_fail_at_start(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("raise RuntimeError('broken handlers file')\n")
+    with pytest.raises(RuntimeError, match="broken handlers file"):
+        start_python_agent(handlers=str(bad))
+    with pytest.raises(RuntimeError, match="not supported on tpu backend"):
+        start_python_agent("--platform=tpu")
+    clash = tmp_path / "clash.py"
+    clash.write_text("import farcall\n@farcall.handler('copy')\ndef c(ctx, out): pass\n")
+    with pytest.raises(RuntimeError, match="handler 'copy' for platform 'cpu'.*already registered"):
+        start_python_agent(handlers=str(clash))
+
+
+def test_sigterm_stops_the_agent_cleanly():
+    s = start_python_agent()
+    assert farcall.Client(s.address).health() == "SERVING"
+    assert s.stop() == 0
+    assert "shutting down" in s.output()
