@@ -1,0 +1,105 @@
+"""farcall.jax.buffer_callback: eager, jit, vmap, the FFI and host-callback
+paths, and JAX's own checks and messages."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.experimental.buffer_callback import buffer_callback as jax_buffer_callback
+
+import farcall.jax as fj
+
+S8 = jax.ShapeDtypeStruct((8,), jnp.float32)
+
+
+def _jax_error(fn):
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001
+        return type(e), str(e)
+    raise AssertionError("JAX raised nothing")
+
+
+@pytest.fixture(params=["ffi", "host_callback"])
+def path(request):
+    fj.prefer_host_callback(request.param == "host_callback")
+    yield request.param
+    fj.prefer_host_callback(False)
+
+
+def test_eager_and_jit_with_in_place_aliasing(router, path):
+    axpy = fj.buffer_callback("axpy", S8, target=router.address, input_output_aliases={1: 0},
+                              attributes={"alpha": 2.0})
+    x, y = jnp.arange(8, dtype=jnp.float32), jnp.ones(8, jnp.float32)
+    want = 2 * np.arange(8) + 1
+    np.testing.assert_array_equal(axpy(x, y), want)
+    np.testing.assert_array_equal(jax.jit(axpy)(x, y), want)
+    np.testing.assert_array_equal(jax.jit(axpy, donate_argnums=1)(x, jnp.ones(8)), want)
+    text = jax.jit(axpy).lower(x, y).as_text()
+    if path == "ffi":
+        assert "farcall_buffer_call" in text and "output_operand_aliases" in text
+    else:
+        assert "farcall_buffer_call" not in text
+
+
+def test_side_effects_attributes_and_pytrees(agent, path):
+    f = fj.buffer_callback("scale", {"y": S8}, target=agent.address, has_side_effect=True,
+                           attributes={"alpha": np.float32(0.5)})
+    out = jax.jit(f)(jnp.arange(8, dtype=jnp.float32))
+    np.testing.assert_array_equal(out["y"], 0.5 * np.arange(8))
+    fail = fj.buffer_callback("fail", [], target=agent.address,
+                              attributes={"code": 8, "message": "out of quota"},
+                              has_side_effect=True)
+    with pytest.raises(jax.errors.JaxRuntimeError) as e:
+        jax.block_until_ready(jax.jit(fail)())
+    assert "RESOURCE_EXHAUSTED" in str(e.value) and "out of quota" in str(e.value)
+
+
+def test_runtime_errors_carry_code_and_message(agent, path):
+    f = fj.buffer_callback("no_such_handler", S8, target=agent.address)
+    with pytest.raises(jax.errors.JaxRuntimeError) as e:
+        jax.block_until_ready(jax.jit(f)(jnp.ones(8)))
+    assert "NOT_FOUND" in str(e.value)
+    assert "handler 'no_such_handler' is not registered for platform 'cpu'." in str(e.value)
+
+
+@pytest.mark.parametrize("method", ["sequential", "expand_dims"])
+def test_vmap(agent, path, method):
+    f = fj.buffer_callback("scale", S8, target=agent.address, vmap_method=method,
+                           attributes={"alpha": 3.0})
+    xs = jnp.arange(24, dtype=jnp.float32).reshape(3, 8)
+    np.testing.assert_array_equal(jax.vmap(f)(xs), 3 * np.asarray(xs))
+
+
+def test_vmap_without_method_raises_as_jax_does(agent):
+    ours = fj.buffer_callback("copy", [S8], target=agent.address)
+    theirs = jax_buffer_callback(lambda ctx, out, x: None, [S8])
+    xs = jnp.ones((3, 8))
+    assert _jax_error(lambda: jax.vmap(ours)(xs)) == _jax_error(lambda: jax.vmap(theirs)(xs))
+
+
+def test_jvp_raises_jax_message(agent):
+    ours = fj.buffer_callback("sum", jax.ShapeDtypeStruct((), jnp.float32), target=agent.address)
+    theirs = jax_buffer_callback(lambda ctx, out, x: None, jax.ShapeDtypeStruct((), jnp.float32))
+    x = jnp.ones(3)
+    assert _jax_error(lambda: jax.grad(ours)(x)) == _jax_error(lambda: jax.grad(theirs)(x))
+    assert _jax_error(lambda: jax.grad(ours)(x))[0] is ValueError
+
+
+def test_transpose_rule_raises_jax_message():
+    with pytest.raises(ValueError, match="Buffer callbacks do not support transpose"):
+        fj._transpose_rule()
+
+
+def test_platform_checks_at_trace_time(agent):
+    x = jnp.ones(8)
+    for bad in ("tpu", "metal"):
+        f = fj.buffer_callback("copy", [S8], target=agent.address, platform=bad)
+        with pytest.raises(ValueError) as e:
+            jax.jit(f).trace(x)
+        assert str(e.value) == f"`buffer_callback` not supported on {bad} backend."
+    f = fj.buffer_callback("copy", [S8], target=agent.address, platform=("cpu", "cuda"))
+    with pytest.raises(NotImplementedError, match="^multi-platform lowering for buffer_callback"):
+        jax.jit(f).trace(x)
+    g = fj.buffer_callback("copy", [S8], target=agent.address, platform="CPU")
+    np.testing.assert_array_equal(g(x)[0], x)
