@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The main job: installs what is missing, builds, starts a CPU agent and a
-# router on localhost, and makes an example axpy call that updates y in
-# place ({1: 0} aliasing). The processes stop when the script ends, unless
-# FARCALL_KEEP_RUNNING=1.
+# router on localhost, makes an example axpy call that updates y in place
+# ({1: 0} aliasing), then runs a jax.jit training loop whose update step
+# runs on the agent (examples/jax_training_step.py). The processes stop when
+# the script ends, unless FARCALL_KEEP_RUNNING=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install_deps.sh
 echo "== building (first build takes several minutes on 2 cores)"
-bash scripts/build.sh farcall-agent farcall-router farcall
+bash scripts/build.sh farcall-agent farcall-router farcall _farcall
 
 run_dir=$(mktemp -d)
 pids=()
@@ -50,6 +51,9 @@ echo '== y = alpha * x + y, with y updated in place: input_output_aliases={1: 0}
 build/client/farcall call axpy 'float32[8]:iota' 'float32[8]:ones' \
   --results='float32[8]' --aliases=1:0 --attr=alpha=2.0 \
   --target=127.0.0.1:$router_port
+echo
+echo '== from Python: a jax.jit training loop whose SGD update runs on the agent'
+.venv/bin/python examples/jax_training_step.py --target=127.0.0.1:$router_port
 if [ "${FARCALL_KEEP_RUNNING:-0}" = 1 ]; then
   echo "router: 127.0.0.1:$router_port  agent: 127.0.0.1:$agent_port (still running)"
 fi

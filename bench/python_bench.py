@@ -1,0 +1,145 @@
+"""Python client and JAX drop-in against the C++ client, side by side.
+
+Starts one CPU agent on loopback and measures, in one run:
+  1. a 64 MiB aliased copy: farcall.Client from Python vs `farcall bench
+     --alias` (the C++ client) with the same sizes and transport, over gRPC
+     (streamed) and over shared memory (the input in a shared buffer);
+     throughput ratios (target: >= 0.9x);
+  2. a 64-byte call: the p50 of a jitted farcall.jax.buffer_callback on the
+     XLA FFI path vs the C++ client's p50 (target: <= 1.3x), and the
+     jax.pure_callback fallback's p50 next to them.
+Each figure is the median of FARCALL_BENCH_REPS repetitions (default 3).
+
+    .venv/bin/python bench/python_bench.py [--json]
+"""
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import farcall
+import farcall.jax as fj
+
+BUILD = os.environ.get("FARCALL_BUILD_DIR", "build")
+REPS = int(os.environ.get("FARCALL_BENCH_REPS", "3"))
+BIG = 64 << 20
+BIG_CALLS = int(os.environ.get("FARCALL_BENCH_BIG_CALLS", "20"))
+SMALL_CALLS = int(os.environ.get("FARCALL_BENCH_SMALL_CALLS", "2000"))
+
+
+def start_agent():
+    r, w = os.pipe()
+    proc = subprocess.Popen([f"{BUILD}/device_agents/farcall-agent", "--listen=127.0.0.1:0",
+                             f"--ready_fd={w}"], pass_fds=(w,), stderr=subprocess.DEVNULL)
+    os.close(w)
+    with os.fdopen(r) as f:
+        line = f.read().split()
+    if not line:
+        sys.exit("farcall-agent failed to start")
+    return proc, f"127.0.0.1:{line[0]}"
+
+
+def cpp_bench(target, nbytes, calls, alias, shm=False):
+    argv = [f"{BUILD}/client/farcall", "bench", f"--target={target}", f"--bytes={nbytes}",
+            f"--calls={calls}", "--json"] + (["--alias"] if alias else []) + (
+                ["--shm"] if shm else [])
+    out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def python_big_copy(client, shm):
+    if shm:
+        x = farcall.shared_array((BIG,), np.uint8, client)
+        x[:] = np.random.default_rng(0).integers(0, 255, BIG, dtype=np.uint8)
+    else:
+        x = np.random.default_rng(0).integers(0, 255, BIG, dtype=np.uint8)
+    rpc = "auto" if shm else "stream"
+    client.call("copy", x, results=[x], input_output_aliases={0: 0}, rpc=rpc)  # warm up
+    t0 = time.perf_counter()
+    for _ in range(BIG_CALLS):
+        client.call("copy", x, results=[x], input_output_aliases={0: 0}, rpc=rpc)
+    return BIG * BIG_CALLS / (time.perf_counter() - t0) / 1e9
+
+
+def p50_us(fn, calls):
+    for _ in range(50):
+        fn()
+    times = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e6
+
+
+def jitted(target, host_callback):
+    fj.prefer_host_callback(host_callback)
+    try:
+        f = jax.jit(fj.buffer_callback("copy", jax.ShapeDtypeStruct((16,), jnp.float32),
+                                       target=target))
+        x = jnp.ones(16, jnp.float32)
+        f(x).block_until_ready()
+        return lambda: f(x).block_until_ready()
+    finally:
+        fj.prefer_host_callback(False)
+
+
+def main():
+    proc, target = start_agent()
+    try:
+        client = farcall.Client(target)
+        rows = {k: [] for k in ("py_gbps", "cpp_gbps", "py_shm_gbps", "cpp_shm_gbps",
+                                "ffi_p50", "cpp_p50", "cb_p50")}
+        ffi, cb = jitted(target, False), jitted(target, True)
+        for _ in range(REPS):
+            rows["cpp_gbps"].append(cpp_bench(target, BIG, BIG_CALLS, True)["gbps"])
+            rows["py_gbps"].append(python_big_copy(client, shm=False))
+            rows["cpp_shm_gbps"].append(cpp_bench(target, BIG, BIG_CALLS, True, shm=True)["gbps"])
+            rows["py_shm_gbps"].append(python_big_copy(client, shm=True))
+            rows["cpp_p50"].append(cpp_bench(target, 64, SMALL_CALLS, False)["p50_us"])
+            rows["ffi_p50"].append(p50_us(ffi, SMALL_CALLS))
+            rows["cb_p50"].append(p50_us(cb, SMALL_CALLS))
+    finally:
+        proc.terminate()
+        proc.wait()
+    med = {k: statistics.median(v) for k, v in rows.items()}
+    result = {
+        "reps": REPS,
+        "copy_64mib_aliased": {
+            "python_gbps": med["py_gbps"], "cpp_gbps": med["cpp_gbps"],
+            "ratio": med["py_gbps"] / med["cpp_gbps"],
+            "shm_python_gbps": med["py_shm_gbps"], "shm_cpp_gbps": med["cpp_shm_gbps"],
+            "shm_ratio": med["py_shm_gbps"] / med["cpp_shm_gbps"], "target": ">= 0.9"},
+        "call_64_bytes_p50_us": {
+            "jax_ffi": med["ffi_p50"], "cpp_client": med["cpp_p50"],
+            "ratio": med["ffi_p50"] / med["cpp_p50"], "target": "<= 1.3",
+            "jax_pure_callback": med["cb_p50"],
+            "pure_callback_ratio": med["cb_p50"] / med["cpp_p50"]},
+        "all_reps": rows,
+    }
+    if "--json" in sys.argv:
+        print(json.dumps(result))
+        return
+    c, s = result["copy_64mib_aliased"], result["call_64_bytes_p50_us"]
+    print(f"64 MiB aliased copy, {BIG_CALLS} calls, median of {REPS}:")
+    print(f"  gRPC: farcall.Client (Python) {c['python_gbps']:.3f} GB/s, farcall bench (C++) "
+          f"{c['cpp_gbps']:.3f} GB/s: {c['ratio']:.2f}x   (target >= 0.9x)")
+    print(f"  shm:  farcall.Client (Python) {c['shm_python_gbps']:.3f} GB/s, farcall bench (C++) "
+          f"{c['shm_cpp_gbps']:.3f} GB/s: {c['shm_ratio']:.2f}x   (target >= 0.9x)")
+    print(f"64-byte call p50, {SMALL_CALLS} calls, median of {REPS}:")
+    print(f"  jitted, XLA FFI path     {s['jax_ffi']:.1f} us")
+    print(f"  C++ client               {s['cpp_client']:.1f} us")
+    print(f"  ratio                    {s['ratio']:.2f}x   (target <= 1.3x)")
+    print(f"  jitted, pure_callback    {s['jax_pure_callback']:.1f} us "
+          f"({s['pure_callback_ratio']:.2f}x the C++ client)")
+
+
+if __name__ == "__main__":
+    main()
