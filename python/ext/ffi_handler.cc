@@ -1,26 +1,19 @@
 // The XLA FFI handler behind farcall.jax.buffer_callback on the CPU backend:
 // XLA's own buffers go to the agent through the C++ client, with no Python
 // and no GIL on the path. Built only when jaxlib's FFI headers were found.
-//
-// Attributes (set by farcall/jax.py): target, handler, platform; aliases as
-// "IN:OUT,..."; the call's attributes encoded by farcall.jax._encode_attrs;
-// timeout in seconds; has_side_effect.
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <string>
-#include <string_view>
 #include <utility>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/strings/numbers.h"
-#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "farcall/client.h"
 #include "python/ext/extension.h"
-#include "xla/ffi/api/ffi.h"
+#include "python/ext/ffi_call.h"
 
 namespace nb = nanobind;
 namespace ffi = xla::ffi;
@@ -28,24 +21,21 @@ namespace ffi = xla::ffi;
 namespace farcall::python {
 namespace {
 
-// One client per target for the life of the process: XLA calls the handler
+// Abseil 20220623 has its own string_view.
+absl::string_view Absl(std::string_view s) { return absl::string_view(s.data(), s.size()); }
+
+// One client per target for the life of the process: XLA calls handlers
 // from many threads, and clients share channels anyway.
-Client* ClientFor(std::string_view target, absl::Status* error) {
+absl::StatusOr<Client*> ClientFor(std::string_view target) {
   static absl::Mutex mu(absl::kConstInit);
   static auto* clients = new std::map<std::string, std::unique_ptr<Client>, std::less<>>();
   absl::MutexLock l(&mu);
   auto it = clients->find(target);
   if (it != clients->end()) return it->second.get();
   absl::StatusOr<std::unique_ptr<Client>> c = Client::Connect(std::string(target));
-  if (!c.ok()) {
-    *error = c.status();
-    return nullptr;
-  }
+  if (!c.ok()) return c.status();
   return clients->emplace(std::string(target), *std::move(c)).first->second.get();
 }
-
-// Abseil 20220623 has its own string_view.
-absl::string_view Absl(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
 // Reads "<len>:<bytes>" from the front of `in`.
 bool TakeCounted(absl::string_view& in, absl::string_view* out) {
@@ -60,22 +50,21 @@ bool TakeCounted(absl::string_view& in, absl::string_view* out) {
   return true;
 }
 
-// Entries of one type letter (i, f, b, s) and two counted strings each:
-// name and value. Python writes floats with repr(), which round-trips.
+// Entries of a type letter (i, f, b, s) and two counted strings each: name
+// and value. Python writes floats with repr(), which round-trips.
 absl::Status DecodeAttributes(absl::string_view in,
                               std::map<std::string, AttributeValue>* out) {
+  const absl::Status bad = absl::InvalidArgumentError("farcall: malformed attribute encoding.");
   while (!in.empty()) {
     char type = in.front();
     in.remove_prefix(1);
     absl::string_view name, value;
-    if (!TakeCounted(in, &name) || !TakeCounted(in, &value)) {
-      return absl::InvalidArgumentError("farcall: malformed attribute encoding.");
-    }
+    if (!TakeCounted(in, &name) || !TakeCounted(in, &value)) return bad;
     std::string key(name);
     switch (type) {
       case 'i': {
         int64_t v = 0;
-        if (!absl::SimpleAtoi(value, &v)) return absl::InvalidArgumentError("bad i64 attribute");
+        if (!absl::SimpleAtoi(value, &v)) return bad;
         (*out)[key] = v;
         break;
       }
@@ -89,91 +78,102 @@ absl::Status DecodeAttributes(absl::string_view in,
         (*out)[key] = std::string(value);
         break;
       default:
-        return absl::InvalidArgumentError("farcall: unknown attribute type.");
+        return bad;
     }
   }
   return absl::OkStatus();
 }
 
-ffi::Error ToFfiError(const absl::Status& s) {
-  // JAX's runtime error puts the code's name in front: "NOT_FOUND: ...".
-  return ffi::Error(static_cast<ffi::ErrorCode>(s.code()), std::string(s.message()));
+ffi::Error CpuCall(ffi::RemainingArgs args, ffi::RemainingRets rets, std::string_view target,
+                   std::string_view handler, std::string_view platform,
+                   std::string_view aliases, std::string_view attributes, double timeout,
+                   bool has_side_effect) {
+  FfiCallAttrs attrs{target, handler, platform, aliases, attributes, timeout, has_side_effect};
+  std::vector<HostTensor> in, out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    ffi::ErrorOr<ffi::AnyBuffer> b = args.get<ffi::AnyBuffer>(i);
+    if (!b.has_value()) return b.error();
+    in.push_back({SpecOf(*b), b->untyped_data(), b->size_bytes()});
+  }
+  for (size_t o = 0; o < rets.size(); ++o) {
+    ffi::ErrorOr<ffi::Result<ffi::AnyBuffer>> b = rets.get<ffi::AnyBuffer>(o);
+    if (!b.has_value()) return b.error();
+    out.push_back({SpecOf(**b), (*b)->untyped_data(), (*b)->size_bytes()});
+  }
+  std::vector<int64_t> output_of_input;
+  absl::Status s = ParseAliases(aliases, in.size(), out.size(), &output_of_input);
+  if (!s.ok()) return ToFfiError(s);
+  for (size_t i = 0; i < in.size(); ++i) {
+    // XLA gives an aliased operand and its result one buffer; should it ever
+    // not, the result starts as a copy of the input and stands in for it.
+    const int64_t o = output_of_input[i];
+    if (o >= 0 && out[o].data != in[i].data) {
+      std::memcpy(out[o].data, in[i].data, in[i].bytes);
+      in[i].data = out[o].data;
+    }
+  }
+  return ToFfiError(CallRemote(attrs, in, out, output_of_input));
 }
+
+}  // namespace
 
 TensorSpec SpecOf(const ffi::AnyBuffer& b) {
   TensorSpec spec;
-  // XLA's PrimitiveType numbers are the wire's DType numbers.
   spec.dtype = static_cast<DType>(b.element_type());
   auto dims = b.dimensions();
   spec.dims.assign(dims.begin(), dims.end());
   return spec;
 }
 
-ffi::Error Call(ffi::RemainingArgs args, ffi::RemainingRets rets, std::string_view target,
-                std::string_view handler, std::string_view platform,
-                std::string_view aliases, std::string_view attributes, double timeout,
-                bool has_side_effect) {
-  CallRequest req;
-  req.handler = std::string(handler);
-  req.platform = std::string(platform);
-  req.has_side_effect = has_side_effect;
-  for (absl::string_view pair : absl::StrSplit(Absl(aliases), ',', absl::SkipEmpty())) {
+absl::Status ParseAliases(std::string_view text, size_t n_in, size_t n_out,
+                          std::vector<int64_t>* output_of_input) {
+  output_of_input->assign(n_in, -1);
+  for (absl::string_view pair : absl::StrSplit(Absl(text), ',', absl::SkipEmpty())) {
     std::pair<absl::string_view, absl::string_view> io = absl::StrSplit(pair, ':');
     uint32_t i = 0, o = 0;
-    if (!absl::SimpleAtoi(io.first, &i) || !absl::SimpleAtoi(io.second, &o)) {
-      return ffi::Error::InvalidArgument("farcall: malformed aliases attribute.");
+    if (!absl::SimpleAtoi(io.first, &i) || !absl::SimpleAtoi(io.second, &o) || i >= n_in ||
+        o >= n_out) {
+      return absl::InvalidArgumentError("farcall: malformed aliases attribute.");
     }
-    req.aliases[i] = o;
+    (*output_of_input)[i] = o;
   }
-  if (absl::Status s = DecodeAttributes(Absl(attributes), &req.attributes); !s.ok()) {
-    return ToFfiError(s);
-  }
-  std::vector<ffi::AnyBuffer> in, out;
-  for (size_t i = 0; i < args.size(); ++i) {
-    ffi::ErrorOr<ffi::AnyBuffer> b = args.get<ffi::AnyBuffer>(i);
-    if (!b.has_value()) return b.error();
-    in.push_back(*b);
-  }
-  for (size_t o = 0; o < rets.size(); ++o) {
-    ffi::ErrorOr<ffi::Result<ffi::AnyBuffer>> b = rets.get<ffi::AnyBuffer>(o);
-    if (!b.has_value()) return b.error();
-    out.push_back(**b);
-  }
-  std::map<uint32_t, uint32_t> aliased_output;  // input -> output
-  for (const auto& [i, o] : req.aliases) {
-    if (i < in.size() && o < out.size()) aliased_output[i] = o;
-  }
-  for (size_t i = 0; i < in.size(); ++i) {
-    auto a = aliased_output.find(static_cast<uint32_t>(i));
-    if (a == aliased_output.end()) {
-      req.args.push_back(Arg::In(SpecOf(in[i]), in[i].untyped_data()));
-      continue;
-    }
-    // XLA gives an aliased operand and its result one buffer; should it
-    // ever not, the result starts as a copy of the input.
-    ffi::AnyBuffer& dst = out[a->second];
-    if (dst.untyped_data() != in[i].untyped_data()) {
-      std::memcpy(dst.untyped_data(), in[i].untyped_data(), in[i].size_bytes());
-    }
-    req.args.push_back(Arg::InOut(SpecOf(in[i]), dst.untyped_data()));
-  }
-  for (ffi::AnyBuffer& r : out) {
-    req.results.push_back(SpecOf(r));
-    req.result_memory.push_back(r.untyped_data());  // written in place
-  }
-  absl::Status error;
-  Client* client = ClientFor(target, &error);
-  if (client == nullptr) return ToFfiError(error);
-  CallOptions options;
-  options.timeout = absl::Seconds(timeout);
-  absl::StatusOr<CallResult> r = client->Call(req, options);
-  if (!r.ok()) return ToFfiError(r.status());
-  return ffi::Error::Success();
+  return absl::OkStatus();
 }
 
-}  // namespace
+absl::Status CallRemote(const FfiCallAttrs& attrs, const std::vector<HostTensor>& in,
+                        const std::vector<HostTensor>& out,
+                        const std::vector<int64_t>& output_of_input) {
+  CallRequest req;
+  req.handler = std::string(attrs.handler);
+  req.platform = std::string(attrs.platform);
+  req.has_side_effect = attrs.has_side_effect;
+  absl::Status s = DecodeAttributes(Absl(attrs.attributes), &req.attributes);
+  if (!s.ok()) return s;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (output_of_input[i] >= 0) {
+      req.aliases[static_cast<uint32_t>(i)] = static_cast<uint32_t>(output_of_input[i]);
+      req.args.push_back(Arg::InOut(in[i].spec, in[i].data));
+    } else {
+      req.args.push_back(Arg::In(in[i].spec, in[i].data));
+    }
+  }
+  for (const HostTensor& r : out) {
+    req.results.push_back(r.spec);
+    req.result_memory.push_back(r.data);  // written in place
+  }
+  absl::StatusOr<Client*> client = ClientFor(attrs.target);
+  if (!client.ok()) return client.status();
+  CallOptions options;
+  options.timeout = absl::Seconds(attrs.timeout);
+  return (*client)->Call(req, options).status();
+}
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(FarcallXlaCall, Call,
+ffi::Error ToFfiError(const absl::Status& s) {
+  if (s.ok()) return ffi::Error::Success();
+  return ffi::Error(static_cast<ffi::ErrorCode>(s.code()), std::string(s.message()));
+}
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(FarcallXlaCpuCall, CpuCall,
                               ffi::Ffi::Bind()
                                   .RemainingArgs()
                                   .RemainingRets()
@@ -186,9 +186,12 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(FarcallXlaCall, Call,
                                   .Attr<bool>("has_side_effect"));
 
 void DefineFfi(nb::module_& m) {
+  // {XLA platform name: capsule}, for jax.ffi.register_ffi_target.
   m.def("ffi_handlers", [] {
     nb::dict d;
-    d["cpu"] = nb::capsule(reinterpret_cast<void*>(&FarcallXlaCall), "xla._CUSTOM_CALL_TARGET");
+    d["cpu"] = nb::capsule(reinterpret_cast<void*>(&FarcallXlaCpuCall),
+                           "xla._CUSTOM_CALL_TARGET");
+    AddCudaFfiHandler(d);
     return d;
   });
 }

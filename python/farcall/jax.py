@@ -17,6 +17,9 @@ How a call runs depends on the backend the JAX program is lowered for:
   the agent with no Python and no GIL on the path, and
   ``input_output_aliases`` is XLA's own operand-output aliasing, so an
   aliased result is written into XLA's buffer in place.
+- cuda (when farcall was built with the CUDA toolkit): the same custom
+  call; the operands are copied from the device on XLA's stream, and the
+  results copied back into XLA's buffers.
 - any other backend (a TPU job, say), or a farcall built without jaxlib's
   FFI headers: ``jax.pure_callback`` into farcall.Client, or
   ``jax.experimental.io_callback`` when ``has_side_effect=True``.
@@ -44,10 +47,12 @@ _DEFAULT_TIMEOUT = 60.0
 
 
 def _register_ffi_targets() -> frozenset:
+    """Registers the extension's FFI handlers (keyed by XLA's platform name:
+    "cpu", "CUDA"); returns the JAX backends they serve ("cpu", "cuda")."""
     handlers = _farcall.ffi_handlers()
     for plat, capsule in handlers.items():
         jax.ffi.register_ffi_target(_FFI_TARGET, capsule, platform=plat)
-    return frozenset(handlers)
+    return frozenset(p.lower() for p in handlers)
 
 
 _FFI_PLATFORMS = _register_ffi_targets()

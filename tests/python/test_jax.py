@@ -103,3 +103,31 @@ def test_platform_checks_at_trace_time(agent):
         jax.jit(f).trace(x)
     g = fj.buffer_callback("copy", [S8], target=agent.address, platform="CPU")
     np.testing.assert_array_equal(g(x)[0], x)
+
+
+def test_cuda_lowers_to_the_ffi_custom_call_with_aliasing():
+    if "cuda" not in fj._FFI_PLATFORMS:
+        pytest.skip("SKIPPED: farcall was built without the CUDA toolkit: no cuda FFI handler")
+    f = fj.buffer_callback("axpy", S8, target="127.0.0.1:1", input_output_aliases={1: 0},
+                           attributes={"alpha": 2.0})
+    x = jnp.ones(8, jnp.float32)
+    text = jax.jit(f).trace(x, x).lower(lowering_platforms=("cuda",)).as_text()
+    assert "stablehlo.custom_call @farcall_buffer_call" in text
+    assert "operand_index = 1" in text and 'aliases = "1:0"' in text
+
+
+def test_cuda_ffi_path_on_a_gpu(router):
+    if "cuda" not in fj._FFI_PLATFORMS:
+        pytest.skip("SKIPPED: farcall was built without the CUDA toolkit: no cuda FFI handler")
+    try:
+        device = jax.devices("cuda")[0]
+    except RuntimeError as e:
+        pytest.skip(f"SKIPPED: no JAX CUDA backend or device here ({e}); the cuda FFI path "
+                    f"runs only on a GPU")
+    axpy = fj.buffer_callback("axpy", S8, target=router.address, input_output_aliases={1: 0},
+                              attributes={"alpha": 2.0})
+    x = jax.device_put(jnp.arange(8, dtype=jnp.float32), device)
+    y = jax.device_put(jnp.ones(8, jnp.float32), device)
+    out = jax.jit(axpy, donate_argnums=1)(x, y)
+    assert out.devices() == {device}
+    np.testing.assert_array_equal(out, 2 * np.arange(8) + 1)

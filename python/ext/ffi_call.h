@@ -1,0 +1,58 @@
+// What the XLA FFI handlers (ffi_handler.cc for cpu, ffi_cuda.cc for cuda)
+// share: their attributes, decoded, and the remote call over host memory.
+// Internal to the extension.
+#ifndef FARCALL_PYTHON_EXT_FFI_CALL_H_
+#define FARCALL_PYTHON_EXT_FFI_CALL_H_
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "core/tensor_spec.h"
+#include "nanobind/nanobind.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace farcall::python {
+
+// The custom call's attributes, as farcall/jax.py sets them.
+struct FfiCallAttrs {
+  std::string_view target;
+  std::string_view handler;
+  std::string_view platform;
+  std::string_view aliases;     // "IN:OUT,..."
+  std::string_view attributes;  // farcall.jax._encode_attrs
+  double timeout = 60;
+  bool has_side_effect = false;
+};
+
+// One tensor in host memory. An aliased output's `data` is its input's.
+struct HostTensor {
+  TensorSpec spec;
+  void* data = nullptr;
+  size_t bytes = 0;
+};
+
+// The spec of an XLA buffer (XLA's PrimitiveType numbers are the wire's).
+TensorSpec SpecOf(const xla::ffi::AnyBuffer& b);
+
+// Parses the aliases attribute: input index -> output index, in range.
+absl::Status ParseAliases(std::string_view text, size_t n_in, size_t n_out,
+                          std::vector<int64_t>* output_of_input);
+
+// Calls the handler: `in` are sent, each output is written into its
+// memory (an aliased one into its input's, which must be the same memory).
+absl::Status CallRemote(const FfiCallAttrs& attrs, const std::vector<HostTensor>& in,
+                        const std::vector<HostTensor>& out,
+                        const std::vector<int64_t>& output_of_input);
+
+// The status as an FFI error; JAX's runtime error puts the code's name in
+// front ("NOT_FOUND: ...").
+xla::ffi::Error ToFfiError(const absl::Status& s);
+
+// Adds the cuda handler's capsule to `handlers` when built with CUDA.
+void AddCudaFfiHandler(nanobind::dict& handlers);
+
+}  // namespace farcall::python
+
+#endif  // FARCALL_PYTHON_EXT_FFI_CALL_H_

@@ -1,0 +1,128 @@
+// The XLA FFI handler for JAX's CUDA backend: the operands are copied from
+// the device to host memory on XLA's stream, the call runs over the host
+// copies, and the results are copied back into XLA's device buffers (an
+// aliased result into its operand's buffer, which XLA made the same).
+// Built when the CUDA toolkit and jaxlib's FFI headers are both found.
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "python/ext/ffi_call.h"
+
+namespace nb = nanobind;
+namespace ffi = xla::ffi;
+
+namespace farcall::python {
+namespace {
+
+absl::Status CudaStatus(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(
+      absl::StrCat("farcall: ", what, " failed: ", cudaGetErrorString(e)));
+}
+
+// Host memory for one call's tensors, pinned so the copies can be async.
+class PinnedBuffer {
+ public:
+  ~PinnedBuffer() {
+    if (p_ != nullptr) cudaFreeHost(p_);
+  }
+  absl::Status Allocate(size_t bytes) {
+    return bytes == 0 ? absl::OkStatus()
+                      : CudaStatus(cudaMallocHost(&p_, bytes), "cudaMallocHost");
+  }
+  void* data() const { return p_; }
+
+ private:
+  void* p_ = nullptr;
+};
+
+absl::Status Run(cudaStream_t stream, ffi::RemainingArgs& args, ffi::RemainingRets& rets,
+                 const FfiCallAttrs& attrs) {
+  std::vector<ffi::AnyBuffer> dev_in, dev_out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    ffi::ErrorOr<ffi::AnyBuffer> b = args.get<ffi::AnyBuffer>(i);
+    if (!b.has_value()) return absl::InternalError(b.error().message());
+    dev_in.push_back(*b);
+  }
+  for (size_t o = 0; o < rets.size(); ++o) {
+    ffi::ErrorOr<ffi::Result<ffi::AnyBuffer>> b = rets.get<ffi::AnyBuffer>(o);
+    if (!b.has_value()) return absl::InternalError(b.error().message());
+    dev_out.push_back(**b);
+  }
+  std::vector<int64_t> output_of_input;
+  absl::Status s = ParseAliases(attrs.aliases, dev_in.size(), dev_out.size(), &output_of_input);
+  if (!s.ok()) return s;
+  std::vector<int64_t> input_of_output(dev_out.size(), -1);
+  for (size_t i = 0; i < dev_in.size(); ++i) {
+    if (output_of_input[i] >= 0) input_of_output[output_of_input[i]] = static_cast<int64_t>(i);
+  }
+  // Device to host, on XLA's stream, after the work that made the operands.
+  std::vector<std::unique_ptr<PinnedBuffer>> memory;
+  std::vector<HostTensor> in, out;
+  for (ffi::AnyBuffer& b : dev_in) {
+    memory.push_back(std::make_unique<PinnedBuffer>());
+    if (s = memory.back()->Allocate(b.size_bytes()); !s.ok()) return s;
+    in.push_back({SpecOf(b), memory.back()->data(), b.size_bytes()});
+    if (b.size_bytes() > 0) {
+      s = CudaStatus(cudaMemcpyAsync(in.back().data, b.untyped_data(), b.size_bytes(),
+                                     cudaMemcpyDeviceToHost, stream),
+                     "cudaMemcpyAsync (device to host)");
+      if (!s.ok()) return s;
+    }
+  }
+  for (size_t o = 0; o < dev_out.size(); ++o) {
+    const int64_t i = input_of_output[o];
+    if (i >= 0) {
+      out.push_back({SpecOf(dev_out[o]), in[i].data, dev_out[o].size_bytes()});
+      continue;
+    }
+    memory.push_back(std::make_unique<PinnedBuffer>());
+    if (s = memory.back()->Allocate(dev_out[o].size_bytes()); !s.ok()) return s;
+    out.push_back({SpecOf(dev_out[o]), memory.back()->data(), dev_out[o].size_bytes()});
+  }
+  if (s = CudaStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize"); !s.ok()) return s;
+  if (s = CallRemote(attrs, in, out, output_of_input); !s.ok()) return s;
+  // Host to device, then wait: the pinned memory is freed on return.
+  for (size_t o = 0; o < dev_out.size(); ++o) {
+    if (out[o].bytes == 0) continue;
+    s = CudaStatus(cudaMemcpyAsync(dev_out[o].untyped_data(), out[o].data, out[o].bytes,
+                                   cudaMemcpyHostToDevice, stream),
+                   "cudaMemcpyAsync (host to device)");
+    if (!s.ok()) return s;
+  }
+  return CudaStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+}
+
+ffi::Error CudaCall(cudaStream_t stream, ffi::RemainingArgs args, ffi::RemainingRets rets,
+                    std::string_view target, std::string_view handler,
+                    std::string_view platform, std::string_view aliases,
+                    std::string_view attributes, double timeout, bool has_side_effect) {
+  FfiCallAttrs attrs{target, handler, platform, aliases, attributes, timeout, has_side_effect};
+  return ToFfiError(Run(stream, args, rets, attrs));
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(FarcallXlaCudaCall, CudaCall,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                  .RemainingArgs()
+                                  .RemainingRets()
+                                  .Attr<std::string_view>("target")
+                                  .Attr<std::string_view>("handler")
+                                  .Attr<std::string_view>("platform")
+                                  .Attr<std::string_view>("aliases")
+                                  .Attr<std::string_view>("attributes")
+                                  .Attr<double>("timeout")
+                                  .Attr<bool>("has_side_effect"));
+
+void AddCudaFfiHandler(nb::dict& handlers) {
+  handlers["CUDA"] = nb::capsule(reinterpret_cast<void*>(&FarcallXlaCudaCall),
+                                 "xla._CUSTOM_CALL_TARGET");
+}
+
+}  // namespace farcall::python
