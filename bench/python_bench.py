@@ -9,6 +9,9 @@ Starts one CPU agent on loopback and measures, in one run:
      XLA FFI path vs the C++ client's p50 (target: <= 1.3x), and the
      jax.pure_callback fallback's p50 next to them.
 Each figure is the median of FARCALL_BENCH_REPS repetitions (default 3).
+Every measurement of a repetition runs in a fresh process, as the C++ CLI
+does: a process that has just moved 64 MiB tensors answers small calls
+30-50 us slower for a while, which would skew the small-call figures.
 
     .venv/bin/python bench/python_bench.py [--json]
 """
@@ -91,21 +94,38 @@ def jitted(target, host_callback):
         fj.prefer_host_callback(False)
 
 
+def measure_in_child(target, what):
+    """Runs one Python measurement in a fresh interpreter; returns its figure."""
+    out = subprocess.run([sys.executable, __file__, "--measure", what, target], check=True,
+                         capture_output=True, text=True).stdout
+    return float(out.strip().splitlines()[-1])
+
+
+def measure(what, target):
+    if what == "ffi_p50":
+        return p50_us(jitted(target, False), SMALL_CALLS)
+    if what == "cb_p50":
+        return p50_us(jitted(target, True), SMALL_CALLS)
+    return python_big_copy(farcall.Client(target), shm=(what == "py_shm_gbps"))
+
+
 def main():
+    if "--measure" in sys.argv:
+        what, target = sys.argv[sys.argv.index("--measure") + 1:][:2]
+        print(measure(what, target))
+        return
     proc, target = start_agent()
     try:
-        client = farcall.Client(target)
         rows = {k: [] for k in ("py_gbps", "cpp_gbps", "py_shm_gbps", "cpp_shm_gbps",
                                 "ffi_p50", "cpp_p50", "cb_p50")}
-        ffi, cb = jitted(target, False), jitted(target, True)
         for _ in range(REPS):
             rows["cpp_gbps"].append(cpp_bench(target, BIG, BIG_CALLS, True)["gbps"])
-            rows["py_gbps"].append(python_big_copy(client, shm=False))
+            rows["py_gbps"].append(measure_in_child(target, "py_gbps"))
             rows["cpp_shm_gbps"].append(cpp_bench(target, BIG, BIG_CALLS, True, shm=True)["gbps"])
-            rows["py_shm_gbps"].append(python_big_copy(client, shm=True))
+            rows["py_shm_gbps"].append(measure_in_child(target, "py_shm_gbps"))
             rows["cpp_p50"].append(cpp_bench(target, 64, SMALL_CALLS, False)["p50_us"])
-            rows["ffi_p50"].append(p50_us(ffi, SMALL_CALLS))
-            rows["cb_p50"].append(p50_us(cb, SMALL_CALLS))
+            rows["ffi_p50"].append(measure_in_child(target, "ffi_p50"))
+            rows["cb_p50"].append(measure_in_child(target, "cb_p50"))
     finally:
         proc.terminate()
         proc.wait()
