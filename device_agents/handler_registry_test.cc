@@ -37,6 +37,38 @@ TEST(HandlerRegistryTest, RefusesIncompleteDefs) {
   EXPECT_EQ(r.Register(def, "x.so").code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(HandlerRegistryTest, InProcessHandlersRunThroughTheirFunction) {
+  HandlerRegistry r;
+  RegisteredHandler h;
+  h.name = "py";
+  h.platform = "CPU";
+  h.source = "python:h.py";
+  int calls = 0;
+  h.invoke = [&calls](const HandlerInvocation& inv) {
+    ++calls;
+    return absl::FailedPreconditionError(inv.platform);
+  };
+  ASSERT_TRUE(r.RegisterInProcess(h).ok());
+  const RegisteredHandler* found = r.Find("py", "cpu");
+  ASSERT_NE(found, nullptr);
+  EXPECT_EQ(found->platform, "cpu");
+  HandlerInvocation inv;
+  absl::Status s = RunHandler(*found, inv);
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(s, absl::FailedPreconditionError("cpu"));
+  // A name the built-ins hold, and a def without a function, are refused.
+  FarcallHandlerDef def{sizeof(def), "copy", "cpu", 0, &Nop};
+  ASSERT_TRUE(r.Register(def, "builtin").ok());
+  h.name = "copy";
+  EXPECT_EQ(r.RegisterInProcess(h).code(), absl::StatusCode::kAlreadyExists);
+  h.name = "other";
+  h.invoke = nullptr;
+  EXPECT_EQ(r.RegisterInProcess(h).code(), absl::StatusCode::kInvalidArgument);
+  h.invoke = [](const HandlerInvocation&) { return absl::OkStatus(); };
+  h.platform = "tpu";
+  EXPECT_EQ(r.RegisterInProcess(h).code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(PluginLoaderTest, LoadsExamplePluginAndRunsIt) {
   HandlerRegistry r;
   ASSERT_TRUE(LoadPlugin(FARCALL_EXAMPLE_PLUGIN, r).ok());

@@ -576,6 +576,52 @@ TEST_P(ConformanceTest, ClientValidatesLikeTheServers) {
   EXPECT_EQ(r.status().message(), "`buffer_callback` not supported on tpu backend.");
 }
 
+TEST_P(ConformanceTest, ResultsLandInCallerMemory) {
+  auto client = NewClient();
+  TensorSpec spec{DType::kS32, {3000}};  // several chunks on Execute
+  std::vector<int32_t> x(3000), sum_out(1, -1), copy_out(3000, -1);
+  for (int i = 0; i < 3000; ++i) x[i] = i;
+  CallRequest req;
+  req.platform = TestPlatform();
+  req.handler = "copy";
+  req.args = {Arg::In(spec, x.data())};
+  req.results = {spec};
+  req.result_memory = {copy_out.data()};
+  CallOptions opts = Opts();
+  opts.chunk_bytes = 4096;
+  absl::StatusOr<CallResult> r = client->Call(req, opts);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->results[0].data, reinterpret_cast<uint8_t*>(copy_out.data()));
+  EXPECT_EQ(r->results[0].storage, nullptr);
+  EXPECT_EQ(copy_out, x);
+  req.result_memory = {nullptr, nullptr};  // not one per result
+  EXPECT_EQ(client->Call(req, opts).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_P(ConformanceTest, UncheckedCallsGetTheServersAnswer) {
+  auto client = NewClient();
+  TensorSpec a{DType::kF32, {4}}, b{DType::kBF16, {4}};
+  std::vector<float> x(4);
+  CallRequest req;
+  req.handler = "copy";
+  req.platforms = {TestPlatform(), OtherPlatform()};
+  req.args = {Arg::InOut(a, x.data())};
+  req.results = {b};
+  req.aliases = {{0, 0}};
+  CallOptions opts = Opts();
+  opts.validate_locally = false;
+  absl::StatusOr<CallResult> r = client->Call(req, opts);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(r.status().message(), "multi-platform lowering for buffer_callback");
+  req.platforms = {TestPlatform()};
+  r = client->Call(req, opts);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(),
+            "input_output_aliases contains the mapping '0:0' referring to an input with "
+            "abstract value float32[4] and an output with a different abstract value "
+            "bfloat16[4].");
+}
+
 INSTANTIATE_TEST_SUITE_P(
     AllPaths, ConformanceTest,
     ::testing::Values(Param{Target::kAgent, Transport::kUnary},

@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "farcall/client.h"
 #include "nanobind/ndarray.h"
 #include "nanobind/stl/map.h"
@@ -44,7 +43,7 @@ struct PyCall {
   CallOptions options;
 };
 
-PyCall BuildCall(const std::string& handler, const std::string& platform,
+PyCall BuildCall(const std::string& handler, const std::vector<std::string>& platforms,
                  const std::vector<ArgTuple>& args, const std::vector<SpecTuple>& results,
                  const std::map<uint32_t, uint32_t>& aliases, const nb::dict& attributes,
                  bool has_side_effect, double timeout, const std::string& rpc,
@@ -52,9 +51,10 @@ PyCall BuildCall(const std::string& handler, const std::string& platform,
   PyCall c;
   CallRequest& r = c.request;
   r.handler = handler;
-  r.platform = platform;
-  if (platform.find(',') != std::string::npos) {
-    r.platforms = absl::StrSplit(platform, ',');  // farcall/_client.py joins a list
+  if (platforms.size() == 1) {
+    r.platform = platforms[0];
+  } else {
+    r.platforms = platforms;  // refused by the checks, as in JAX
   }
   for (const auto& [ptr, dtype, dims, writable] : args) {
     void* data = reinterpret_cast<void*>(ptr);
@@ -170,7 +170,7 @@ class PyClient {
     client_ = *std::move(c);
   }
 
-  nb::tuple Call(const std::string& handler, const std::string& platform,
+  nb::tuple Call(const std::string& handler, const std::vector<std::string>& platform,
                  const std::vector<ArgTuple>& args, const std::vector<SpecTuple>& results,
                  const std::map<uint32_t, uint32_t>& aliases, const nb::dict& attributes,
                  bool has_side_effect, double timeout, const std::string& rpc, bool validate,
@@ -188,7 +188,7 @@ class PyClient {
 
   // `done(results_and_info, code, message)` runs once on a gRPC thread,
   // holding the GIL; `keep` (the caller's arrays) is held until then.
-  void CallAsync(const std::string& handler, const std::string& platform,
+  void CallAsync(const std::string& handler, const std::vector<std::string>& platform,
                  const std::vector<ArgTuple>& args, const std::vector<SpecTuple>& results,
                  const std::map<uint32_t, uint32_t>& aliases, const nb::dict& attributes,
                  bool has_side_effect, double timeout, const std::string& rpc, bool validate,

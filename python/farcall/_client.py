@@ -202,11 +202,13 @@ class Client:
     def _native_args(self, handler, platform, p: _Prepared, has_side_effect, timeout, rpc, validate):
         if rpc not in ("auto", "unary", "stream"):
             raise ValueError(f"rpc must be 'auto', 'unary' or 'stream'; got {rpc!r}")
-        if not isinstance(platform, str):
-            # One platform per call, as in JAX; the server answers a list
-            # with the contract's UNIMPLEMENTED.
-            platform = ",".join(platform)
-        return (handler, platform, p.args, p.results, p.aliases, p.attributes,
+        # One platform per call, as in JAX; more are refused with the
+        # contract's UNIMPLEMENTED.
+        platforms = [platform] if isinstance(platform, str) else [str(p) for p in platform]
+        if not platforms:
+            raise _errors.InvalidArgumentError(
+                "buffer_callback needs exactly one platform; the call names none.")
+        return (handler, platforms, p.args, p.results, p.aliases, p.attributes,
                 bool(has_side_effect), float(self.timeout if timeout is None else timeout),
                 rpc, bool(validate))
 
