@@ -262,8 +262,17 @@ absl::StatusOr<CallResult> ResponseReader::Finish() {
         dst = call_.args[call_.validated.result_alias[o]].writable_data();
       } else if (o < call_.result_memory.size() && call_.result_memory[o] != nullptr) {
         dst = static_cast<uint8_t*>(call_.result_memory[o]);
+      } else if (static_cast<uint64_t>(r.size) >= call_.shm_region->size / 4) {
+        continue;  // a large part of the region: read where it lies, holding it
       } else {
-        continue;  // read where it lies, in the region
+        // A small part of the region: a copy of its own, so that keeping the
+        // result does not keep the whole region (and its args) from reuse.
+        r.storage.reset(new (std::nothrow) uint8_t[r.size > 0 ? r.size : 1]);
+        if (r.storage == nullptr) {
+          return absl::ResourceExhaustedError(absl::StrCat(
+              "cannot allocate ", r.size, " bytes on the client for results[", o, "]."));
+        }
+        dst = r.storage.get();
       }
       // Updated in place in a staging region: hand it back to the caller's
       // memory. In the caller's own shared buffer it is there already.

@@ -478,6 +478,11 @@ absl::Status AgentCall::Run(const CancellationToken& cancel) {
     }
     inv.attrs.push_back(a);
   }
+  if (handler_->invoke) {
+    // In-process (Python) handlers may use any stream of their library's:
+    // the inputs must be on the device before their code runs.
+    FARCALL_RETURN_IF_ERROR(stream_->Synchronize());
+  }
   absl::Status s = stream_->Invoke(*handler_, inv);
   // Even after a failure: nothing of this call may still run once its
   // memory goes back to the pool.

@@ -77,6 +77,22 @@ TEST_F(ShmTest, LocalAgentCallsUseSharedMemoryByteExact) {
   EXPECT_NE(r->results[0].keepalive, nullptr);  // read straight from the region
 }
 
+TEST_F(ShmTest, SmallResultsOfLargeCallsAreCopiedOutOfTheRegion) {
+  auto client = AgentClient();
+  const int64_t n = int64_t{8} << 20;
+  std::vector<uint8_t> in(n, 1);
+  CallRequest req;
+  req.handler = "sum";
+  req.args = {Arg::In(TensorSpec{DType::kU8, {n}}, in.data())};
+  req.results = {TensorSpec{DType::kU8, {}}};
+  auto r = client->Call(req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->transport, Transport::kShm);
+  EXPECT_EQ(r->results[0].keepalive, nullptr);  // the region went back to the pool
+  ASSERT_NE(r->results[0].storage, nullptr);
+  EXPECT_EQ(r->results[0].data[0], static_cast<uint8_t>(n));  // sum wraps in uint8
+}
+
 TEST_F(ShmTest, AliasedResultIsWrittenBackInPlace) {
   auto client = AgentClient();
   TensorSpec spec{DType::kF32, {1000}};

@@ -66,10 +66,14 @@ absl::Status CallPython(const HeldObject& dispatch, const HeldObject& fn,
     nb::object out = dispatch.obj(fn.obj, ctx, results, args);
     if (out.is_none()) return absl::OkStatus();
     auto [code, message] = nb::cast<std::tuple<int, std::string>>(out);
+    if (code <= 0 || code > 16) code = static_cast<int>(absl::StatusCode::kInternal);
     return absl::Status(static_cast<absl::StatusCode>(code), message);
   } catch (nb::python_error& e) {
-    // The dispatcher itself failed; it turns a handler's exceptions into
-    // (code, message), so this is farcall's own bug or an interrupt.
+    // The dispatcher turns a handler's exceptions into (code, message), so
+    // this is farcall's own bug or an interrupt.
+    return absl::InternalError(absl::StrCat("Python handler dispatch failed: ", e.what()));
+  } catch (const std::exception& e) {
+    // No exception may reach the agent's worker threads.
     return absl::InternalError(absl::StrCat("Python handler dispatch failed: ", e.what()));
   }
 }

@@ -3,12 +3,16 @@
 // flat uint8 numpy arrays that own the client's memory (no copy); the
 // Python side views them with the right dtype and shape.
 #include <cstring>
+#include <deque>
+#include <functional>
+#include <thread>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "farcall/client.h"
 #include "nanobind/ndarray.h"
 #include "nanobind/stl/map.h"
@@ -148,18 +152,85 @@ nb::dict AgentInfoToDict(const v1::AgentInfo& a) {
   return d;
 }
 
-// Holds a Python callable for a gRPC thread: taking and dropping it needs
-// the GIL, which that thread must not take once Python is finalizing.
-struct PyCallback {
-  nb::object fn;
-  ~PyCallback() {
-    if (!PythonAlive()) {
-      fn.release();  // leaked: Python is going away
-      return;
-    }
-    nb::gil_scoped_acquire gil;
-    fn.reset();
+// Completes call_async calls on one thread of farcall's own, never on
+// gRPC's: a user's Future callback may block, and taking the GIL on a gRPC
+// thread would stall its poller for every other call. At exit, Drain()
+// waits for the calls in flight, then stops touching Python, which a thread
+// must not do once the interpreter is finalizing.
+class PythonCompletions {
+ public:
+  static PythonCompletions& Get() {
+    static auto* c = new PythonCompletions();  // lives as long as the process
+    return *c;
   }
+
+  // A call_async call began; its completion will be posted.
+  void Begin() {
+    absl::MutexLock l(&mu_);
+    ++inflight_;
+    if (!started_) {
+      started_ = true;
+      std::thread([this] { Loop(); }).detach();
+    }
+  }
+
+  // `run` runs with the GIL; `drop` instead, without it, once closed. Each
+  // must let go of every Python object it holds.
+  void Post(std::function<void()> run, std::function<void()> drop) {
+    absl::MutexLock l(&mu_);
+    queue_.push_back({std::move(run), std::move(drop)});
+  }
+
+  // Waits up to `timeout` for the calls in flight; returns whether all
+  // completed. Called with the GIL (atexit).
+  bool Drain(double timeout) {
+    nb::gil_scoped_release release;
+    absl::MutexLock l(&mu_);
+    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return inflight_ == 0; };
+    const bool done = mu_.AwaitWithTimeout(absl::Condition(&idle), absl::Seconds(timeout));
+    closed_ = true;
+    auto not_running = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !running_; };
+    mu_.AwaitWithTimeout(absl::Condition(&not_running), absl::Seconds(timeout));
+    return done;
+  }
+
+ private:
+  struct Item {
+    std::function<void()> run, drop;
+  };
+
+  void Loop() {
+    for (;;) {
+      Item item;
+      {
+        absl::MutexLock l(&mu_);
+        auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !queue_.empty(); };
+        mu_.Await(absl::Condition(&ready));
+        item = std::move(queue_.front());
+        queue_.pop_front();
+        if (closed_) {
+          item.drop();
+          --inflight_;
+          continue;
+        }
+        running_ = true;
+      }
+      {
+        nb::gil_scoped_acquire gil;
+        item.run();
+      }
+      absl::MutexLock l(&mu_);
+      running_ = false;
+      --inflight_;
+    }
+  }
+
+  absl::Mutex mu_;
+  std::deque<Item> queue_ ABSL_GUARDED_BY(mu_);
+  int inflight_ ABSL_GUARDED_BY(mu_) = 0;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  bool running_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 class PyClient {
@@ -186,8 +257,9 @@ class PyClient {
     return ToPython(*std::move(r));
   }
 
-  // `done(results_and_info, code, message)` runs once on a gRPC thread,
-  // holding the GIL; `keep` (the caller's arrays) is held until then.
+  // `done(results_and_info, code, message)` runs once, holding the GIL, on
+  // farcall's completion thread; `done` (and the caller's arrays it keeps)
+  // is held until then.
   void CallAsync(const std::string& handler, const std::vector<std::string>& platform,
                  const std::vector<ArgTuple>& args, const std::vector<SpecTuple>& results,
                  const std::map<uint32_t, uint32_t>& aliases, const nb::dict& attributes,
@@ -195,22 +267,32 @@ class PyClient {
                  nb::object done) {
     PyCall c = BuildCall(handler, platform, args, results, aliases, attributes,
                          has_side_effect, timeout, rpc, validate, {});
-    auto cb = std::make_shared<PyCallback>();
-    cb->fn = std::move(done);
+    // Dropped only with the GIL (run), or leaked once Python is going away
+    // (drop): never released on a gRPC thread.
+    auto fn = std::make_shared<nb::object>(std::move(done));
+    PythonCompletions::Get().Begin();
     nb::gil_scoped_release release;
-    client_->CallAsync(c.request, c.options, [cb](absl::StatusOr<CallResult> r) {
-      if (!PythonAlive()) return;
-      nb::gil_scoped_acquire gil;
-      try {
-        if (r.ok()) {
-          cb->fn(ToPython(*std::move(r)), nb::none(), nb::none());
-        } else {
-          cb->fn(nb::none(), CodeName(r.status().code()), std::string(r.status().message()));
-        }
-      } catch (nb::python_error& e) {
-        e.restore();
-        PyErr_WriteUnraisable(cb->fn.ptr());
-      }
+    client_->CallAsync(c.request, c.options, [fn](absl::StatusOr<CallResult> r) {
+      auto result = std::make_shared<absl::StatusOr<CallResult>>(std::move(r));
+      PythonCompletions::Get().Post(
+          [fn, result] {
+            try {
+              if (result->ok()) {
+                (*fn)(ToPython(std::move(**result)), nb::none(), nb::none());
+              } else {
+                (*fn)(nb::none(), CodeName(result->status().code()),
+                      std::string(result->status().message()));
+              }
+            } catch (nb::python_error& e) {
+              e.restore();
+              PyErr_WriteUnraisable(fn->ptr());
+            } catch (const std::exception& e) {
+              PyErr_SetString(PyExc_RuntimeError, e.what());
+              PyErr_WriteUnraisable(fn->ptr());
+            }
+            fn->reset();
+          },
+          [fn] { fn->release(); });
     });
   }
 
@@ -280,6 +362,7 @@ void DefineClient(nb::module_& m) {
       .def("describe", &PyClient::Describe)
       .def("agents", &PyClient::Agents)
       .def("health", &PyClient::Health);
+  m.def("_drain_completions", [](double timeout) { return PythonCompletions::Get().Drain(timeout); });
 }
 
 }  // namespace farcall::python

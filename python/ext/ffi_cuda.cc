@@ -40,8 +40,9 @@ class PinnedBuffer {
   void* p_ = nullptr;
 };
 
-absl::Status Run(cudaStream_t stream, ffi::RemainingArgs& args, ffi::RemainingRets& rets,
-                 const FfiCallAttrs& attrs) {
+absl::Status RunOnHost(cudaStream_t stream, ffi::RemainingArgs& args, ffi::RemainingRets& rets,
+                       const FfiCallAttrs& attrs,
+                       std::vector<std::unique_ptr<PinnedBuffer>>& memory) {
   std::vector<ffi::AnyBuffer> dev_in, dev_out;
   for (size_t i = 0; i < args.size(); ++i) {
     ffi::ErrorOr<ffi::AnyBuffer> b = args.get<ffi::AnyBuffer>(i);
@@ -61,7 +62,6 @@ absl::Status Run(cudaStream_t stream, ffi::RemainingArgs& args, ffi::RemainingRe
     if (output_of_input[i] >= 0) input_of_output[output_of_input[i]] = static_cast<int64_t>(i);
   }
   // Device to host, on XLA's stream, after the work that made the operands.
-  std::vector<std::unique_ptr<PinnedBuffer>> memory;
   std::vector<HostTensor> in, out;
   for (ffi::AnyBuffer& b : dev_in) {
     memory.push_back(std::make_unique<PinnedBuffer>());
@@ -102,7 +102,14 @@ ffi::Error CudaCall(cudaStream_t stream, ffi::RemainingArgs args, ffi::Remaining
                     std::string_view platform, std::string_view aliases,
                     std::string_view attributes, double timeout, bool has_side_effect) {
   FfiCallAttrs attrs{target, handler, platform, aliases, attributes, timeout, has_side_effect};
-  return ToFfiError(Run(stream, args, rets, attrs));
+  std::vector<std::unique_ptr<PinnedBuffer>> memory;
+  absl::Status s = RunOnHost(stream, args, rets, attrs, memory);
+  if (!s.ok()) {
+    // Copies may still be queued on the pinned memory, which is freed on
+    // return: wait for them (their own errors are the stream's to report).
+    cudaStreamSynchronize(stream);
+  }
+  return ToFfiError(s);
 }
 
 }  // namespace

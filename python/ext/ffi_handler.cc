@@ -1,7 +1,6 @@
 // The XLA FFI handler behind farcall.jax.buffer_callback on the CPU backend:
 // XLA's own buffers go to the agent through the C++ client, with no Python
 // and no GIL on the path. Built only when jaxlib's FFI headers were found.
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -68,9 +67,12 @@ absl::Status DecodeAttributes(absl::string_view in,
         (*out)[key] = v;
         break;
       }
-      case 'f':
-        (*out)[key] = std::strtod(std::string(value).c_str(), nullptr);
+      case 'f': {
+        double v = 0;  // not strtod: that follows the C locale's decimal point
+        if (!absl::SimpleAtod(value, &v)) return bad;
+        (*out)[key] = v;
         break;
+      }
       case 'b':
         (*out)[key] = value == "1";
         break;

@@ -7,6 +7,7 @@ into numpy arrays, without copying tensor bytes.
 
 from __future__ import annotations
 
+import atexit
 import concurrent.futures
 import dataclasses
 from typing import Any, Mapping, Sequence
@@ -16,6 +17,11 @@ import numpy as np
 from farcall import _dtypes, _errors, _farcall
 
 _farcall._set_error_factory(_errors.make_error)
+# At exit, let call_async calls in flight complete (up to 5 s each wait)
+# before the interpreter goes; later completions no longer touch Python.
+atexit.register(_farcall._drain_completions, 5.0)
+
+_INT64 = (-(1 << 63), (1 << 63) - 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,7 +34,7 @@ class Spec:
 
     def __init__(self, shape, dtype):
         object.__setattr__(self, "shape", tuple(int(d) for d in shape))
-        object.__setattr__(self, "dtype", np.dtype(dtype))
+        object.__setattr__(self, "dtype", _native(np.dtype(dtype)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,6 +93,11 @@ class AgentEntry:
     calls_total: int
 
 
+def _native(d: np.dtype) -> np.dtype:
+    """The dtype in this machine's byte order: tensors on the wire are."""
+    return d if d.isnative else d.newbyteorder("=")
+
+
 def _as_array(x) -> np.ndarray:
     """A numpy view of x, without a copy where numpy can make one."""
     if isinstance(x, np.ndarray):
@@ -106,7 +117,7 @@ def _result_spec(r) -> tuple[int, tuple]:
             f"results must have .shape and .dtype (farcall.Spec, "
             f"jax.ShapeDtypeStruct or an array); got {type(r).__name__}"
         ) from None
-    return _dtypes.code_of(dtype), tuple(int(d) for d in shape)
+    return _dtypes.code_of(_native(np.dtype(dtype))), tuple(int(d) for d in shape)
 
 
 def _attribute(name: str, v):
@@ -116,6 +127,8 @@ def _attribute(name: str, v):
         raise TypeError(
             f"attribute {name!r} must be an int, float, bool or str; got {type(v).__name__}"
         )
+    if isinstance(v, int) and not isinstance(v, bool) and not _INT64[0] <= v <= _INT64[1]:
+        raise ValueError(f"attribute {name!r} = {v} does not fit in int64")
     return v
 
 
@@ -148,8 +161,15 @@ class _Prepared:
                         f"but is not C-contiguous; pass a contiguous array, which "
                         f"the result is written into"
                     )
-            elif not a.flags.c_contiguous:
-                a = np.ascontiguousarray(a)  # sent as a dense copy
+                if not a.dtype.isnative:
+                    raise ValueError(
+                        f"args[{i}] is aliased to results[{o}] (input_output_aliases) "
+                        f"but its byte order is not this machine's; pass a native "
+                        f"{_native(a.dtype)} array, which the result is written into"
+                    )
+            elif not a.flags.c_contiguous or not a.dtype.isnative:
+                # Sent as a dense copy in this machine's byte order.
+                a = np.ascontiguousarray(a, dtype=_native(a.dtype))
             self.arrays.append(a)
             self.args.append(
                 (a.__array_interface__["data"][0] if a.nbytes else 0,
@@ -247,16 +267,23 @@ class Client:
                    input_output_aliases=None, attributes=None, has_side_effect=False,
                    timeout=None, rpc="auto", validate=True) -> concurrent.futures.Future:
         """As ``call``, but returns at once with a ``concurrent.futures.Future``
-        of the results. The args must not be changed until it is done."""
+        of the results. The args must not be changed until it is done. Bad
+        arguments raise at once; the call's own errors go to the future.
+        Futures complete on a thread of farcall's (never gRPC's), where
+        their done-callbacks run too."""
         p = _Prepared(args, results, input_output_aliases, attributes)
         fut: concurrent.futures.Future = concurrent.futures.Future()
         fut.set_running_or_notify_cancel()
 
         def done(out, code, message, p=p):  # p keeps the arrays alive
-            if code is None:
-                fut.set_result(p.finish(out[0]))
-            else:
-                fut.set_exception(_errors.make_error(code, message))
+            try:
+                if code is None:
+                    fut.set_result(p.finish(out[0]))
+                else:
+                    fut.set_exception(_errors.make_error(code, message))
+            except BaseException as e:  # noqa: BLE001: the future must end
+                if not fut.done():
+                    fut.set_exception(e)
 
         self._native.call_async(
             *self._native_args(handler, platform, p, has_side_effect, timeout, rpc, validate),

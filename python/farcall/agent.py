@@ -8,10 +8,11 @@ function in FILE.py (several files: comma-separated) registered with
 native handlers run on the agent's own workers and never wait for Python.
 
 Handlers are called as JAX calls buffer callbacks, ``callback(ctx, out,
-*args)``. A handler that returns a value fails its call with INTERNAL
-("buffer_callback callback must not return any values."); an exception fails
+*args)``. A handler that returns a value fails its call with INTERNAL ("ValueError:
+buffer_callback callback must not return any values."); an exception fails
 it with INTERNAL naming the exception's type and message, or with the code
-of a ``farcall.Error`` it raised. The agent serves on either way.
+of a ``farcall.Error`` it raised. The agent serves on either way. A handler
+must return: the agent's shutdown waits for the calls in flight.
 """
 
 from __future__ import annotations
@@ -122,7 +123,14 @@ class Buffer:
         return (kind, self._device if kind != _KDL_CPU else 0)
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """A DLPack capsule over the buffer. On cuda and rocm the agent's
+        inputs are on the device before the handler runs; work enqueued on
+        another stream than ``ctx.stream`` must be complete when the handler
+        returns."""
         self._check()
+        if self._platform not in ("cpu", "cuda", "rocm"):
+            raise BufferError(f"{self._platform} buffers are not addressable memory "
+                              f"(an OpenCL buffer object); DLPack cannot describe them")
         kind, dev = self.__dlpack_device__()
         view = _farcall.dlpack_view(self._ptr, list(self.shape), self._code,
                                     not self._writable, kind, dev, self)
@@ -150,6 +158,11 @@ class Buffer:
 _MUST_NOT_RETURN = "buffer_callback callback must not return any values."
 
 
+def _text(message) -> str:
+    """A status message: any object's str, made valid UTF-8."""
+    return str(message).encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _dispatch(fn, ctx_info, results, args):
     """Runs one Python handler; None, or (code, message) for a failed call.
     Called by the native agent on a Python handler thread, with the GIL."""
@@ -163,9 +176,12 @@ def _dispatch(fn, ctx_info, results, args):
             raise ValueError(_MUST_NOT_RETURN)
         return None
     except _errors.Error as e:
-        return (_errors.CODES.get(e.code, 2), e.message)
+        code = _errors.CODES.get(e.code, _errors.CODES["UNKNOWN"])
+        if code == 0:  # an "error" with code OK cannot succeed the call
+            code = _errors.CODES["INTERNAL"]
+        return (code, _text(e.message))
     except BaseException as e:  # noqa: BLE001: every failure becomes the call's
-        return (_errors.CODES["INTERNAL"], f"{type(e).__name__}: {e}")
+        return (_errors.CODES["INTERNAL"], _text(f"{type(e).__name__}: {e}"))
     finally:
         for b in out + ins:
             b._live = False
@@ -230,4 +246,8 @@ def main(argv: list | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run as farcall.agent, not __main__, so that handler files importing
+    # farcall.agent see the same classes the agent passes them.
+    from farcall.agent import main as _main
+
+    sys.exit(_main())

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import pathlib
+import select
+import socket
 import subprocess
 import sys
 import tempfile
@@ -28,18 +30,28 @@ ROUTER_BIN = _bin("FARCALL_ROUTER_BIN", "server/farcall-router")
 HANDLERS = str(HERE / "handlers_for_test.py")
 
 
+# Where py_gate (handlers_for_test.py) connects; a Gate listens there.
+GATE_PATH = os.path.join(tempfile.mkdtemp(prefix="farcall-test-"), "gate")
+START_TIMEOUT = 120  # seconds for a server to report its port
+
+
 class Server:
     """A child process serving on 127.0.0.1:<port>; stopped by stop()."""
 
     def __init__(self, cmd: list[str]):
         r, w = os.pipe()
         self.log = tempfile.TemporaryFile()
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", FARCALL_TEST_GATE=GATE_PATH)
         self.proc = subprocess.Popen(cmd + [f"--ready_fd={w}"], pass_fds=(w,),
                                      stdout=self.log, stderr=subprocess.STDOUT, env=env)
         os.close(w)
         with os.fdopen(r) as f:
-            line = f.read()  # EOF when it reports, or when it dies
+            # The port, then EOF; or EOF alone when it dies.
+            if not select.select([f], [], [], START_TIMEOUT)[0]:
+                self.proc.kill()
+                raise RuntimeError(f"{cmd[0]} did not report its port within "
+                                   f"{START_TIMEOUT} s:\n{self.output()}")
+            line = f.read()
         if not line.strip():
             self.proc.wait()
             raise RuntimeError(f"{cmd[0]} failed to start:\n{self.output()}")
@@ -68,6 +80,42 @@ def start_python_agent(*flags: str, handlers: str = HANDLERS) -> Server:
 def start_router(*agents: Server) -> Server:
     return Server([ROUTER_BIN, "--listen=127.0.0.1:0",
                    "--agents=" + ",".join(a.address for a in agents)])
+
+
+class Gate:
+    """Holds py_gate calls: each connects here on entry and returns once
+    released. Lets a test know a call is in flight, without sleeping."""
+
+    def __init__(self):
+        if os.path.exists(GATE_PATH):
+            os.unlink(GATE_PATH)
+        self.server = socket.socket(socket.AF_UNIX)
+        self.server.bind(GATE_PATH)
+        self.server.listen(8)
+        self.server.settimeout(60)
+        self.held = []
+
+    def wait_entered(self):
+        """Blocks until a py_gate call is inside its handler."""
+        conn, _ = self.server.accept()
+        self.held.append(conn)
+
+    def release_all(self):
+        for conn in self.held:
+            conn.sendall(b"x")
+            conn.close()
+        self.held = []
+
+    def close(self):
+        self.release_all()
+        self.server.close()
+
+
+@pytest.fixture
+def gate():
+    g = Gate()
+    yield g
+    g.close()
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,8 @@
 """Python handlers for the tests. Each is a JAX buffer callback, unchanged:
 test_parity.py runs the same functions under JAX's own buffer_callback."""
 
+import os
+import socket
 import time
 
 import numpy as np
@@ -48,6 +50,29 @@ def raises_farcall_error(ctx, out):
 @farcall.handler("py_slow")
 def slow(ctx, out, seconds):
     time.sleep(float(np.asarray(seconds)))
+
+
+@farcall.handler("py_gate")
+def gate(ctx, out):
+    """Tells the test's Gate it is running, then waits until released."""
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(os.environ["FARCALL_TEST_GATE"])
+        s.recv(1)
+
+
+@farcall.handler("py_raises_odd_errors")
+def raises_odd_errors(ctx, out, which):
+    """farcall.Error with a non-str message, or with code OK."""
+    if int(np.asarray(which)) == 0:
+        raise farcall.InvalidArgumentError(42)
+    raise farcall.Error("claims success", code="OK")
+
+
+@farcall.handler("py_types")
+def types(ctx, out):
+    """1 where the objects are the agent module's own classes."""
+    np.asarray(out[0])[...] = [isinstance(ctx, farcall.agent.ExecutionContext),
+                               isinstance(out[0], farcall.agent.Buffer)]
 
 
 _kept = []

@@ -66,15 +66,38 @@ def test_return_value_and_exceptions_fail_the_call_and_the_agent_serves_on(clien
     np.testing.assert_array_equal(out, [1, 1])
 
 
-def test_a_slow_python_handler_blocks_no_native_handler(py_agent):
-    client = farcall.Client(py_agent.address)
-    slow = client.call_async("py_slow", np.array(3.0), results=[])
-    with concurrent.futures.ThreadPoolExecutor(4) as pool:
-        natives = [pool.submit(client.call, "sum", np.ones(8, F32),
-                               results=[farcall.Spec((), F32)]) for _ in range(8)]
-        assert [f.result(timeout=30)[0] for f in natives] == [8] * 8
-    assert not slow.done()
-    slow.result(timeout=30)
+def test_a_held_python_handler_blocks_no_native_handler(gate):
+    # One worker for native handlers, one thread for Python ones: a Python
+    # call that never finishes must leave the native worker free.
+    s = start_python_agent("--workers=1", "--python_threads=1")
+    try:
+        client = farcall.Client(s.address)
+        held = client.call_async("py_gate", results=[])
+        gate.wait_entered()
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            natives = [pool.submit(client.call, "sum", np.ones(8, F32),
+                                   results=[farcall.Spec((), F32)]) for _ in range(8)]
+            assert [f.result(timeout=30)[0] for f in natives] == [8] * 8
+        assert not held.done()
+        gate.release_all()
+        assert held.result(timeout=30) == []
+    finally:
+        gate.release_all()
+        assert s.stop() == 0, s.output()
+
+
+def test_odd_errors_from_handlers_stay_errors(client):
+    with pytest.raises(farcall.InvalidArgumentError) as e:
+        client.call("py_raises_odd_errors", np.array(0), results=[])
+    assert e.value.message == "42"
+    with pytest.raises(farcall.InternalError) as e:
+        client.call("py_raises_odd_errors", np.array(1), results=[])
+    assert e.value.message == "claims success"
+
+
+def test_handlers_see_the_agent_modules_classes(client):
+    (out,) = client.call("py_types", results=[farcall.Spec((2,), np.int32)])
+    assert out.tolist() == [1, 1]
 
 
 def test_bad_handler_file_and_bad_flags_fail_at_start(tmp_path):

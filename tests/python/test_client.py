@@ -106,24 +106,53 @@ def test_call_async_returns_futures(client):
         bad.result(timeout=30)
 
 
-def test_the_gil_is_released_while_a_call_runs(agent):
-    client = farcall.Client(agent.address)
+def test_the_gil_is_released_while_a_call_runs(py_agent, gate):
+    client = farcall.Client(py_agent.address)
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        slow = pool.submit(client.call, "sleep", results=[], attributes={"ms": 3000})
-        # This thread runs Python (and a whole call) while the other one
-        # waits in its call: it could not if that call held the GIL.
+        held = pool.submit(client.call, "py_gate", results=[])
+        gate.wait_entered()  # the other thread is inside its call now
+        # This thread runs Python, and a whole call, while the other one is
+        # in its call: it could not if that call held the GIL.
         (out,) = client.call("sum", np.ones(4, F32), results=[farcall.Spec((), F32)])
         assert out == 4
-        assert not slow.done()
-        slow.result(timeout=30)
+        assert not held.done()
+        gate.release_all()
+        assert held.result(timeout=30) == []
+
+
+def test_future_callbacks_may_make_blocking_calls(agent):
+    client = farcall.Client(agent.address)
+    inner = concurrent.futures.Future()
+
+    def on_done(f):
+        try:
+            inner.set_result(client.call("sum", f.result()[0], results=[farcall.Spec((), F32)]))
+        except BaseException as e:  # noqa: BLE001
+            inner.set_exception(e)
+
+    x = np.arange(4, dtype=F32)
+    client.call_async("copy", x, results=[x]).add_done_callback(on_done)
+    assert inner.result(timeout=30)[0] == 6
+
+
+def test_non_native_byte_order_is_sent_native(client):
+    x = np.arange(5, dtype=">f4")
+    (out,) = client.call("scale", x, results=[farcall.Spec((5,), ">f4")],
+                         attributes={"alpha": 2.0})
+    assert out.dtype == np.dtype("float32") and out.dtype.isnative
+    np.testing.assert_array_equal(out, 2 * np.arange(5))
+    with pytest.raises(ValueError, match="byte order"):
+        client.call("scale", x, results=[x], input_output_aliases={0: 0})
+    with pytest.raises(ValueError, match="does not fit in int64"):
+        client.call("sum", x, results=[farcall.Spec((), F32)], attributes={"big": 1 << 70})
 
 
 def test_large_calls_stream_both_ways(client):
     x = np.random.default_rng(1).integers(0, 255, size=9 << 20, dtype=np.uint8)
-    for rpc in ("auto", "stream"):
-        out, info = client.call_with_info("copy", x, results=[x], rpc=rpc)
-        assert np.array_equal(out[0], x)
-    assert info.transport in ("stream", "shm")
+    out, info = client.call_with_info("copy", x, results=[x], rpc="stream")
+    assert np.array_equal(out[0], x) and info.transport == "stream"
+    out, info = client.call_with_info("copy", x, results=[x])
+    assert np.array_equal(out[0], x) and info.transport in ("stream", "shm")
 
 
 def test_describe_agents_and_health_are_plain_objects(agent, router):

@@ -114,7 +114,10 @@ struct CallOptions {
 };
 
 // One result. An aliased result's bytes were written into the caller's
-// InOut memory, and `data` points there.
+// InOut memory, and `data` points there. A same-host call's result that
+// fills a quarter or more of its staging region stays there (`keepalive`
+// holds the region); a smaller one is copied out, so that the region is
+// reused.
 struct ResultTensor {
   TensorSpec spec;
   int64_t size = 0;
