@@ -9,9 +9,13 @@ jobs=$(nproc 2>/dev/null || echo 2)
 # error instead of a backend left out (CI sets it).
 # The Python extension is built against .venv's Python and nanobind, when
 # scripts/install_deps.sh has made it.
-python_args=()
+# In CI the extension must build (FARCALL_PYTHON=ON), so that its tests
+# cannot be left out unnoticed.
+python_mode=${FARCALL_PYTHON:-AUTO}
+[ "${CI:-}" = true ] && python_mode=ON
+python_args=("-DFARCALL_PYTHON=$python_mode")
 if [ -x .venv/bin/python ]; then
-  python_args=("-DPython_EXECUTABLE=$PWD/.venv/bin/python")
+  python_args+=("-DPython_EXECUTABLE=$PWD/.venv/bin/python")
 fi
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DFARCALL_BUILD_TESTS=ON \
   "-DFARCALL_REQUIRE_BACKENDS=${FARCALL_REQUIRE_BACKENDS:-}" "${python_args[@]}" >build/configure.log \

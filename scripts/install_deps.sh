@@ -42,7 +42,6 @@ if [ ! -x .venv/bin/python ]; then
   echo "install_deps: creating .venv"
   python3 -m venv .venv
 fi
-if ! .venv/bin/python -c "import numpy, ml_dtypes, jax, jaxlib, pytest, nanobind, scikit_build_core" 2>/dev/null; then
-  echo "install_deps: installing Python packages into .venv (python/requirements-dev.txt)"
-  .venv/bin/python -m pip install -q --disable-pip-version-check -r python/requirements-dev.txt
-fi
+# Pinned versions: a second run finds them there and downloads nothing.
+echo "install_deps: Python packages in .venv (python/requirements-dev.txt)"
+.venv/bin/python -m pip install -q --disable-pip-version-check -r python/requirements-dev.txt
