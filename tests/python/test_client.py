@@ -180,3 +180,13 @@ def test_shared_array_is_not_copied(agent):
 def test_shared_array_needs_a_same_host_agent(router):
     with pytest.raises(farcall.FailedPreconditionError):
         farcall.shared_array((4,), F32, farcall.Client(router.address))
+
+
+def test_the_client_imports_without_jax():
+    import subprocess
+    import sys
+    code = ("import sys, farcall, numpy as np\n"
+            "assert 'jax' not in sys.modules and 'jaxlib' not in sys.modules, sorted(sys.modules)\n"
+            "print(farcall.Spec((2,), np.float32))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
