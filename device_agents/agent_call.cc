@@ -161,7 +161,9 @@ void AgentCall::RecordOutcome(const absl::Status& status) {
 
 absl::Status AgentCall::Begin(const grpc::ByteBuffer& first) {
   header_time_ = absl::Now();
-  FARCALL_ASSIGN_OR_RETURN(bool found, DecodeMessageField(first, kHeaderField, &header_));
+  FARCALL_ASSIGN_OR_RETURN(
+      bool found,
+      DecodeMessageField(first, kHeaderField, &header_, &agent_.config.header_limits));
   if (!found) {
     // The router words this the same way (router_service.cc).
     return absl::InvalidArgumentError(

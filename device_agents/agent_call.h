@@ -25,6 +25,7 @@
 #include "core/call_validation.h"
 #include "core/chunk_assembler.h"
 #include "core/wire/frame_codec.h"
+#include "core/wire/header_limits.h"
 #include "device_agents/admission.h"
 #include "device_agents/device.h"
 #include "device_agents/handler_registry.h"
@@ -46,6 +47,8 @@ struct AgentConfig {
   int64_t response_chunk_bytes = 1 << 20;
   // Largest single gRPC message, which bounds what a unary Call can carry.
   int64_t max_message_bytes = 64 << 20;
+  // What one call header may declare, checked before it is parsed.
+  HeaderLimits header_limits;
   // Which devices to serve and how much pinned staging memory each gets.
   BackendOptions backend;
 };

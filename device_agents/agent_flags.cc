@@ -8,7 +8,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/limit_flags.h"
 #include "core/platform.h"
+#include "core/status_macros.h"
 #include "core/process.h"
 
 ABSL_FLAG(std::string, platform, "cpu", "cpu, cuda, rocm or oneapi");
@@ -21,8 +23,6 @@ ABSL_FLAG(int64_t, max_call_bytes, int64_t{4} << 30,
           "largest call, args plus non-aliased results, in bytes");
 ABSL_FLAG(int64_t, max_inflight_bytes, 0,
           "tensor bytes all calls in flight may hold (0: 3/4 of physical memory)");
-ABSL_FLAG(int64_t, max_message_bytes, 64 << 20,
-          "largest single gRPC message (bounds unary Call)");
 ABSL_FLAG(int64_t, response_chunk_bytes, 1 << 20,
           "result bytes per streamed response message");
 ABSL_FLAG(std::string, metrics_listen, "",
@@ -69,7 +69,8 @@ absl::StatusOr<AgentServer::Options> AgentOptionsFromFlags() {
   options.config.platform = *platform;
   options.config.agent_id = absl::GetFlag(FLAGS_agent_id);
   options.config.max_call_bytes = absl::GetFlag(FLAGS_max_call_bytes);
-  options.config.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  FARCALL_ASSIGN_OR_RETURN(options.config.max_message_bytes, MaxMessageBytesFromFlags());
+  FARCALL_ASSIGN_OR_RETURN(options.config.header_limits, HeaderLimitsFromFlags());
   options.config.max_inflight_bytes = absl::GetFlag(FLAGS_max_inflight_bytes);
   options.config.response_chunk_bytes = absl::GetFlag(FLAGS_response_chunk_bytes);
   return options;

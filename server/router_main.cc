@@ -8,6 +8,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "core/limit_flags.h"
 #include "core/process.h"
 #include "server/router_service.h"
 
@@ -36,6 +37,16 @@ int main(int argc, char** argv) {
   options.max_call_bytes = absl::GetFlag(FLAGS_max_call_bytes);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.pool.probe_interval = absl::Milliseconds(absl::GetFlag(FLAGS_probe_interval_ms));
+  absl::StatusOr<int64_t> message_bytes = farcall::MaxMessageBytesFromFlags();
+  absl::StatusOr<farcall::HeaderLimits> limits = farcall::HeaderLimitsFromFlags();
+  for (const absl::Status& s : {message_bytes.status(), limits.status()}) {
+    if (!s.ok()) {
+      std::fprintf(stderr, "farcall-router: %s\n", s.ToString().c_str());
+      return 2;
+    }
+  }
+  options.max_message_bytes = *message_bytes;
+  options.header_limits = *limits;
   auto router = farcall::router::RouterServer::Start(options);
   if (!router.ok()) {
     std::fprintf(stderr, "farcall-router: %s\n", router.status().ToString().c_str());

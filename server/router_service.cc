@@ -26,6 +26,7 @@ constexpr char kAgentIdMetadataKey[] = "farcall-agent-id";
 struct Shared {
   AgentPool* pool;
   int64_t max_call_bytes;
+  HeaderLimits header_limits;
 };
 
 // The router's call metrics, declared once here where they are counted.
@@ -81,7 +82,8 @@ absl::StatusOr<Route> RouteCall(const Shared& shared,
                                 const grpc::ByteBuffer& first) {
   v1::CallHeader header;
   FARCALL_ASSIGN_OR_RETURN(bool found,
-                           DecodeMessageField(first, kHeaderField, &header));
+                           DecodeMessageField(first, kHeaderField, &header,
+                                              &shared.header_limits));
   if (!found) {
     return absl::InvalidArgumentError(
         "the first request message must carry the call header.");
@@ -436,11 +438,12 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(Options option
   impl->pool = std::make_unique<AgentPool>(options.agents, options.pool);
   impl->pool->ProbeAll();
   impl->service = std::make_unique<RouterService>(
-      Shared{impl->pool.get(), options.max_call_bytes});
+      Shared{impl->pool.get(), options.max_call_bytes, options.header_limits});
 
   FARCALL_ASSIGN_OR_RETURN(
       RunningServer running,
-      StartGrpcServer(options.listen, impl->service.get(), -1, "farcall-router"));
+      StartGrpcServer(options.listen, impl->service.get(),
+                      static_cast<int>(options.max_message_bytes), "farcall-router"));
   impl->server = std::move(running.server);
   impl->port = running.port;
   impl->pool->StartProbing();

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/wire/header_limits.h"
 #include "server/agent_pool.h"
 
 namespace farcall::router {
@@ -28,6 +29,9 @@ class RouterServer {
     std::string listen = "127.0.0.1:0";
     std::vector<std::string> agents;
     int64_t max_call_bytes = int64_t{16} << 30;
+    // Largest single gRPC message; what one call header may declare.
+    int64_t max_message_bytes = 64 << 20;
+    HeaderLimits header_limits;
     AgentPool::Options pool;
     // HOST:PORT for Prometheus' /metrics; empty: not served.
     std::string metrics_listen;

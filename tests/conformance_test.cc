@@ -391,6 +391,42 @@ TEST_P(ConformanceTest, FirstMessageWithoutHeader) {
                "the first request message must carry the call header.");
 }
 
+TEST_P(ConformanceTest, AMillionTensorHeaderIsRefusedAtOnceAndCostsNoMemory) {
+  v1::ExecuteRequest r;
+  v1::CallHeader* h = r.mutable_header();
+  h->set_handler("copy");
+  h->add_platforms(TestPlatform());
+  for (int i = 0; i < 1000000; ++i) *h->add_args() = Spec(DType::kF32, {0});
+  std::vector<ChildProcess*> procs = {g_cluster->agent_a.get()};
+  if (via_router()) procs.push_back(g_cluster->router.get());
+  std::vector<int64_t> before;
+  for (ChildProcess* p : procs) before.push_back(p->ResidentBytes());
+  RawAnswer a = Raw({r});
+  ExpectStatus(a, grpc::StatusCode::RESOURCE_EXHAUSTED,
+               absl::StrCat("the call header is ", h->ByteSizeLong(),
+                            " bytes, over the limit of 1048576 (--max_header_bytes)."));
+  for (size_t i = 0; i < procs.size(); ++i) {
+    const int64_t grown = procs[i]->ResidentBytes() - before[i];
+    std::fprintf(stderr, "resident memory grew by %.1f MiB\n", grown / 1048576.0);
+    EXPECT_LT(grown, int64_t{32} << 20) << "process " << i;  // was 0.4-1.6 GiB
+  }
+}
+
+TEST_P(ConformanceTest, TooManyTensorsOrTooHighARankAreRefused) {
+  v1::CallHeader h;
+  h.set_handler("copy");
+  h.add_platforms(TestPlatform());
+  for (int i = 0; i < 1025; ++i) *h.add_args() = Spec(DType::kF32, {0});
+  ExpectStatus(RawHeaderOnly(h), grpc::StatusCode::RESOURCE_EXHAUSTED,
+               "the call header declares more tensors (args plus results), over the limit "
+               "of 1024 (--max_tensors).");
+  v1::CallHeader deep = CopyHeader(1);
+  deep.mutable_args(0)->clear_dims();
+  for (int d = 0; d < 65; ++d) deep.mutable_args(0)->add_dims(1);
+  ExpectStatus(RawHeaderOnly(deep), grpc::StatusCode::RESOURCE_EXHAUSTED,
+               "args[0] has rank 65, over the limit of 64 (--max_rank).");
+}
+
 TEST_P(ConformanceTest, CallOverByteLimit) {
   v1::CallHeader h = CopyHeader(kAgentMaxCallBytes / 4);  // args + result = 2x
   ExpectStatusHas(RawHeaderOnly(h), grpc::StatusCode::RESOURCE_EXHAUSTED,

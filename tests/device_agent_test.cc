@@ -56,6 +56,22 @@ TEST(DeviceAgentFlagsTest, DevicesOutOfRangeAreRefusedByName) {
   EXPECT_THAT(r.output, HasSubstr("--devices takes device ordinals such as 0,1; got 'zero'"));
 }
 
+TEST(DeviceAgentFlagsTest, LimitsOutOfRangeAreRefusedAtStart) {
+  // 4 GiB once became 0 when it was truncated to gRPC's int.
+  for (const std::string& bin :
+       {FARCALL_AGENT_BIN + " --listen=127.0.0.1:0",
+        FARCALL_ROUTER_BIN + " --listen=127.0.0.1:0 --agents=127.0.0.1:1"}) {
+    ::farcall::testing::CommandResult r =
+        ::farcall::testing::RunCommand(absl::StrCat(bin, " --max_message_bytes=4294967296"));
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_THAT(r.output, HasSubstr("INVALID_ARGUMENT: --max_message_bytes must be between "
+                                    "1048576 and 2147483647; got 4294967296."));
+    r = ::farcall::testing::RunCommand(absl::StrCat(bin, " --max_tensors=0"));
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_THAT(r.output, HasSubstr("--max_tensors must be positive; got 0."));
+  }
+}
+
 TEST(DeviceAgentFlagsTest, ListDevicesNamesTheCpu) {
   ::farcall::testing::CommandResult r = RunAgent("--platform=cpu --list_devices");
   EXPECT_EQ(r.exit_code, 0) << r.output;

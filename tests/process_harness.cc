@@ -92,6 +92,15 @@ absl::StatusOr<std::unique_ptr<AgentAndRouter>> StartAgentAndRouter(
   return procs;
 }
 
+int64_t ChildProcess::ResidentBytes() const {
+  FILE* f = std::fopen(absl::StrCat("/proc/", pid_, "/statm").c_str(), "r");
+  if (f == nullptr) return -1;
+  long long size = 0, resident = 0;
+  const int n = std::fscanf(f, "%lld %lld", &size, &resident);
+  std::fclose(f);
+  return n == 2 ? resident * sysconf(_SC_PAGESIZE) : -1;
+}
+
 std::string BinaryPath(const char* env_name, const char* built_path) {
   const char* e = std::getenv(env_name);
   return e != nullptr && *e != '\0' ? std::string(e) : std::string(built_path);

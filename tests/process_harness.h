@@ -24,6 +24,9 @@ class ChildProcess {
   ~ChildProcess();
 
   int port() const { return port_; }
+  pid_t pid() const { return pid_; }
+  // Resident memory now (/proc/PID/statm), in bytes; -1 if unreadable.
+  int64_t ResidentBytes() const;
   // The /metrics port it reported, or 0.
   int metrics_port() const { return metrics_port_; }
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }

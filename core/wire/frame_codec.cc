@@ -244,13 +244,18 @@ absl::Status DecodeFrame(const grpc::ByteBuffer& frame, FrameVisitor& visitor) {
 
 absl::StatusOr<bool> DecodeMessageField(const grpc::ByteBuffer& frame,
                                         uint32_t field,
-                                        google::protobuf::MessageLite* message) {
+                                        google::protobuf::MessageLite* message,
+                                        const HeaderLimits* header_limits) {
   FrameDecoder d(frame);
   std::string bytes;
   bool found = false;
   absl::Status s = d.Walk(nullptr, field, &bytes, &found);
   if (!s.ok()) return s;
   if (!found) return false;
+  if (header_limits != nullptr && field == kHeaderField) {
+    s = CheckHeaderLimits(bytes, *header_limits);
+    if (!s.ok()) return s;
+  }
   if (!message->ParseFromString(bytes)) {
     // The agent's own decoder words it the same way (agent_call.cc).
     if (field == kHeaderField) {

@@ -21,6 +21,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/wire/header_limits.h"
 #include "google/protobuf/message_lite.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/slice.h"
@@ -66,9 +67,12 @@ absl::Status DecodeFrame(const grpc::ByteBuffer& frame, FrameVisitor& visitor);
 
 // Parses only field `field` (last one wins) into `message`; true if present.
 // Chunks are skipped without being read.
+// With `header_limits`, a call header (kHeaderField) is checked against them
+// before it is parsed (core/wire/header_limits.h).
 absl::StatusOr<bool> DecodeMessageField(const grpc::ByteBuffer& frame,
                                         uint32_t field,
-                                        google::protobuf::MessageLite* message);
+                                        google::protobuf::MessageLite* message,
+                                        const HeaderLimits* header_limits = nullptr);
 
 // Builds one frame. Not thread-safe.
 class FrameEncoder {
