@@ -36,7 +36,7 @@ absl::StatusOr<std::unique_ptr<ShmRegion>> ShmChannel::Register(uint64_t size) {
   // Sealed against shrinking: the agent refuses regions that could shrink
   // under it.
   if (ftruncate(fd, static_cast<off_t>(size)) != 0 ||
-      fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0) {
+      fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_SEAL) != 0) {
     close(fd);
     return absl::ResourceExhaustedError(
         absl::StrCat("cannot size a ", size, "-byte shared-memory region."));

@@ -425,8 +425,15 @@ absl::Status AgentCall::CheckFitsOneMessage() const {
   return absl::OkStatus();
 }
 
+absl::Status AgentCall::MaxCallTimeExceeded() const {
+  return absl::DeadlineExceededError(absl::StrCat(
+      "the call ran past this agent's limit of ",
+      absl::FormatDuration(agent_.config.max_call_time), " per call (--max_call_seconds)."));
+}
+
 absl::Status AgentCall::Run(const CancellationToken& cancel) {
   run_start_time_ = absl::Now();
+  if (cancel.deadline_passed()) return MaxCallTimeExceeded();
   if (cancel.cancelled()) {
     return absl::CancelledError("the call was cancelled before its handler ran.");
   }
@@ -490,6 +497,7 @@ absl::Status AgentCall::Run(const CancellationToken& cancel) {
   // memory goes back to the pool.
   absl::Status synced = stream_->Synchronize();
   if (s.ok()) s = synced;
+  if (!s.ok() && cancel.deadline_passed()) s = MaxCallTimeExceeded();
   if (!s.ok()) {
     absl::Status health = device_->health();
     if (!health.ok()) agent_.ReportDeviceFailure(health);

@@ -49,6 +49,9 @@ struct AgentConfig {
   int64_t max_message_bytes = 64 << 20;
   // What one call header may declare, checked before it is parsed.
   HeaderLimits header_limits;
+  // The longest a call may run, from its header to its handler's end,
+  // whatever deadline its client set (or none).
+  absl::Duration max_call_time = absl::Hours(1);
   // Which devices to serve and how much pinned staging memory each gets.
   BackendOptions backend;
 };
@@ -150,6 +153,8 @@ class AgentCall final : private FrameVisitor {
   absl::Status OnMessageField(uint32_t field, absl::string_view bytes) override;
   absl::Status OnChunk(uint32_t index, uint64_t offset,
                        const ChunkBytes& data) override;
+  // DEADLINE_EXCEEDED naming --max_call_seconds.
+  absl::Status MaxCallTimeExceeded() const;
   // Places the tensors of a shared-memory call in its region.
   absl::Status PlaceInRegion(const ValidatedCall& v);
   // The least busy healthy device.

@@ -38,6 +38,10 @@ ABSL_FLAG(int64_t, staging_block_bytes, int64_t{4} << 20,
           "size of one staging block (one copy to or from the device)");
 ABSL_FLAG(bool, list_devices, false,
           "print the platform's devices and exit: 0 when there is one, 1 when none");
+ABSL_FLAG(double, max_call_seconds, 3600,
+          "the longest a call may run, whatever deadline its client set (or none)");
+ABSL_FLAG(std::vector<std::string>, disable_handlers, {},
+          "handlers not to serve, e.g. sleep,fail (the test built-ins) in production");
 ABSL_FLAG(int, ready_fd, -1,
           "write the bound port to this file descriptor once serving");
 
@@ -63,6 +67,7 @@ absl::StatusOr<AgentServer::Options> AgentOptionsFromFlags() {
   options.config.backend.staging_block_bytes = absl::GetFlag(FLAGS_staging_block_bytes);
   options.listen = absl::GetFlag(FLAGS_listen);
   options.plugins = absl::GetFlag(FLAGS_plugins);
+  options.disabled_handlers = absl::GetFlag(FLAGS_disable_handlers);
   options.workers = absl::GetFlag(FLAGS_workers);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.shm_socket = absl::GetFlag(FLAGS_shm_socket);
@@ -70,6 +75,12 @@ absl::StatusOr<AgentServer::Options> AgentOptionsFromFlags() {
   options.config.agent_id = absl::GetFlag(FLAGS_agent_id);
   options.config.max_call_bytes = absl::GetFlag(FLAGS_max_call_bytes);
   FARCALL_ASSIGN_OR_RETURN(options.config.max_message_bytes, MaxMessageBytesFromFlags());
+  const double max_call_seconds = absl::GetFlag(FLAGS_max_call_seconds);
+  if (!(max_call_seconds > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_call_seconds must be positive; got ", max_call_seconds, "."));
+  }
+  options.config.max_call_time = absl::Seconds(max_call_seconds);
   FARCALL_ASSIGN_OR_RETURN(options.config.header_limits, HeaderLimitsFromFlags());
   options.config.max_inflight_bytes = absl::GetFlag(FLAGS_max_inflight_bytes);
   options.config.response_chunk_bytes = absl::GetFlag(FLAGS_response_chunk_bytes);

@@ -71,6 +71,7 @@ class ExecuteReactor final
  public:
   ExecuteReactor(Shared& shared, grpc::CallbackServerContext* ctx)
       : shared_(shared), ctx_(ctx), call_(std::make_unique<AgentCall>(shared.state)) {
+    cancel_.SetDeadline(absl::Now() + shared.state.config.max_call_time);
     ctx->AddInitialMetadata(kAgentIdMetadataKey, shared.state.agent_id());
     StartSendInitialMetadata();
     StartRead(&in_);
@@ -171,6 +172,7 @@ class CallReactor final : public grpc::ServerUnaryReactor, public RefCounted {
       : shared_(shared),
         response_(response),
         call_(std::make_unique<AgentCall>(shared.state)) {
+    cancel_.SetDeadline(absl::Now() + shared.state.config.max_call_time);
     // In trailing metadata too: an error answer is "trailers only", and the
     // router must still see that the agent answered.
     const std::string id = shared.state.agent_id();
@@ -311,6 +313,9 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(Options options)
   }
   for (RegisteredHandler& h : options.in_process_handlers) {
     FARCALL_RETURN_IF_ERROR(state.registry.RegisterInProcess(std::move(h)));
+  }
+  for (const std::string& name : options.disabled_handlers) {
+    FARCALL_RETURN_IF_ERROR(state.registry.Disable(name));
   }
   if (!options.metrics_listen.empty()) {
     FARCALL_ASSIGN_OR_RETURN(impl->metrics,

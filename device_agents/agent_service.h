@@ -42,6 +42,8 @@ class AgentServer {
     // Handlers of the program that embeds the agent (RegisteredHandler's
     // `invoke` and `pool`), registered after the built-ins and plugins.
     std::vector<RegisteredHandler> in_process_handlers;
+    // Handlers not to serve (the test built-ins sleep and fail, say).
+    std::vector<std::string> disabled_handlers;
   };
 
   // Opens the platform's devices, loads plugins, binds and starts serving.

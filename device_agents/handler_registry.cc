@@ -53,6 +53,23 @@ absl::Status HandlerRegistry::Add(RegisteredHandler h) {
   return absl::OkStatus();
 }
 
+absl::Status HandlerRegistry::Disable(absl::string_view name) {
+  bool found = false;
+  for (auto it = handlers_.begin(); it != handlers_.end();) {
+    if (it->first.first == name) {
+      it = handlers_.erase(it);
+      found = true;
+    } else {
+      ++it;
+    }
+  }
+  if (!found) {
+    return absl::NotFoundError(absl::StrCat(
+        "--disable_handlers names '", name, "', which this agent does not have."));
+  }
+  return absl::OkStatus();
+}
+
 const RegisteredHandler* HandlerRegistry::Find(absl::string_view name,
                                                absl::string_view platform) const {
   auto it = handlers_.find(std::make_pair(std::string(name), std::string(platform)));

@@ -51,6 +51,9 @@ class HandlerRegistry {
   absl::Status Register(const FarcallHandlerDef& def, std::string source);
   // The same for an in-process handler (`invoke` set, `fn` unused).
   absl::Status RegisterInProcess(RegisteredHandler handler);
+  // Removes every handler named `name` (all platforms), so that calls to it
+  // get NOT_FOUND. NOT_FOUND if none has that name (a typo in a flag).
+  absl::Status Disable(absl::string_view name);
   // nullptr if not registered. `platform` is a canonical platform name.
   const RegisteredHandler* Find(absl::string_view name,
                                 absl::string_view platform) const;

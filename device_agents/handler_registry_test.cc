@@ -69,6 +69,23 @@ TEST(HandlerRegistryTest, InProcessHandlersRunThroughTheirFunction) {
   EXPECT_EQ(r.RegisterInProcess(h).code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(HandlerRegistryTest, DisabledHandlersAreGoneOnEveryPlatform) {
+  HandlerRegistry r;
+  for (const char* platform : {"cpu", "cuda"}) {
+    FarcallHandlerDef sleep{sizeof(sleep), "sleep", platform, 0, &Nop};
+    FarcallHandlerDef copy{sizeof(copy), "copy", platform, 0, &Nop};
+    ASSERT_TRUE(r.Register(sleep, "builtin").ok());
+    ASSERT_TRUE(r.Register(copy, "builtin").ok());
+  }
+  ASSERT_TRUE(r.Disable("sleep").ok());
+  EXPECT_EQ(r.Find("sleep", "cpu"), nullptr);
+  EXPECT_EQ(r.Find("sleep", "cuda"), nullptr);
+  EXPECT_NE(r.Find("copy", "cpu"), nullptr);
+  absl::Status s = r.Disable("slep");
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(s.message(), "--disable_handlers names 'slep', which this agent does not have.");
+}
+
 TEST(PluginLoaderTest, LoadsExamplePluginAndRunsIt) {
   HandlerRegistry r;
   ASSERT_TRUE(LoadPlugin(FARCALL_EXAMPLE_PLUGIN, r).ok());

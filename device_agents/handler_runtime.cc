@@ -1,5 +1,7 @@
 #include "device_agents/handler_runtime.h"
 
+#include <algorithm>
+
 #include <memory>
 #include <string>
 
@@ -54,15 +56,26 @@ void CancellationToken::Cancel() {
   cancelled_ = true;
 }
 
+void CancellationToken::SetDeadline(absl::Time deadline) {
+  absl::MutexLock l(&mu_);
+  deadline_ = deadline;
+}
+
 bool CancellationToken::cancelled() const {
   absl::MutexLock l(&mu_);
-  return cancelled_;
+  return cancelled_ || absl::Now() >= deadline_;
+}
+
+bool CancellationToken::deadline_passed() const {
+  absl::MutexLock l(&mu_);
+  return absl::Now() >= deadline_;
 }
 
 bool CancellationToken::WaitFor(absl::Duration timeout) const {
   absl::MutexLock l(&mu_);
-  mu_.AwaitWithTimeout(absl::Condition(&cancelled_), timeout);
-  return cancelled_;
+  mu_.AwaitWithDeadline(absl::Condition(&cancelled_),
+                        std::min(absl::Now() + timeout, deadline_));
+  return cancelled_ || absl::Now() >= deadline_;
 }
 
 const FarcallApi* HandlerApi() { return &kApi; }

@@ -18,17 +18,23 @@
 
 namespace farcall::agent {
 
-// Set once when a call is cancelled or its deadline passes.
+// Set once when a call is cancelled or its deadline passes: the client's
+// (through Cancel), or the agent's own cap (SetDeadline).
 class CancellationToken {
  public:
   void Cancel();
+  // The token counts as cancelled from `deadline` on.
+  void SetDeadline(absl::Time deadline);
   bool cancelled() const;
+  // Whether the SetDeadline deadline has passed.
+  bool deadline_passed() const;
   // Waits up to `timeout`; true as soon as the token is cancelled.
   bool WaitFor(absl::Duration timeout) const;
 
  private:
   mutable absl::Mutex mu_;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time deadline_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
 };
 
 // The services table handed to every handler. Static; never null.

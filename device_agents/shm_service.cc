@@ -25,16 +25,19 @@ shm::Reply Error(absl::StatusCode code, std::string message) {
 }
 
 // Maps a client's fd after checking that it cannot shrink under us: a
-// shrunk file would turn the agent's next access into SIGBUS.
+// shrunk file would turn the agent's next access into SIGBUS. The seals come
+// first: a size read before them could be shrunk away before the check.
 absl::StatusOr<std::shared_ptr<ShmRegion>> MapRegion(int fd, uint64_t size) {
+  constexpr int kSeals = F_SEAL_SHRINK | F_SEAL_SEAL;
+  int seals = fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || (seals & kSeals) != kSeals) {
+    return absl::FailedPreconditionError(
+        "a shared-memory region must be a memfd sealed with F_SEAL_SHRINK and "
+        "F_SEAL_SEAL.");
+  }
   struct stat st;
   if (fstat(fd, &st) != 0) {
     return absl::InvalidArgumentError("the passed fd cannot be inspected.");
-  }
-  int seals = fcntl(fd, F_GET_SEALS);
-  if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
-    return absl::FailedPreconditionError(
-        "a shared-memory region must be a memfd sealed with F_SEAL_SHRINK.");
   }
   if (size == 0 || static_cast<uint64_t>(st.st_size) < size) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -55,6 +55,36 @@ TEST_F(CliTest, AxpyInPlacePrintsInputsAndResult) {
   EXPECT_TRUE(npy.good());
 }
 
+TEST(CliAgentFlagsTest, DisabledHandlersAreNotServed) {
+  auto agent = ChildProcess::Start(FARCALL_AGENT_BIN,
+                                   {"--listen=127.0.0.1:0", "--disable_handlers=sleep,fail"});
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  const std::string target = absl::StrCat("--target=", (*agent)->address());
+  CommandResult r = Farcall(absl::StrCat("describe ", target));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("axpy"));
+  EXPECT_THAT(r.output, ::testing::Not(HasSubstr("sleep")));
+  r = Farcall(absl::StrCat("call sleep --results='' --attr=ms=1 ", target));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("NOT_FOUND: handler 'sleep' is not registered for platform 'cpu'."));
+  r = testing::RunCommand(
+      absl::StrCat(FARCALL_AGENT_BIN, " --listen=127.0.0.1:0 --disable_handlers=slep"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--disable_handlers names 'slep'"));
+}
+
+TEST(CliAgentFlagsTest, CallsEndAtTheAgentsLimitWhateverTheirDeadline) {
+  auto agent = ChildProcess::Start(FARCALL_AGENT_BIN,
+                                   {"--listen=127.0.0.1:0", "--max_call_seconds=0.5"});
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  // The client allows an hour; the agent stops the call after half a second.
+  CommandResult r = Farcall(absl::StrCat("call sleep --results='' --attr=ms=600000 --timeout_s=3600 ",
+                                         "--target=", (*agent)->address()));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("DEADLINE_EXCEEDED: the call ran past this agent's limit of "
+                                  "500ms per call (--max_call_seconds)."));
+}
+
 TEST_F(CliTest, ErrorsPrintCodeAndMessageAndExitNonZero) {
   CommandResult r = Farcall(absl::StrCat("call copy 'float32[4]' --results='float32[4]' --platform=tpu ",
                                Target()));

@@ -199,12 +199,14 @@ grpc::Status RawShmCall(const std::string& region, uint64_t arg_offset, bool wit
   return stub->Call(&ctx, req, &resp);
 }
 
-// Registers a sealed 1 MiB memfd over the raw socket; returns its token.
-std::string RegisterRegion(int sock, bool seal, shm::Reply* reply_out = nullptr) {
+// Registers a 1 MiB memfd with `seals` over the raw socket; returns its
+// token. `seal` true: the seals the agent requires.
+std::string RegisterRegion(int sock, bool seal, shm::Reply* reply_out = nullptr,
+                           int seals = F_SEAL_SHRINK | F_SEAL_SEAL) {
   int fd = memfd_create("t", MFD_ALLOW_SEALING);
   EXPECT_EQ(ftruncate(fd, 1 << 20), 0);
   if (seal) {
-    EXPECT_EQ(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+    EXPECT_EQ(fcntl(fd, F_ADD_SEALS, seals), 0);
   }
   shm::Request req;
   req.op = shm::kOpRegister;
@@ -247,7 +249,10 @@ TEST_F(ShmTest, UnsealedMemfdIsRefused) {
   shm::Reply reply;
   EXPECT_EQ(RegisterRegion(*sock, /*seal=*/false, &reply), "");
   EXPECT_EQ(reply.status, static_cast<uint8_t>(absl::StatusCode::kFailedPrecondition));
-  EXPECT_THAT(reply.message, HasSubstr("sealed with F_SEAL_SHRINK"));
+  EXPECT_THAT(reply.message, HasSubstr("sealed with F_SEAL_SHRINK and F_SEAL_SEAL"));
+  // Shrink-sealed but not seal-sealed is refused too.
+  EXPECT_EQ(RegisterRegion(*sock, /*seal=*/true, &reply, F_SEAL_SHRINK), "");
+  EXPECT_EQ(reply.status, static_cast<uint8_t>(absl::StatusCode::kFailedPrecondition));
   close(*sock);
 }
 
