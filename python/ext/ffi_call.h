@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -49,6 +50,22 @@ absl::Status CallRemote(const FfiCallAttrs& attrs, const std::vector<HostTensor>
 // The status as an FFI error; JAX's runtime error puts the code's name in
 // front ("NOT_FOUND: ...").
 xla::ffi::Error ToFfiError(const absl::Status& s);
+
+// Binds what both handlers take after their own leading bindings: the
+// operands, the results and FfiCallAttrs' attributes, in that order.
+template <typename Binding>
+auto BindCall(Binding&& b) {
+  return std::forward<Binding>(b)
+      .RemainingArgs()
+      .RemainingRets()
+      .template Attr<std::string_view>("target")
+      .template Attr<std::string_view>("handler")
+      .template Attr<std::string_view>("platform")
+      .template Attr<std::string_view>("aliases")
+      .template Attr<std::string_view>("attributes")
+      .template Attr<double>("timeout")
+      .template Attr<bool>("has_side_effect");
+}
 
 // Adds the cuda handler's capsule to `handlers` when built with CUDA.
 void AddCudaFfiHandler(nanobind::dict& handlers);

@@ -114,18 +114,9 @@ ffi::Error CudaCall(cudaStream_t stream, ffi::RemainingArgs args, ffi::Remaining
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(FarcallXlaCudaCall, CudaCall,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                  .RemainingArgs()
-                                  .RemainingRets()
-                                  .Attr<std::string_view>("target")
-                                  .Attr<std::string_view>("handler")
-                                  .Attr<std::string_view>("platform")
-                                  .Attr<std::string_view>("aliases")
-                                  .Attr<std::string_view>("attributes")
-                                  .Attr<double>("timeout")
-                                  .Attr<bool>("has_side_effect"));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    FarcallXlaCudaCall, CudaCall,
+    BindCall(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()));
 
 void AddCudaFfiHandler(nb::dict& handlers) {
   handlers["CUDA"] = nb::capsule(reinterpret_cast<void*>(&FarcallXlaCudaCall),

@@ -175,17 +175,7 @@ ffi::Error ToFfiError(const absl::Status& s) {
   return ffi::Error(static_cast<ffi::ErrorCode>(s.code()), std::string(s.message()));
 }
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(FarcallXlaCpuCall, CpuCall,
-                              ffi::Ffi::Bind()
-                                  .RemainingArgs()
-                                  .RemainingRets()
-                                  .Attr<std::string_view>("target")
-                                  .Attr<std::string_view>("handler")
-                                  .Attr<std::string_view>("platform")
-                                  .Attr<std::string_view>("aliases")
-                                  .Attr<std::string_view>("attributes")
-                                  .Attr<double>("timeout")
-                                  .Attr<bool>("has_side_effect"));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(FarcallXlaCpuCall, CpuCall, BindCall(ffi::Ffi::Bind()));
 
 void DefineFfi(nb::module_& m) {
   // {XLA platform name: capsule}, for jax.ffi.register_ffi_target.
