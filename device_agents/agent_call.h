@@ -41,7 +41,7 @@ struct AgentConfig {
   // Largest footprint (args plus non-aliased results) of one call.
   int64_t max_call_bytes = int64_t{4} << 30;
   // Tensor bytes all calls in flight may hold together; 0: three quarters
-  // of physical memory.
+  // of the memory the host, or the container's cgroup, allows.
   int64_t max_inflight_bytes = 0;
   // Chunk data per response message on Execute.
   int64_t response_chunk_bytes = 1 << 20;

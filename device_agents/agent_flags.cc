@@ -22,7 +22,8 @@ ABSL_FLAG(std::string, agent_id, "", "id reported to clients (default: PLATFORM-
 ABSL_FLAG(int64_t, max_call_bytes, int64_t{4} << 30,
           "largest call, args plus non-aliased results, in bytes");
 ABSL_FLAG(int64_t, max_inflight_bytes, 0,
-          "tensor bytes all calls in flight may hold (0: 3/4 of physical memory)");
+          "tensor bytes all calls in flight may hold (0: 3/4 of the memory the host or "
+          "the container's cgroup allows)");
 ABSL_FLAG(int64_t, response_chunk_bytes, 1 << 20,
           "result bytes per streamed response message");
 ABSL_FLAG(std::string, metrics_listen, "",

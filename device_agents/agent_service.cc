@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/memory_limit.h"
 #include "core/metrics.h"
 #include "core/ref_counted.h"
 #include "core/shm_protocol.h"
@@ -299,8 +300,8 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(Options options)
   AgentState& state = impl->shared.state;
   state.config = options.config;
   if (state.config.max_inflight_bytes <= 0) {
-    state.config.max_inflight_bytes =
-        static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE) / 4 * 3;
+    // A container's memory limit, not only the host's memory.
+    state.config.max_inflight_bytes = MemoryLimitBytes() / 4 * 3;
   }
   state.admission = std::make_unique<Admission>(state.config.max_inflight_bytes);
   FARCALL_ASSIGN_OR_RETURN(state.backend,
