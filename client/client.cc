@@ -9,7 +9,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "client/call_codec.h"
+#include "core/tokens.h"
 #include "core/wire/grpc_status.h"
+#include "core/wire/security.h"
 #include "farcall/v1/farcall.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -37,13 +39,15 @@ enum class Service { kUnknown, kAgent, kRouter };
 class StreamCall final
     : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  StreamCall(PreparedCall call, const CallOptions& options, CallCallback done)
+  StreamCall(PreparedCall call, const CallOptions& options, const std::string& authorization,
+             CallCallback done)
       : call_(std::move(call)),
         completion_(std::make_shared<Completion>(std::move(done))),
         writer_(call_, options.chunk_bytes, completion_),
         reader_(call_) {
     ctx_.set_deadline(DeadlineAfter(options.timeout));
     ctx_.set_wait_for_ready(options.wait_for_ready);
+    if (!authorization.empty()) ctx_.AddMetadata(kAuthorizationKey, authorization);
   }
 
   void Start(grpc::GenericStub& stub, const std::string& method) {
@@ -120,12 +124,14 @@ class StreamCall final
 // A unary call: one frame each way.
 class UnaryCall {
  public:
-  UnaryCall(PreparedCall call, const CallOptions& options, CallCallback done)
+  UnaryCall(PreparedCall call, const CallOptions& options, const std::string& authorization,
+            CallCallback done)
       : call_(std::move(call)),
         completion_(std::make_shared<Completion>(std::move(done))),
         reader_(call_) {
     ctx_.set_deadline(DeadlineAfter(options.timeout));
     ctx_.set_wait_for_ready(options.wait_for_ready);
+    if (!authorization.empty()) ctx_.AddMetadata(kAuthorizationKey, authorization);
     RequestWriter writer(call_, 0, completion_);
     writer.Next(&request_);
   }
@@ -173,17 +179,28 @@ class UnaryCall {
 // 1.51 race: when the last channel that made callback calls goes away, gRPC
 // releases its callback completion queue, and re-creating it for the next
 // channel can double-free (seen under ASan in the conformance suite).
-std::shared_ptr<grpc::Channel> SharedChannel(const std::string& target) {
+// Keyed by the target and the TLS files: clients that reach one target the
+// same way share it.
+absl::StatusOr<std::shared_ptr<grpc::Channel>> SharedChannel(const std::string& target,
+                                                             const ClientOptions& options) {
   static absl::Mutex mu(absl::kConstInit);
   static auto* channels =
       new std::map<std::string, std::shared_ptr<grpc::Channel>>();  // never freed
+  const std::string key = absl::StrCat(target, "\n", options.tls_ca, "\n",
+                                       options.tls_cert, "\n", options.tls_key);
   absl::MutexLock l(&mu);
-  std::shared_ptr<grpc::Channel>& c = (*channels)[target];
+  std::shared_ptr<grpc::Channel>& c = (*channels)[key];
   if (c == nullptr) {
+    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds =
+        ChannelCredentials({options.tls_cert, options.tls_key, options.tls_ca});
+    if (!creds.ok()) {
+      channels->erase(key);
+      return creds.status();
+    }
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(-1);
     args.SetMaxSendMessageSize(-1);
-    c = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+    c = grpc::CreateCustomChannel(target, *creds, args);
   }
   return c;
 }
@@ -192,6 +209,12 @@ std::shared_ptr<grpc::Channel> SharedChannel(const std::string& target) {
 
 struct Client::Impl {
   std::shared_ptr<grpc::Channel> channel;
+  std::string authorization;  // "Bearer TOKEN", or empty
+
+  // Every call's context: its token, when there is one.
+  void Prepare(grpc::ClientContext& ctx) const {
+    if (!authorization.empty()) ctx.AddMetadata(kAuthorizationKey, authorization);
+  }
   std::unique_ptr<grpc::GenericStub> generic;
   std::unique_ptr<v1::Agent::Stub> agent;
   std::unique_ptr<v1::Router::Stub> router;
@@ -233,6 +256,7 @@ struct Client::Impl {
     grpc::ClientContext ctx;
     ctx.set_deadline(DeadlineAfter(timeout));
     ctx.set_wait_for_ready(wait_for_ready);
+    Prepare(ctx);
     v1::AgentInfo info;
     grpc::Status s = agent->Describe(&ctx, v1::DescribeRequest(), &info);
     Service found;
@@ -254,7 +278,8 @@ struct Client::Impl {
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Client::~Client() = default;
 
-absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& target) {
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& target,
+                                                        const ClientOptions& options) {
   if (target.empty()) return absl::InvalidArgumentError("empty target address.");
   // Keep gRPC initialised for the life of the process. Otherwise the last
   // client to go away shuts gRPC down while its callback thread may still be
@@ -265,7 +290,10 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& targe
   }();
   (void)kGrpcInitialised;
   auto impl = std::make_unique<Impl>();
-  impl->channel = SharedChannel(target);
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = SharedChannel(target, options);
+  if (!channel.ok()) return channel.status();
+  impl->channel = *std::move(channel);
+  if (!options.token.empty()) impl->authorization = absl::StrCat(kBearerPrefix, options.token);
   impl->target = target;
   impl->generic = std::make_unique<grpc::GenericStub>(impl->channel);
   impl->agent = v1::Agent::NewStub(impl->channel);
@@ -320,10 +348,12 @@ void Client::CallAsync(const CallRequest& request, const CallOptions& options,
   absl::StatusOr<Plan> plan = MakePlan(request, options);
   if (!plan.ok()) return done(plan.status());
   if (plan->unary) {
-    auto* call = new UnaryCall(std::move(plan->prepared), options, std::move(done));
+    auto* call = new UnaryCall(std::move(plan->prepared), options, impl_->authorization,
+                               std::move(done));
     call->Start(*impl_->generic, plan->method);
   } else {
-    auto* call = new StreamCall(std::move(plan->prepared), options, std::move(done));
+    auto* call = new StreamCall(std::move(plan->prepared), options, impl_->authorization,
+                                std::move(done));
     call->Start(*impl_->generic, plan->method);
   }
 }
@@ -349,6 +379,7 @@ absl::StatusOr<CallResult> Client::Call(const CallRequest& request,
       grpc::ClientContext ctx;
       ctx.set_deadline(DeadlineAfter(options.timeout));
       ctx.set_wait_for_ready(options.wait_for_ready);
+      impl_->Prepare(ctx);
       grpc::ByteBuffer request_frame, response_frame;
       RequestWriter(plan->prepared, 0, completion).Next(&request_frame);
       grpc::Status s = grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
@@ -373,7 +404,7 @@ absl::StatusOr<CallResult> Client::Call(const CallRequest& request,
   }
   absl::Notification done;
   absl::StatusOr<CallResult> result;
-  auto* call = new StreamCall(std::move(plan->prepared), options,
+  auto* call = new StreamCall(std::move(plan->prepared), options, impl_->authorization,
                               [&](absl::StatusOr<CallResult> r) {
                                 result = std::move(r);
                                 done.Notify();
@@ -415,6 +446,7 @@ absl::StatusOr<SharedBuffer> Client::AllocateShared(size_t bytes) {
 absl::StatusOr<v1::AgentInfo> Client::Describe(absl::Duration timeout) {
   grpc::ClientContext ctx;
   ctx.set_deadline(DeadlineAfter(timeout));
+  impl_->Prepare(ctx);
   v1::AgentInfo info;
   grpc::Status s = impl_->agent->Describe(&ctx, v1::DescribeRequest(), &info);
   if (!s.ok()) return FromGrpcStatus(s);
@@ -425,6 +457,7 @@ absl::StatusOr<v1::ListAgentsResponse> Client::ListAgents(bool refresh,
                                                           absl::Duration timeout) {
   grpc::ClientContext ctx;
   ctx.set_deadline(DeadlineAfter(timeout));
+  impl_->Prepare(ctx);
   v1::ListAgentsRequest req;
   req.set_refresh(refresh);
   v1::ListAgentsResponse resp;

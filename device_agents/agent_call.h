@@ -24,6 +24,7 @@
 #include "absl/time/time.h"
 #include "core/call_validation.h"
 #include "core/chunk_assembler.h"
+#include "core/tokens.h"
 #include "core/wire/frame_codec.h"
 #include "core/wire/header_limits.h"
 #include "device_agents/admission.h"
@@ -63,6 +64,7 @@ struct AgentState {
   HandlerRegistry registry;
   std::unique_ptr<ShmService> shm;  // null: no same-host path offered
   std::unique_ptr<Admission> admission;  // the in-flight byte budget
+  TokenTable tokens;  // empty: calls need no token
 
   // The id is final only once the port is bound, after serving has begun,
   // so it is read under a lock.
@@ -107,6 +109,8 @@ class AgentCall final : private FrameVisitor {
   //   EndOfInputs(), Run(), NextResponseFrame(...).
   absl::Status Begin(const grpc::ByteBuffer& first);
   int64_t footprint() const { return footprint_; }
+  // The handler the header names (after Begin()).
+  const std::string& handler_name() const { return header_.handler(); }
   void Admitted();
   absl::Status Allocate();
   // Feeds one request frame's chunks. No frame but the first may carry a

@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "core/limit_flags.h"
 #include "core/platform.h"
+#include "core/security_flags.h"
 #include "core/status_macros.h"
 #include "core/process.h"
 
@@ -69,6 +70,9 @@ absl::StatusOr<AgentServer::Options> AgentOptionsFromFlags() {
   options.listen = absl::GetFlag(FLAGS_listen);
   options.plugins = absl::GetFlag(FLAGS_plugins);
   options.disabled_handlers = absl::GetFlag(FLAGS_disable_handlers);
+  FARCALL_ASSIGN_OR_RETURN(ServerSecurity security, ServerSecurityFromFlags());
+  options.credentials = std::move(security.credentials);
+  options.tokens = std::move(security.tokens);
   options.workers = absl::GetFlag(FLAGS_workers);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.shm_socket = absl::GetFlag(FLAGS_shm_socket);

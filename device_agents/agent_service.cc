@@ -15,6 +15,7 @@
 #include "core/status_macros.h"
 #include "core/wire/grpc_server.h"
 #include "core/wire/grpc_status.h"
+#include "core/wire/security.h"
 #include "device_agents/plugin_loader.h"
 #include "device_agents/worker_pool.h"
 #include "farcall/v1/farcall.grpc.pb.h"
@@ -71,7 +72,10 @@ class ExecuteReactor final
       public RefCounted {
  public:
   ExecuteReactor(Shared& shared, grpc::CallbackServerContext* ctx)
-      : shared_(shared), ctx_(ctx), call_(std::make_unique<AgentCall>(shared.state)) {
+      : shared_(shared),
+        ctx_(ctx),
+        call_(std::make_unique<AgentCall>(shared.state)),
+        authorization_(AuthorizationOf(*ctx)) {
     cancel_.SetDeadline(absl::Now() + shared.state.config.max_call_time);
     ctx->AddInitialMetadata(kAgentIdMetadataKey, shared.state.agent_id());
     StartSendInitialMetadata();
@@ -100,7 +104,10 @@ class ExecuteReactor final
     }
     if (!begun_) {
       begun_ = true;
-      absl::Status s = call_->Begin(in_);
+      const TokenTable& tokens = shared_.state.tokens;
+      absl::Status s = tokens.Authenticate(authorization_);
+      if (s.ok()) s = call_->Begin(in_);
+      if (s.ok()) s = tokens.Authorize(authorization_, call_->handler_name());
       if (!s.ok()) return FinishWith(s);
       Ref();  // released once admitted, or when the wait is withdrawn
       return budget_.Admit(*shared_.state.admission, call_->footprint(), [this] {
@@ -160,6 +167,7 @@ class ExecuteReactor final
   std::unique_ptr<AgentCall> call_;
   CancellationToken cancel_;
   BudgetWait budget_;
+  const std::string authorization_;  // the call's bearer token, if any
   bool begun_ = false;  // only touched by the read chain
   grpc::ByteBuffer in_;
   grpc::ByteBuffer out_;
@@ -179,7 +187,11 @@ class CallReactor final : public grpc::ServerUnaryReactor, public RefCounted {
     const std::string id = shared.state.agent_id();
     ctx->AddInitialMetadata(kAgentIdMetadataKey, id);
     ctx->AddTrailingMetadata(kAgentIdMetadataKey, id);
-    absl::Status s = call_->Begin(*request);
+    const std::string authorization = AuthorizationOf(*ctx);
+    const TokenTable& tokens = shared.state.tokens;
+    absl::Status s = tokens.Authenticate(authorization);
+    if (s.ok()) s = call_->Begin(*request);
+    if (s.ok()) s = tokens.Authorize(authorization, call_->handler_name());
     if (!s.ok()) {
       FinishWith(s);
       return;
@@ -251,6 +263,11 @@ class AgentService final
                                      const v1::DescribeRequest*,
                                      v1::AgentInfo* info) override {
     const AgentState& s = shared_.state;
+    grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
+    if (absl::Status a = s.tokens.Authenticate(AuthorizationOf(*ctx)); !a.ok()) {
+      r->Finish(ToGrpcStatus(a));
+      return r;
+    }
     info->set_agent_id(s.agent_id());
     info->set_platform(std::string(PlatformName(s.config.platform)));
     info->set_version(kVersion);
@@ -272,7 +289,6 @@ class AgentService final
           (h->traits & FARCALL_TRAIT_COMMAND_BUFFER_COMPATIBLE) != 0);
       hi->set_source(h->source);
     }
-    grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
     r->Finish(grpc::Status::OK);
     return r;
   }
@@ -315,6 +331,7 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(Options options)
   for (RegisteredHandler& h : options.in_process_handlers) {
     FARCALL_RETURN_IF_ERROR(state.registry.RegisterInProcess(std::move(h)));
   }
+  state.tokens = std::move(options.tokens);
   for (const std::string& name : options.disabled_handlers) {
     FARCALL_RETURN_IF_ERROR(state.registry.Disable(name));
   }
@@ -341,7 +358,7 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(Options options)
       RunningServer running,
       StartGrpcServer(options.listen, impl->service.get(),
                       static_cast<int>(state.config.max_message_bytes),
-                      "farcall-agent"));
+                      "farcall-agent", options.credentials));
   impl->server = std::move(running.server);
   impl->port = running.port;
   // A sticky device error: stop being picked by routers; serve nothing new.

@@ -19,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "device_agents/agent_call.h"
+#include "grpcpp/security/server_credentials.h"
 
 namespace farcall::agent {
 
@@ -44,6 +45,9 @@ class AgentServer {
     std::vector<RegisteredHandler> in_process_handlers;
     // Handlers not to serve (the test built-ins sleep and fail, say).
     std::vector<std::string> disabled_handlers;
+    // TLS (null: plaintext) and bearer tokens (empty: none needed).
+    std::shared_ptr<grpc::ServerCredentials> credentials;
+    TokenTable tokens;
   };
 
   // Opens the platform's devices, loads plugins, binds and starts serving.

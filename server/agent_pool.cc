@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/tokens.h"
 #include "core/call_validation.h"
 #include "core/metrics.h"
 #include "server/agent_discovery.h"
@@ -38,7 +39,7 @@ void Publish(const std::string& address, const v1::AgentInfo& info,
 
 }  // namespace
 
-std::shared_ptr<AgentHandle> AgentPool::Connect(const std::string& address) {
+std::shared_ptr<AgentHandle> AgentPool::Connect(const std::string& address) const {
   auto h = std::make_shared<AgentHandle>();
   h->address = address;
   grpc::ChannelArguments args;
@@ -48,7 +49,10 @@ std::shared_ptr<AgentHandle> AgentPool::Connect(const std::string& address) {
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  h->channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  h->channel = grpc::CreateCustomChannel(
+      address,
+      options_.credentials != nullptr ? options_.credentials : grpc::InsecureChannelCredentials(),
+      args);
   h->generic = std::make_unique<grpc::GenericStub>(h->channel);
   return h;
 }
@@ -117,6 +121,9 @@ void AgentPool::ProbeOne(const std::shared_ptr<AgentHandle>& h) {
     v1::Agent::Stub stub(h->channel);
     grpc::ClientContext dctx;
     dctx.set_deadline(deadline());
+    if (!options_.authorization.empty()) {
+      dctx.AddMetadata(kAuthorizationKey, options_.authorization);
+    }
     ds = stub.Describe(&dctx, v1::DescribeRequest(), &info);
   }
 

@@ -20,6 +20,7 @@
 #include "core/platform.h"
 #include "farcall/v1/farcall.grpc.pb.h"
 #include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/security/credentials.h"
 
 namespace farcall::router {
 
@@ -37,6 +38,10 @@ class AgentPool {
   struct Options {
     absl::Duration probe_interval = absl::Milliseconds(250);
     absl::Duration probe_timeout = absl::Milliseconds(500);
+    // How the router reaches agents: TLS (null: plaintext), and the
+    // `authorization` value its probes carry (empty: none).
+    std::shared_ptr<grpc::ChannelCredentials> credentials;
+    std::string authorization;
   };
 
   // `sources` are --agents entries: HOST:PORT, or dns:///NAME:PORT for every
@@ -72,7 +77,7 @@ class AgentPool {
   void ProbeOne(const std::shared_ptr<AgentHandle>& h);
   // Adds agents that dns:/// sources now name, drops those they no longer do.
   void Resolve();
-  static std::shared_ptr<AgentHandle> Connect(const std::string& address);
+  std::shared_ptr<AgentHandle> Connect(const std::string& address) const;
 
   const Options options_;
   const std::vector<std::string> sources_;

@@ -8,7 +8,10 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
 #include "core/limit_flags.h"
+#include "core/security_flags.h"
+#include "core/status_macros.h"
 #include "core/process.h"
 #include "server/router_service.h"
 
@@ -21,6 +24,13 @@ ABSL_FLAG(int64_t, max_call_bytes, int64_t{16} << 30,
 ABSL_FLAG(std::string, metrics_listen, "",
           "HOST:PORT to serve Prometheus /metrics on (empty: off)");
 ABSL_FLAG(int, probe_interval_ms, 250, "how often agents' health is checked");
+ABSL_FLAG(std::string, agent_tls_ca, "",
+          "reach agents over TLS, trusting this PEM CA (empty: plaintext)");
+ABSL_FLAG(std::string, agent_tls_cert, "", "the router's PEM client certificate for agents");
+ABSL_FLAG(std::string, agent_tls_key, "", "the PEM private key of --agent_tls_cert");
+ABSL_FLAG(std::string, agent_token_file, "",
+          "a file with the router's own token for agents that need one (default: "
+          "each caller's token is passed on)");
 ABSL_FLAG(int, ready_fd, -1,
           "write the bound port to this file descriptor once serving");
 
@@ -47,6 +57,26 @@ int main(int argc, char** argv) {
   }
   options.max_message_bytes = *message_bytes;
   options.header_limits = *limits;
+  absl::Status bad = [&]() -> absl::Status {
+    FARCALL_ASSIGN_OR_RETURN(farcall::ServerSecurity security, farcall::ServerSecurityFromFlags());
+    options.credentials = std::move(security.credentials);
+    options.tokens = std::move(security.tokens);
+    FARCALL_ASSIGN_OR_RETURN(
+        options.pool.credentials,
+        farcall::ChannelCredentials({absl::GetFlag(FLAGS_agent_tls_cert),
+                                     absl::GetFlag(FLAGS_agent_tls_key),
+                                     absl::GetFlag(FLAGS_agent_tls_ca)}));
+    const std::string token_file = absl::GetFlag(FLAGS_agent_token_file);
+    if (!token_file.empty()) {
+      FARCALL_ASSIGN_OR_RETURN(options.agent_token, farcall::ReadTokenFile(token_file));
+      options.pool.authorization = absl::StrCat(farcall::kBearerPrefix, options.agent_token);
+    }
+    return absl::OkStatus();
+  }();
+  if (!bad.ok()) {
+    std::fprintf(stderr, "farcall-router: %s\n", bad.ToString().c_str());
+    return 2;
+  }
   auto router = farcall::router::RouterServer::Start(options);
   if (!router.ok()) {
     std::fprintf(stderr, "farcall-router: %s\n", router.status().ToString().c_str());

@@ -10,6 +10,7 @@
 #include "core/wire/frame_codec.h"
 #include "core/wire/grpc_server.h"
 #include "core/wire/grpc_status.h"
+#include "core/wire/security.h"
 #include "core/wire/proto_convert.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -27,6 +28,10 @@ struct Shared {
   AgentPool* pool;
   int64_t max_call_bytes;
   HeaderLimits header_limits;
+  const TokenTable* tokens;  // empty: calls need no token
+  // What calls carry to agents: "Bearer " + the router's own token, or
+  // empty to pass on each caller's.
+  std::string agent_authorization;
 };
 
 // The router's call metrics, declared once here where they are counted.
@@ -76,10 +81,13 @@ struct Route {
   std::string handler;
   bool has_side_effect = false;  // never run twice: no retry elsewhere
   std::vector<std::shared_ptr<AgentHandle>> candidates;
+  std::string authorization;  // sent to the agent; empty: none
 };
 
-absl::StatusOr<Route> RouteCall(const Shared& shared,
-                                const grpc::ByteBuffer& first) {
+absl::StatusOr<Route> RouteCall(const Shared& shared, const grpc::ByteBuffer& first,
+                                const std::string& authorization) {
+  // Before the header is even parsed: a caller without a token costs nothing.
+  FARCALL_RETURN_IF_ERROR(shared.tokens->Authenticate(authorization));
   v1::CallHeader header;
   FARCALL_ASSIGN_OR_RETURN(bool found,
                            DecodeMessageField(first, kHeaderField, &header,
@@ -91,7 +99,9 @@ absl::StatusOr<Route> RouteCall(const Shared& shared,
   FARCALL_ASSIGN_OR_RETURN(
       ValidatedCall v,
       ValidateCall(DescriptorFromProto(header), shared.max_call_bytes, "router"));
-  Route r{v.platform, header.handler(), header.has_side_effect(), {}};
+  FARCALL_RETURN_IF_ERROR(shared.tokens->Authorize(authorization, header.handler()));
+  Route r{v.platform, header.handler(), header.has_side_effect(), {},
+          shared.agent_authorization.empty() ? authorization : shared.agent_authorization};
   FARCALL_ASSIGN_OR_RETURN(r.candidates,
                            shared.pool->Candidates(v.platform, header.handler()));
   return r;
@@ -135,7 +145,7 @@ class ForwardingExecute final
         return FinishUp(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                      "the call ended before its header was sent."));
       }
-      absl::StatusOr<Route> r = RouteCall(shared_, up_in_);
+      absl::StatusOr<Route> r = RouteCall(shared_, up_in_, AuthorizationOf(*server_ctx_));
       if (!r.ok()) return FinishUp(ToGrpcStatus(r.status()));
       route_ = std::move(*r);
       record_.Routed(route_.platform, route_.handler);
@@ -212,6 +222,9 @@ class ForwardingExecute final
       attempts_.push_back(std::make_unique<Downstream>(this, agent));
       down_ = attempts_.back().get();
       down_->ctx.set_deadline(server_ctx_->deadline());
+      if (!route_.authorization.empty()) {
+        down_->ctx.AddMetadata(kAuthorizationKey, route_.authorization);
+      }
       if (cancelled_) down_->ctx.TryCancel();
     }
     agent->generic->PrepareBidiStreamingCall(&down_->ctx, kAgentExecute,
@@ -308,7 +321,7 @@ class ForwardingCall final : public grpc::ServerUnaryReactor, public RefCounted 
   ForwardingCall(Shared& shared, grpc::CallbackServerContext* ctx,
                  const grpc::ByteBuffer* request, grpc::ByteBuffer* response)
       : shared_(shared), server_ctx_(ctx), request_(request), response_(response) {
-    absl::StatusOr<Route> r = RouteCall(shared_, *request_);
+    absl::StatusOr<Route> r = RouteCall(shared_, *request_, AuthorizationOf(*server_ctx_));
     if (!r.ok()) {
       FinishAndRecord(ToGrpcStatus(r.status()));
       return;
@@ -340,6 +353,7 @@ class ForwardingCall final : public grpc::ServerUnaryReactor, public RefCounted 
       client_ctx_ = std::make_unique<grpc::ClientContext>();
       ctx = client_ctx_.get();
       ctx->set_deadline(server_ctx_->deadline());
+      if (!route_.authorization.empty()) ctx->AddMetadata(kAuthorizationKey, route_.authorization);
       if (cancelled_) ctx->TryCancel();
     }
     Ref();
@@ -400,11 +414,15 @@ class RouterService final
   grpc::ServerUnaryReactor* ListAgents(grpc::CallbackServerContext* ctx,
                                        const v1::ListAgentsRequest* request,
                                        v1::ListAgentsResponse* response) override {
+    grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
+    if (absl::Status a = shared_.tokens->Authenticate(AuthorizationOf(*ctx)); !a.ok()) {
+      r->Finish(ToGrpcStatus(a));
+      return r;
+    }
     // A refresh probes synchronously; it is rare (operators, tests), so a
     // callback thread may block on it.
     if (request->refresh()) shared_.pool->ProbeAll();
     *response = shared_.pool->List();
-    grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
     r->Finish(grpc::Status::OK);
     return r;
   }
@@ -416,6 +434,7 @@ class RouterService final
 }  // namespace
 
 struct RouterServer::Impl {
+  TokenTable tokens;
   std::unique_ptr<metrics::MetricsServer> metrics;
   std::unique_ptr<AgentPool> pool;
   std::unique_ptr<RouterService> service;
@@ -435,15 +454,19 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(Options option
     FARCALL_ASSIGN_OR_RETURN(impl->metrics,
                              metrics::MetricsServer::Start(options.metrics_listen));
   }
+  impl->tokens = std::move(options.tokens);
   impl->pool = std::make_unique<AgentPool>(options.agents, options.pool);
   impl->pool->ProbeAll();
   impl->service = std::make_unique<RouterService>(
-      Shared{impl->pool.get(), options.max_call_bytes, options.header_limits});
+      Shared{impl->pool.get(), options.max_call_bytes, options.header_limits, &impl->tokens,
+             options.agent_token.empty() ? std::string()
+                                         : absl::StrCat(kBearerPrefix, options.agent_token)});
 
   FARCALL_ASSIGN_OR_RETURN(
       RunningServer running,
       StartGrpcServer(options.listen, impl->service.get(),
-                      static_cast<int>(options.max_message_bytes), "farcall-router"));
+                      static_cast<int>(options.max_message_bytes), "farcall-router",
+                      options.credentials));
   impl->server = std::move(running.server);
   impl->port = running.port;
   impl->pool->StartProbing();

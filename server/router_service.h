@@ -18,7 +18,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/tokens.h"
 #include "core/wire/header_limits.h"
+#include "grpcpp/security/server_credentials.h"
 #include "server/agent_pool.h"
 
 namespace farcall::router {
@@ -32,6 +34,12 @@ class RouterServer {
     // Largest single gRPC message; what one call header may declare.
     int64_t max_message_bytes = 64 << 20;
     HeaderLimits header_limits;
+    // TLS for callers (null: plaintext) and the tokens they need (empty:
+    // none). The hop to agents: pool.credentials, and agent_token, the
+    // router's own token (empty: each caller's is passed on).
+    std::shared_ptr<grpc::ServerCredentials> credentials;
+    TokenTable tokens;
+    std::string agent_token;
     AgentPool::Options pool;
     // HOST:PORT for Prometheus' /metrics; empty: not served.
     std::string metrics_listen;

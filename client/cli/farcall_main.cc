@@ -27,6 +27,7 @@
 #include "core/process.h"
 #include "client/cli/npy.h"
 #include "client/cli/tensor_args.h"
+#include "core/tokens.h"
 #include "farcall/client.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50050", "router or agent address");
@@ -51,6 +52,11 @@ ABSL_FLAG(int, warmup, 1, "bench: untimed calls first");
 ABSL_FLAG(bool, alias, false, "bench: copy in place, {0: 0}");
 ABSL_FLAG(bool, json, false, "bench: end with one JSON line");
 ABSL_FLAG(bool, shm, false, "bench: same-host shared memory (target: a local agent)");
+ABSL_FLAG(std::string, tls_ca, "", "TLS: verify the server against this PEM CA");
+ABSL_FLAG(std::string, tls_cert, "", "TLS: a PEM client certificate, for servers that require one");
+ABSL_FLAG(std::string, tls_key, "", "TLS: the PEM private key of --tls_cert");
+ABSL_FLAG(std::string, token_file, "",
+          "a file holding the bearer token to send (a file, so that it shows in no process list)");
 
 namespace {
 
@@ -66,7 +72,17 @@ std::string Ms(absl::Duration d) {
 }
 
 absl::StatusOr<std::unique_ptr<farcall::Client>> Connect() {
-  return farcall::Client::Connect(absl::GetFlag(FLAGS_target));
+  farcall::ClientOptions options;
+  options.tls_ca = absl::GetFlag(FLAGS_tls_ca);
+  options.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  options.tls_key = absl::GetFlag(FLAGS_tls_key);
+  const std::string token_file = absl::GetFlag(FLAGS_token_file);
+  if (!token_file.empty()) {
+    absl::StatusOr<std::string> token = farcall::ReadTokenFile(token_file);
+    if (!token.ok()) return token.status();
+    options.token = *std::move(token);
+  }
+  return farcall::Client::Connect(absl::GetFlag(FLAGS_target), options);
 }
 
 int RunCall(const std::vector<char*>& pos) {

@@ -9,14 +9,14 @@
 
 namespace farcall {
 
-absl::StatusOr<RunningServer> StartGrpcServer(const std::string& listen,
-                                              grpc::Service* service,
-                                              int max_message_bytes,
-                                              absl::string_view who) {
+absl::StatusOr<RunningServer> StartGrpcServer(
+    const std::string& listen, grpc::Service* service, int max_message_bytes,
+    absl::string_view who, std::shared_ptr<grpc::ServerCredentials> credentials) {
   grpc::EnableDefaultHealthCheckService(true);
   RunningServer r;
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &r.port);
+  builder.AddListeningPort(
+      listen, credentials != nullptr ? credentials : grpc::InsecureServerCredentials(), &r.port);
   builder.RegisterService(service);
   builder.SetMaxReceiveMessageSize(max_message_bytes);
   builder.SetMaxSendMessageSize(max_message_bytes);

@@ -18,12 +18,12 @@ struct RunningServer {
 };
 
 // Serves `service` on `listen` (HOST:PORT, port 0 picks one) with
-// grpc.health.v1 reporting SERVING. `max_message_bytes` < 0: unlimited.
+// grpc.health.v1 reporting SERVING, over `credentials` (null: plaintext;
+// core/wire/tls.h makes TLS ones). `max_message_bytes` < 0: unlimited.
 // UNAVAILABLE naming `who` and the address when it cannot bind.
-absl::StatusOr<RunningServer> StartGrpcServer(const std::string& listen,
-                                              grpc::Service* service,
-                                              int max_message_bytes,
-                                              absl::string_view who);
+absl::StatusOr<RunningServer> StartGrpcServer(
+    const std::string& listen, grpc::Service* service, int max_message_bytes,
+    absl::string_view who, std::shared_ptr<grpc::ServerCredentials> credentials = nullptr);
 
 // Reports NOT_SERVING, lets calls in flight finish for up to two seconds,
 // then cancels the rest and waits. Null is a no-op.

@@ -235,8 +235,14 @@ class PythonCompletions {
 
 class PyClient {
  public:
-  explicit PyClient(const std::string& target) {
-    absl::StatusOr<std::unique_ptr<Client>> c = Client::Connect(target);
+  PyClient(const std::string& target, const std::string& tls_ca, const std::string& tls_cert,
+           const std::string& tls_key, const std::string& token) {
+    ClientOptions options;
+    options.tls_ca = tls_ca;
+    options.tls_cert = tls_cert;
+    options.tls_key = tls_key;
+    options.token = token;
+    absl::StatusOr<std::unique_ptr<Client>> c = Client::Connect(target, options);
     if (!c.ok()) RaiseStatus(c.status());
     client_ = *std::move(c);
   }
@@ -355,7 +361,10 @@ class PyClient {
 
 void DefineClient(nb::module_& m) {
   nb::class_<PyClient>(m, "Client")
-      .def(nb::init<const std::string&>(), nb::arg("target"))
+      .def(nb::init<const std::string&, const std::string&, const std::string&,
+                    const std::string&, const std::string&>(),
+           nb::arg("target"), nb::arg("tls_ca"), nb::arg("tls_cert"), nb::arg("tls_key"),
+           nb::arg("token"))
       .def("call", &PyClient::Call)
       .def("call_async", &PyClient::CallAsync)
       .def("allocate_shared", &PyClient::AllocateShared)

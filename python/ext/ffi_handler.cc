@@ -8,10 +8,12 @@
 #include <utility>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "farcall/client.h"
 #include "python/ext/extension.h"
+#include "nanobind/stl/string.h"
 #include "python/ext/ffi_call.h"
 
 namespace nb = nanobind;
@@ -23,17 +25,32 @@ namespace {
 // Abseil 20220623 has its own string_view.
 absl::string_view Absl(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
-// One client per target for the life of the process: XLA calls handlers
-// from many threads, and clients share channels anyway.
-absl::StatusOr<Client*> ClientFor(std::string_view target) {
-  static absl::Mutex mu(absl::kConstInit);
-  static auto* clients = new std::map<std::string, std::unique_ptr<Client>, std::less<>>();
-  absl::MutexLock l(&mu);
-  auto it = clients->find(target);
+// Clients for the life of the process, by connection key: XLA calls
+// handlers from many threads, and clients share channels anyway. A key is a
+// plain target (plaintext, no token), or one that Connection() made for a
+// target with TLS or a token: the secrets stay here, out of the program's
+// attributes (which JAX prints in its IR dumps).
+absl::Mutex clients_mu(absl::kConstInit);
+std::map<std::string, std::unique_ptr<Client>, std::less<>>* clients
+    ABSL_GUARDED_BY(clients_mu) = new std::map<std::string, std::unique_ptr<Client>, std::less<>>();
+
+absl::StatusOr<Client*> ClientFor(std::string_view key) {
+  absl::MutexLock l(&clients_mu);
+  auto it = clients->find(key);
   if (it != clients->end()) return it->second.get();
-  absl::StatusOr<std::unique_ptr<Client>> c = Client::Connect(std::string(target));
+  absl::StatusOr<std::unique_ptr<Client>> c = Client::Connect(std::string(key));
   if (!c.ok()) return c.status();
-  return clients->emplace(std::string(target), *std::move(c)).first->second.get();
+  return clients->emplace(std::string(key), *std::move(c)).first->second.get();
+}
+
+// A connection key for `target` reached with `options`.
+std::string Connection(const std::string& target, const ClientOptions& options) {
+  absl::StatusOr<std::unique_ptr<Client>> c = Client::Connect(target, options);
+  if (!c.ok()) RaiseStatus(c.status());
+  absl::MutexLock l(&clients_mu);
+  std::string key = absl::StrCat(target, "#", clients->size());
+  clients->emplace(key, *std::move(c));
+  return key;
 }
 
 // Reads "<len>:<bytes>" from the front of `in`.
@@ -178,6 +195,11 @@ ffi::Error ToFfiError(const absl::Status& s) {
 XLA_FFI_DEFINE_HANDLER_SYMBOL(FarcallXlaCpuCall, CpuCall, BindCall(ffi::Ffi::Bind()));
 
 void DefineFfi(nb::module_& m) {
+  m.def("ffi_connection", [](const std::string& target, const std::string& tls_ca,
+                             const std::string& tls_cert, const std::string& tls_key,
+                             const std::string& token) {
+    return Connection(target, ClientOptions{tls_ca, tls_cert, tls_key, token});
+  });
   // {XLA platform name: capsule}, for jax.ffi.register_ffi_target.
   m.def("ffi_handlers", [] {
     nb::dict d;

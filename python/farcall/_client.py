@@ -203,6 +203,10 @@ class Client:
     fails calls, not this constructor. Thread-safe; one Client serves many
     threads. Same-host agents are reached through shared memory.
 
+    TLS: ``tls_ca`` (a PEM file) verifies the server; ``tls_cert`` and
+    ``tls_key`` present a client certificate to servers that require one.
+    ``token`` is sent as ``authorization: Bearer TOKEN`` on every call.
+
         client = farcall.Client("127.0.0.1:50050")
         x = np.arange(8, dtype=np.float32)
         y = np.ones(8, dtype=np.float32)
@@ -211,10 +215,13 @@ class Client:
         assert out is y          # updated in place
     """
 
-    def __init__(self, target: str, *, timeout: float = 60.0):
+    def __init__(self, target: str, *, timeout: float = 60.0, tls_ca: str | None = None,
+                 tls_cert: str | None = None, tls_key: str | None = None,
+                 token: str | None = None):
         self.target = target
         self.timeout = float(timeout)
-        self._native = _farcall.Client(target)
+        self._native = _farcall.Client(target, tls_ca or "", tls_cert or "", tls_key or "",
+                                       token or "")
 
     def __repr__(self) -> str:
         return f"farcall.Client({self.target!r})"

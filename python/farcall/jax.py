@@ -121,9 +121,13 @@ def buffer_callback(handler: str, result_shape_dtypes: object, *, target: str,
                     input_output_aliases: dict[int, int] | None = None,
                     command_buffer_compatible: bool = False,
                     attributes: Mapping[str, Any] | None = None,
-                    timeout: float | None = None):
+                    timeout: float | None = None, tls_ca: str | None = None,
+                    tls_cert: str | None = None, tls_key: str | None = None,
+                    token: str | None = None):
     """Returns a function that runs ``handler`` on a farcall agent of
-    ``platform``, reached at ``target`` (a router or an agent).
+    ``platform``, reached at ``target`` (a router or an agent), with TLS and
+    a bearer token as farcall.Client takes them (the secrets never enter
+    the traced program).
 
     The returned function takes and returns JAX arrays (pytrees of them),
     and works eagerly and under ``jax.jit``. ``attributes`` are the
@@ -136,6 +140,7 @@ def buffer_callback(handler: str, result_shape_dtypes: object, *, target: str,
     flat_result_avals = tuple(core.ShapedArray(x.shape, x.dtype) for x in flat_shape_dtypes)
     encoded_attrs = _encode_attrs(attributes)
     call_timeout = float(_DEFAULT_TIMEOUT if timeout is None else timeout)
+    connection = _connection(target, tls_ca, tls_cert, tls_key, token)
 
     def wrapped_callback(*args, **kwargs):
         remote_platform = _check_platform(platform)
@@ -164,7 +169,7 @@ def buffer_callback(handler: str, result_shape_dtypes: object, *, target: str,
         out_flat = farcall_call_p.bind(
             *flat_args,
             handler=handler,
-            target=target,
+            target=connection,
             platform=remote_platform,
             result_avals=flat_result_avals,
             vmap_method=vmap_method,
@@ -223,10 +228,27 @@ def _ffi_lowering(ctx, *args, handler, target, platform, has_side_effect,
 _CLIENTS: dict[str, _client.Client] = {}
 
 
-def _client_for(target: str) -> _client.Client:
-    c = _CLIENTS.get(target)
+def _connection(target, tls_ca, tls_cert, tls_key, token) -> str:
+    """The key calls use for ``target``: the target itself when plain, or a
+    key standing for its TLS files and token, so that they stay out of the
+    traced program."""
+    if not (tls_ca or tls_cert or tls_key or token):
+        return target
+    client = _client.Client(target, tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key,
+                            token=token)
+    if _FFI_PLATFORMS:
+        key = _farcall.ffi_connection(target, tls_ca or "", tls_cert or "", tls_key or "",
+                                      token or "")
+    else:
+        key = f"{target}#py{len(_CLIENTS)}"
+    _CLIENTS[key] = client
+    return key
+
+
+def _client_for(key: str) -> _client.Client:
+    c = _CLIENTS.get(key)
     if c is None:
-        c = _CLIENTS.setdefault(target, _client.Client(target))
+        c = _CLIENTS.setdefault(key, _client.Client(key))
     return c
 
 

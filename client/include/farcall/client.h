@@ -158,13 +158,28 @@ class SharedBuffer {
   size_t size_ = 0;
 };
 
+// How a Client reaches its target: TLS and a bearer token. The default is
+// plaintext without a token.
+struct ClientOptions {
+  // PEM file paths. tls_ca alone: TLS, verifying the server against that CA
+  // (tls_ca empty but a certificate given: the system's roots). tls_cert and
+  // tls_key together: a client certificate, for servers that require one.
+  std::string tls_ca;
+  std::string tls_cert;
+  std::string tls_key;
+  // Sent as `authorization: Bearer TOKEN` on every call; empty: none.
+  std::string token;
+};
+
 using CallCallback = std::function<void(absl::StatusOr<CallResult>)>;
 
 class Client {
  public:
 
   // Connects lazily: this never fails for an unreachable target; calls do.
-  static absl::StatusOr<std::unique_ptr<Client>> Connect(const std::string& target);
+  // INVALID_ARGUMENT or NOT_FOUND for TLS files that cannot be used.
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(const std::string& target,
+                                                         const ClientOptions& options = {});
   ~Client();
 
   // Blocks until the call completes.

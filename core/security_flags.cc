@@ -1,0 +1,35 @@
+#include "core/security_flags.h"
+
+#include <string>
+
+#include "absl/flags/flag.h"
+
+ABSL_FLAG(std::string, tls_cert, "", "serve TLS with this PEM certificate chain");
+ABSL_FLAG(std::string, tls_key, "", "the PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_ca, "", "verify client certificates against this PEM CA");
+ABSL_FLAG(bool, require_client_cert, false,
+          "refuse clients without a certificate signed by --tls_ca (mutual TLS)");
+ABSL_FLAG(std::string, tokens_file, "",
+          "require bearer tokens: lines 'TOKEN HANDLER[,HANDLER...]' or 'TOKEN *'");
+
+namespace farcall {
+
+absl::StatusOr<ServerSecurity> ServerSecurityFromFlags() {
+  ServerSecurity s;
+  ServerTls tls;
+  tls.files = {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
+               absl::GetFlag(FLAGS_tls_ca)};
+  tls.require_client_cert = absl::GetFlag(FLAGS_require_client_cert);
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> creds = ServerCredentials(tls);
+  if (!creds.ok()) return creds.status();
+  s.credentials = *std::move(creds);
+  const std::string tokens = absl::GetFlag(FLAGS_tokens_file);
+  if (!tokens.empty()) {
+    absl::StatusOr<TokenTable> t = TokenTable::Load(tokens);
+    if (!t.ok()) return t.status();
+    s.tokens = *std::move(t);
+  }
+  return s;
+}
+
+}  // namespace farcall

@@ -1,0 +1,27 @@
+// The security flags that agents and routers share, defined once:
+//   --tls_cert, --tls_key     serve TLS with this certificate and key;
+//   --tls_ca                  verify client certificates against this CA;
+//   --require_client_cert     refuse clients without one (mutual TLS);
+//   --tokens_file             require bearer tokens (core/tokens.h).
+#ifndef FARCALL_CORE_SECURITY_FLAGS_H_
+#define FARCALL_CORE_SECURITY_FLAGS_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "core/tokens.h"
+#include "core/wire/security.h"
+
+namespace farcall {
+
+struct ServerSecurity {
+  std::shared_ptr<grpc::ServerCredentials> credentials;
+  TokenTable tokens;
+};
+
+// What the flags ask for; the files' errors name the flag and the path.
+absl::StatusOr<ServerSecurity> ServerSecurityFromFlags();
+
+}  // namespace farcall
+
+#endif  // FARCALL_CORE_SECURITY_FLAGS_H_

@@ -1,0 +1,123 @@
+#include "core/tokens.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+
+namespace farcall {
+namespace {
+
+// Equal in time that depends only on the lengths.
+bool ConstantTimeEqual(absl::string_view a, absl::string_view b) {
+  const size_t n = std::max(a.size(), b.size());
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
+    const unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
+    diff |= x ^ y;
+  }
+  return diff == 0;
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path, absl::string_view what) {
+  std::ifstream f(path);
+  if (!f) {
+    return absl::NotFoundError(absl::StrCat("cannot read the ", what, " ", path, "."));
+  }
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+absl::StatusOr<TokenTable> TokenTable::Parse(absl::string_view text, absl::string_view source) {
+  TokenTable t;
+  int line_no = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    ++line_no;
+    line = absl::StripAsciiWhitespace(line);
+    if (line.empty() || line.front() == '#') continue;
+    std::vector<absl::string_view> fields =
+        absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
+    if (fields.size() != 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          source, " line ", line_no,
+          ": expected 'TOKEN HANDLER[,HANDLER...]' or 'TOKEN *'."));
+    }
+    Entry e;
+    e.token = std::string(fields[0]);
+    if (fields[1] == "*") {
+      e.all = true;
+    } else {
+      for (absl::string_view h : absl::StrSplit(fields[1], ',', absl::SkipEmpty())) {
+        e.handlers.emplace_back(h);
+      }
+    }
+    t.entries_.push_back(std::move(e));
+  }
+  return t;
+}
+
+absl::StatusOr<TokenTable> TokenTable::Load(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadFile(path, "tokens file");
+  if (!text.ok()) return text.status();
+  return Parse(*text, path);
+}
+
+const TokenTable::Entry* TokenTable::Find(absl::string_view authorization,
+                                          absl::Status* error) const {
+  if (!absl::StartsWith(authorization, kBearerPrefix)) {
+    *error = absl::UnauthenticatedError(
+        "this server needs a bearer token: send 'authorization: Bearer TOKEN'.");
+    return nullptr;
+  }
+  absl::string_view token = authorization.substr(sizeof(kBearerPrefix) - 1);
+  const Entry* found = nullptr;
+  for (const Entry& e : entries_) {
+    // No early exit: every entry is compared whatever matched before.
+    const bool eq = ConstantTimeEqual(e.token, token);
+    if (eq && found == nullptr) found = &e;
+  }
+  if (found == nullptr) {
+    *error = absl::UnauthenticatedError("the bearer token is not known to this server.");
+  }
+  return found;
+}
+
+absl::Status TokenTable::Authenticate(absl::string_view authorization) const {
+  if (!required()) return absl::OkStatus();
+  absl::Status error;
+  return Find(authorization, &error) != nullptr ? absl::OkStatus() : error;
+}
+
+absl::Status TokenTable::Authorize(absl::string_view authorization,
+                                   absl::string_view handler) const {
+  if (!required()) return absl::OkStatus();
+  absl::Status error;
+  const Entry* e = Find(authorization, &error);
+  if (e == nullptr) return error;
+  if (e->all) return absl::OkStatus();
+  for (const std::string& h : e->handlers) {
+    if (h == handler) return absl::OkStatus();
+  }
+  return absl::PermissionDeniedError(
+      absl::StrCat("this token may not call handler '", handler, "'."));
+}
+
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadFile(path, "token file");
+  if (!text.ok()) return text.status();
+  for (absl::string_view line : absl::StrSplit(*text, '\n')) {
+    line = absl::StripAsciiWhitespace(line);
+    if (!line.empty() && line.front() != '#') return std::string(line);
+  }
+  return absl::InvalidArgumentError(absl::StrCat("the token file ", path, " holds no token."));
+}
+
+}  // namespace farcall

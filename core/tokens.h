@@ -1,0 +1,68 @@
+// Bearer tokens: who may call which handler.
+//
+// A tokens file has one token per line, `TOKEN HANDLER[,HANDLER...]` or
+// `TOKEN *` (every handler); blank lines and `#` comments are allowed. Calls
+// carry `authorization: Bearer TOKEN`.
+//
+//   absl::StatusOr<TokenTable> t = TokenTable::Load("/etc/farcall/tokens");
+//   absl::Status s = t->Authorize(authorization_value, "axpy");
+//
+// Tokens are compared in constant time (against every entry, whatever
+// matches), and no message or error ever contains one. Thread-safe after
+// construction.
+#ifndef FARCALL_CORE_TOKENS_H_
+#define FARCALL_CORE_TOKENS_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace farcall {
+
+// The metadata key calls carry their token in, and its value's prefix.
+inline constexpr char kAuthorizationKey[] = "authorization";
+inline constexpr char kBearerPrefix[] = "Bearer ";
+
+class TokenTable {
+ public:
+  // An empty table: no tokens required (the default, without --tokens_file).
+  TokenTable() = default;
+  // INVALID_ARGUMENT naming `source` and the line (never the token).
+  static absl::StatusOr<TokenTable> Parse(absl::string_view text, absl::string_view source);
+  // Reads and parses `path`; NOT_FOUND when it cannot be read.
+  static absl::StatusOr<TokenTable> Load(const std::string& path);
+
+  // Whether calls need a token at all.
+  bool required() const { return !entries_.empty(); }
+
+  // For a call with the `authorization` metadata value `authorization`
+  // (empty when absent): OK when no token is required, or the token is
+  // known; UNAUTHENTICATED otherwise.
+  absl::Status Authenticate(absl::string_view authorization) const;
+  // The same, and PERMISSION_DENIED naming `handler` when the token may not
+  // call it.
+  absl::Status Authorize(absl::string_view authorization, absl::string_view handler) const;
+
+ private:
+  struct Entry {
+    std::string token;
+    bool all = false;
+    std::vector<std::string> handlers;
+  };
+  // The entry whose token equals the presented one, or null; every entry is
+  // compared, in time that does not depend on where they differ.
+  const Entry* Find(absl::string_view authorization, absl::Status* error) const;
+
+  std::vector<Entry> entries_;
+};
+
+// The token in a file of its own (the router's --agent_token_file, the
+// CLI's --token_file): its first non-blank line, trimmed.
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
+
+}  // namespace farcall
+
+#endif  // FARCALL_CORE_TOKENS_H_

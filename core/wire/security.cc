@@ -1,0 +1,89 @@
+#include "core/wire/security.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "core/tokens.h"
+
+namespace farcall {
+namespace {
+
+absl::StatusOr<std::string> ReadPem(const std::string& path, const char* flag) {
+  std::ifstream f(path);
+  if (!f) return absl::NotFoundError(absl::StrCat(flag, ": cannot read ", path, "."));
+  std::stringstream ss;
+  ss << f.rdbuf();
+  std::string pem = ss.str();
+  if (pem.find("-----BEGIN ") == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, ": ", path, " is not a PEM file."));
+  }
+  return pem;
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const ServerTls& tls) {
+  const TlsFiles& f = tls.files;
+  if (!f.any()) {
+    if (tls.require_client_cert) {
+      return absl::InvalidArgumentError(
+          "--require_client_cert needs TLS: --tls_cert, --tls_key and --tls_ca.");
+    }
+    return grpc::InsecureServerCredentials();
+  }
+  if (f.cert.empty() || f.key.empty()) {
+    return absl::InvalidArgumentError("TLS needs both --tls_cert and --tls_key.");
+  }
+  if (tls.require_client_cert && f.ca.empty()) {
+    return absl::InvalidArgumentError(
+        "--require_client_cert needs --tls_ca, the CA that signs client certificates.");
+  }
+  grpc::SslServerCredentialsOptions opts(
+      tls.require_client_cert ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+      : f.ca.empty()          ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                              : GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY);
+  absl::StatusOr<std::string> cert = ReadPem(f.cert, "--tls_cert");
+  if (!cert.ok()) return cert.status();
+  absl::StatusOr<std::string> key = ReadPem(f.key, "--tls_key");
+  if (!key.ok()) return key.status();
+  opts.pem_key_cert_pairs.push_back({*key, *cert});
+  if (!f.ca.empty()) {
+    absl::StatusOr<std::string> ca = ReadPem(f.ca, "--tls_ca");
+    if (!ca.ok()) return ca.status();
+    opts.pem_root_certs = *ca;
+  }
+  return grpc::SslServerCredentials(opts);
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(const TlsFiles& f) {
+  if (!f.any()) return grpc::InsecureChannelCredentials();
+  if (f.cert.empty() != f.key.empty()) {
+    return absl::InvalidArgumentError(
+        "a client certificate needs both its certificate (tls_cert) and key (tls_key).");
+  }
+  grpc::SslCredentialsOptions opts;
+  if (!f.ca.empty()) {
+    absl::StatusOr<std::string> ca = ReadPem(f.ca, "tls_ca");
+    if (!ca.ok()) return ca.status();
+    opts.pem_root_certs = *ca;
+  }
+  if (!f.cert.empty()) {
+    absl::StatusOr<std::string> cert = ReadPem(f.cert, "tls_cert");
+    if (!cert.ok()) return cert.status();
+    absl::StatusOr<std::string> key = ReadPem(f.key, "tls_key");
+    if (!key.ok()) return key.status();
+    opts.pem_cert_chain = *cert;
+    opts.pem_private_key = *key;
+  }
+  return grpc::SslCredentials(opts);
+}
+
+std::string AuthorizationOf(const grpc::ServerContextBase& ctx) {
+  const auto& md = ctx.client_metadata();
+  auto it = md.find(kAuthorizationKey);
+  if (it == md.end()) return "";
+  return std::string(it->second.data(), it->second.size());
+}
+
+}  // namespace farcall
