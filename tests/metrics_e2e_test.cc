@@ -17,6 +17,7 @@
 #include "grpc/grpc.h"
 #include "gtest/gtest.h"
 #include "tests/process_harness.h"
+#include "tests/test_calls.h"
 
 namespace farcall {
 namespace {
@@ -47,13 +48,7 @@ std::string Scrape(int port) {
 }
 
 absl::StatusOr<CallResult> Copy(Client& client, const std::string& handler) {
-  std::vector<float> x = {1, 2, 3, 4};
-  TensorSpec spec{DType::kF32, {4}};
-  CallRequest req;
-  req.handler = handler;
-  req.args = {Arg::In(spec, x.data())};
-  req.results = {spec};
-  return client.Call(req);
+  return testing::CallOnFour(client, handler);
 }
 
 TEST(MetricsEndToEndTest, AgentAndRouterCountCalls) {

@@ -11,6 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/process_harness.h"
+#include "tests/test_calls.h"
 
 namespace farcall {
 namespace {
@@ -65,15 +66,9 @@ absl::Status Copy(const std::string& target, const ClientOptions& options,
                   const std::string& handler = "copy") {
   auto client = Client::Connect(target, options);
   if (!client.ok()) return client.status();
-  std::vector<float> x = {1, 2, 3, 4};
-  TensorSpec spec{DType::kF32, {4}};
-  CallRequest req;
-  req.handler = handler;
-  req.args = {Arg::In(spec, x.data())};
-  req.results = {spec};
   CallOptions opts;
   opts.timeout = absl::Seconds(10);
-  absl::StatusOr<CallResult> r = (*client)->Call(req, opts);
+  absl::StatusOr<CallResult> r = ::farcall::testing::CallOnFour(**client, handler, opts);
   if (!r.ok()) return r.status();
   return r->results[0].as<float>()[3] == 4 ? absl::OkStatus()
                                            : absl::InternalError("wrong result");
