@@ -239,6 +239,11 @@ struct Client::Impl {
     return shm;
   }
 
+  void DisableSharedMemory() {
+    absl::MutexLock l(&mu);
+    shm.reset();
+  }
+
   static bool IsLocal(const std::string& t) {
     for (const char* p : {"localhost:", "127.", "[::1]:", "unix:", "ipv4:127.", "ipv6:[::1]"}) {
       if (t.rfind(p, 0) == 0) return true;
@@ -332,8 +337,16 @@ absl::StatusOr<Client::Plan> Client::MakePlan(const CallRequest& request,
   if (options.transport == Transport::kAuto && options.allow_shm) {
     if (std::shared_ptr<client_internal::ShmChannel> shm = impl_->SharedMemory()) {
       absl::Status staged = client_internal::StageInSharedMemory(*prepared, *shm);
-      if (!staged.ok()) return staged;
-      plan.unary = true;  // only the header crosses gRPC
+      if (staged.ok()) {
+        plan.unary = true;  // only the header crosses gRPC
+      } else {
+        // The agent refused this client's memory (another user, too many
+        // connections) or the socket broke: this client goes on over gRPC,
+        // and this call too, prepared afresh without the shared region.
+        impl_->DisableSharedMemory();
+        prepared = client_internal::Prepare(request, options);
+        if (!prepared.ok()) return prepared.status();
+      }
     }
   }
   plan.method = absl::StrCat(

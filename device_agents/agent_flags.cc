@@ -31,6 +31,8 @@ ABSL_FLAG(std::string, metrics_listen, "",
           "HOST:PORT to serve Prometheus /metrics on (empty: off)");
 ABSL_FLAG(std::string, shm_socket, "auto",
           "same-host shared memory: auto, @abstract-name, a socket path, or empty for none");
+ABSL_FLAG(std::vector<std::string>, shm_allow_uids, {},
+          "uids besides the agent's own whose processes may use its shared memory");
 ABSL_FLAG(int, workers, 0, "handler threads (0: one per core)");
 ABSL_FLAG(std::vector<std::string>, devices, {},
           "device ordinals to serve, e.g. 0,1 (default: every device found)");
@@ -76,6 +78,14 @@ absl::StatusOr<AgentServer::Options> AgentOptionsFromFlags() {
   options.workers = absl::GetFlag(FLAGS_workers);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.shm_socket = absl::GetFlag(FLAGS_shm_socket);
+  for (const std::string& u : absl::GetFlag(FLAGS_shm_allow_uids)) {
+    uint32_t uid = 0;
+    if (!absl::SimpleAtoi(u, &uid)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--shm_allow_uids takes numeric uids such as 1000,1001; got '", u, "'."));
+    }
+    options.shm_allow_uids.push_back(uid);
+  }
   options.config.platform = *platform;
   options.config.agent_id = absl::GetFlag(FLAGS_agent_id);
   options.config.max_call_bytes = absl::GetFlag(FLAGS_max_call_bytes);

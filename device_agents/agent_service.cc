@@ -346,7 +346,9 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(Options options)
     std::string address = options.shm_socket == "auto"
                               ? absl::StrCat("@farcall-agent-", shm::NewToken().substr(0, 16))
                               : options.shm_socket;
-    FARCALL_ASSIGN_OR_RETURN(state.shm, ShmService::Start(address));
+    ShmService::Options shm_options;
+    shm_options.allowed_uids = options.shm_allow_uids;
+    FARCALL_ASSIGN_OR_RETURN(state.shm, ShmService::Start(address, shm_options));
   }
   int workers = options.workers > 0
                     ? options.workers

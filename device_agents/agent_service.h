@@ -40,6 +40,8 @@ class AgentServer {
     // with a random name), "@name", a path, or empty for none. Offered
     // on platforms whose memory the host addresses (cpu).
     std::string shm_socket = "auto";
+    // Users besides the agent's own whose processes may use shared memory.
+    std::vector<uint32_t> shm_allow_uids;
     // Handlers of the program that embeds the agent (RegisteredHandler's
     // `invoke` and `pool`), registered after the built-ins and plugins.
     std::vector<RegisteredHandler> in_process_handlers;

@@ -4,8 +4,14 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <system_error>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -54,16 +60,28 @@ absl::StatusOr<std::shared_ptr<ShmRegion>> MapRegion(int fd, uint64_t size) {
 
 ShmRegion::~ShmRegion() { munmap(data_, size_); }
 
-absl::StatusOr<std::unique_ptr<ShmService>> ShmService::Start(const std::string& address) {
+absl::StatusOr<std::unique_ptr<ShmService>> ShmService::Start(const std::string& address,
+                                                             Options options) {
   absl::StatusOr<int> fd = shm::Listen(address);
   if (!fd.ok()) return fd.status();
-  std::unique_ptr<ShmService> s(new ShmService(address, *fd));
+  std::unique_ptr<ShmService> s(new ShmService(address, *fd, std::move(options)));
   s->acceptor_ = std::thread([p = s.get()] { p->AcceptLoop(); });
   return s;
 }
 
-ShmService::ShmService(std::string address, int listen_fd)
-    : address_(std::move(address)), listen_fd_(listen_fd) {}
+ShmService::ShmService(std::string address, int listen_fd, Options options)
+    : address_(std::move(address)), listen_fd_(listen_fd), options_(std::move(options)) {}
+
+void ShmService::Refuse(int fd, const absl::Status& error) {
+  // Read the first request, so that the peer gets the answer, not a reset;
+  // a peer that sends nothing holds the accept loop for 200 ms at most.
+  struct timeval tv {0, 200 * 1000};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  absl::StatusOr<shm::Request> req = shm::ReceiveRequest(fd);
+  if (req.ok() && req->fd >= 0) close(req->fd);
+  (void)shm::SendReply(fd, Error(error.code(), std::string(error.message())));
+  close(fd);
+}
 
 ShmService::~ShmService() {
   std::map<int, std::thread> conns;
@@ -88,16 +106,60 @@ ShmService::~ShmService() {
 void ShmService::AcceptLoop() {
   for (;;) {
     int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    absl::MutexLock l(&mu_);
-    // Join connection threads that ended, so they do not pile up.
-    for (std::thread& t : finished_) t.join();
-    finished_.clear();
-    if (fd < 0 || stopping_) {
-      if (fd >= 0) close(fd);
-      if (stopping_) return;
+    const int accept_errno = errno;
+    {
+      absl::MutexLock l(&mu_);
+      // Join connection threads that ended, so they do not pile up.
+      for (std::thread& t : finished_) t.join();
+      finished_.clear();
+      if (stopping_) {
+        if (fd >= 0) close(fd);
+        return;
+      }
+    }
+    if (fd < 0) {
+      // Out of file descriptors (or memory): back off instead of spinning.
+      if (accept_errno == EMFILE || accept_errno == ENFILE || accept_errno == ENOMEM ||
+          accept_errno == ENOBUFS) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
       continue;
     }
-    connections_.emplace(fd, std::thread([this, fd] { Serve(fd); }));
+    // Only the agent's own user, or uids allowed by flag, may hand it memory.
+    struct ucred cred {};
+    socklen_t len = sizeof(cred);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+      close(fd);
+      continue;
+    }
+    const bool allowed =
+        cred.uid == geteuid() || std::find(options_.allowed_uids.begin(),
+                                           options_.allowed_uids.end(),
+                                           cred.uid) != options_.allowed_uids.end();
+    if (!allowed) {
+      Refuse(fd, absl::PermissionDeniedError(absl::StrCat(
+                     "this agent's shared memory serves its own user (uid ", geteuid(),
+                     ") and --shm_allow_uids, not uid ", cred.uid, ".")));
+      continue;
+    }
+    bool full = false;
+    {
+      absl::MutexLock l(&mu_);
+      full = connections_.size() >= options_.max_connections;
+      if (!full) {
+        try {
+          connections_.emplace(fd, std::thread([this, fd] { Serve(fd); }));
+        } catch (const std::system_error&) {
+          // No thread for it: refuse this client, keep serving the others.
+          close(fd);
+        }
+      }
+    }
+    if (full) {
+      Refuse(fd, absl::ResourceExhaustedError(absl::StrCat(
+                     "this agent serves at most ", options_.max_connections,
+                     " shared-memory connections at once.")));
+    }
   }
 }
 

@@ -34,8 +34,16 @@ class ShmRegion {
 
 class ShmService {
  public:
+  struct Options {
+    // Peers (by SO_PEERCRED) whose regions are served: the agent's own user
+    // always, and these uids too.
+    std::vector<uint32_t> allowed_uids;
+    // Connections served at once; more are refused until one closes.
+    size_t max_connections = 256;
+  };
   // Listens on `address` ("@name": abstract socket; else a path).
-  static absl::StatusOr<std::unique_ptr<ShmService>> Start(const std::string& address);
+  static absl::StatusOr<std::unique_ptr<ShmService>> Start(const std::string& address,
+                                                           Options options);
   ~ShmService();
 
   const std::string& address() const { return address_; }
@@ -44,12 +52,15 @@ class ShmService {
   int64_t region_count() const;
 
  private:
-  explicit ShmService(std::string address, int listen_fd);
+  ShmService(std::string address, int listen_fd, Options options);
   void AcceptLoop();
   void Serve(int fd);
+  // Answers the peer's first request with `error`, then closes.
+  static void Refuse(int fd, const absl::Status& error);
 
   const std::string address_;
   const int listen_fd_;
+  const Options options_;
   std::thread acceptor_;
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -220,6 +220,29 @@ std::string RegisterRegion(int sock, bool seal, shm::Reply* reply_out = nullptr,
   return reply->status == 0 ? reply->token : "";
 }
 
+TEST_F(ShmTest, OtherUsersAreRefusedAndTheirCallsGoOverGrpc) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to run a client as another user";
+  // The CLI as user nobody (65534): its shared memory is refused, so its
+  // call goes over gRPC, and bench --shm, which insists, says why.
+  const std::string as_nobody =
+      absl::StrCat("setpriv --reuid=65534 --regid=65534 --clear-groups ", FARCALL_CLI_BIN,
+                   " --target=", agent_->address());
+  testing::CommandResult r = testing::RunCommand(as_nobody + " --help");
+  if (r.exit_code == 126 || r.exit_code == 127) {
+    GTEST_SKIP() << "user nobody cannot run the CLI from this build folder: " << r.output;
+  }
+  r = testing::RunCommand(as_nobody + " call copy 'float32[4]:iota' --results='float32[4]'");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("unary Call"));
+  r = testing::RunCommand(as_nobody + " bench --shm --calls=1 --bytes=64");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--shm"));
+  // The agent's own user still gets it.
+  r = testing::RunCommand(absl::StrCat(FARCALL_CLI_BIN, " --target=", agent_->address(),
+                                       " bench --shm --calls=1 --bytes=64"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
 TEST_F(ShmTest, UnknownRegionIsNotFound) {
   grpc::Status s = RawShmCall(std::string(32, 'a'), 0, false);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
