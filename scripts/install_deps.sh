@@ -15,6 +15,8 @@ DEBS=(
   # Device backends: rocm (HIP 5.2 compiler and runtime) and oneapi (the
   # OpenCL loader and headers, with PoCL as a CPU device to run it on).
   hipcc libamdhip64-dev ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo
+  # The libFuzzer targets (tests/fuzz): clang and its fuzzer runtime.
+  clang libclang-rt-14-dev
 )
 
 missing=()

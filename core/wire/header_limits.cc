@@ -28,21 +28,25 @@ bool ReadLength(CodedInputStream& in, uint32_t tag, uint32_t* len) {
          in.ReadVarint32(len);
 }
 
-// The rank a TensorSpec's bytes declare: its dims, packed or not.
+// The rank a TensorSpec's bytes declare: its dims, packed or not. A field of
+// an unexpected wire type is skipped, as the parser skips it.
 bool CountRank(CodedInputStream& in, int64_t* rank) {
   while (uint32_t tag = in.ReadTag()) {
-    if (WireFormatLite::GetTagFieldNumber(tag) != kDims) {
-      if (!WireFormatLite::SkipField(&in, tag)) return false;
-      continue;
-    }
-    if (WireFormatLite::GetTagWireType(tag) == WireFormatLite::WIRETYPE_VARINT) {
+    const auto wire = WireFormatLite::GetTagWireType(tag);
+    if (WireFormatLite::GetTagFieldNumber(tag) == kDims &&
+        wire == WireFormatLite::WIRETYPE_VARINT) {
       uint64_t v;
       if (!in.ReadVarint64(&v)) return false;
       ++*rank;
       continue;
     }
+    if (WireFormatLite::GetTagFieldNumber(tag) != kDims ||
+        wire != WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+      if (!WireFormatLite::SkipField(&in, tag)) return false;
+      continue;
+    }
     uint32_t len;
-    if (!ReadLength(in, tag, &len)) return false;
+    if (!in.ReadVarint32(&len)) return false;
     CodedInputStream::Limit lim = in.PushLimit(static_cast<int>(len));
     uint64_t v;
     while (in.BytesUntilLimit() > 0) {
@@ -94,12 +98,17 @@ absl::Status CheckHeaderLimits(absl::string_view header, const HeaderLimits& lim
   while (uint32_t tag = in.ReadTag()) {
     const int field = WireFormatLite::GetTagFieldNumber(tag);
     uint32_t len = 0;
-    if (field != kHandler && field != kPlatforms && field != kArgs && field != kResults &&
-        field != kAttributes) {
+    // Other fields, and these with an unexpected wire type, are skipped, as
+    // the parser skips them (as unknown fields). Bytes that cannot be
+    // skipped do not parse: the parser refuses them.
+    const bool wanted = field == kHandler || field == kPlatforms || field == kArgs ||
+                        field == kResults || field == kAttributes;
+    if (!wanted ||
+        WireFormatLite::GetTagWireType(tag) != WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
       if (!WireFormatLite::SkipField(&in, tag)) return absl::OkStatus();
       continue;
     }
-    if (!ReadLength(in, tag, &len)) return absl::OkStatus();  // the parser refuses it
+    if (!in.ReadVarint32(&len)) return absl::OkStatus();
     CodedInputStream::Limit lim = in.PushLimit(static_cast<int>(len));
     if (field == kHandler || field == kPlatforms) {
       if (len > limits.max_name_bytes) {

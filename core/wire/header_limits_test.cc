@@ -98,6 +98,27 @@ TEST(HeaderLimitsTest, AttributesNamesAndStrings) {
   ExpectOver(long_handler, l, "the handler name is 19 bytes, over the limit of 8 (--max_name_bytes).");
 }
 
+TEST(HeaderLimitsTest, FieldsOfAnotherWireTypeAreSkippedNotTrusted) {
+  // A handler field sent as a varint is an unknown field to the parser,
+  // which goes on to parse what follows; so does the check (the fuzzer's
+  // find).
+  HeaderLimits l;
+  l.max_tensors = 1;
+  v1::CallHeader h = Header(2, 0, 1);
+  std::string bytes = std::string("\x08\x10", 2) + h.SerializeAsString();
+  v1::CallHeader parsed;
+  ASSERT_TRUE(parsed.ParseFromString(bytes));
+  EXPECT_EQ(CheckHeaderLimits(bytes, l).code(), absl::StatusCode::kResourceExhausted);
+  // Dims as fixed64 are skipped by the parser too.
+  l.max_tensors = 8;
+  l.max_rank = 1;
+  std::string spec = std::string("\x11", 1) + std::string(8, '\0') + "\x10\x02\x10\x02";
+  std::string with_odd_dims = std::string("\x1a", 1) + static_cast<char>(spec.size()) + spec;
+  ASSERT_TRUE(parsed.ParseFromString(with_odd_dims));
+  EXPECT_EQ(parsed.args(0).dims_size(), 2);
+  EXPECT_EQ(CheckHeaderLimits(with_odd_dims, l).code(), absl::StatusCode::kResourceExhausted);
+}
+
 TEST(HeaderLimitsTest, MalformedBytesAreLeftToTheParser) {
   EXPECT_TRUE(CheckHeaderLimits(std::string("\x1a\x7f\x01", 3), HeaderLimits()).ok());
 }
