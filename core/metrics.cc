@@ -89,7 +89,12 @@ Histogram HistogramFamily::With(const std::vector<std::string>& values) {
 }
 
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
-    const std::string& listen) {
+    const std::string& given) {
+  // A bare port ("9100" or ":9100") is loopback's: exposing metrics to the
+  // network takes an explicit host (0.0.0.0:9100).
+  std::string listen = given;
+  if (listen.find(':') == std::string::npos) listen = "127.0.0.1:" + listen;
+  if (listen.front() == ':') listen = "127.0.0.1" + listen;
   try {
     // prometheus-cpp reports a bind failure by throwing; keep it inside.
     auto e = std::make_unique<prometheus::Exposer>(listen);

@@ -104,6 +104,8 @@ class HistogramFamily {
 // bind.
 class MetricsServer {
  public:
+  // `listen` is HOST:PORT, or a bare PORT (or :PORT), which binds loopback
+  // only. Port 0 picks a free one.
   static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(const std::string& listen);
   virtual ~MetricsServer() = default;
   virtual int port() const = 0;

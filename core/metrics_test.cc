@@ -1,5 +1,8 @@
 #include "core/metrics.h"
 
+#include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "gmock/gmock.h"
@@ -35,6 +38,32 @@ TEST(MetricsTest, ServerBindsPortZero) {
   auto server = MetricsServer::Start("127.0.0.1:0");
   ASSERT_TRUE(server.ok()) << server.status();
   EXPECT_GT((*server)->port(), 0);
+}
+
+// The local address of the listening TCP socket on `port`, from
+// /proc/net/tcp ("0100007F" is 127.0.0.1, "00000000" any address).
+std::string ListeningAddress(int port) {
+  std::ifstream f("/proc/net/tcp");
+  std::string line;
+  char want[8];
+  std::snprintf(want, sizeof(want), ":%04X", port);
+  while (std::getline(f, line)) {
+    // "  sl  local_address rem_address   st ...": state 0A is LISTEN.
+    std::istringstream in(line);
+    std::string sl, local, remote, state;
+    in >> sl >> local >> remote >> state;
+    if (state == "0A" && local.size() > 5 && local.substr(local.size() - 5) == want) {
+      return local.substr(0, local.size() - 5);
+    }
+  }
+  return "";
+}
+
+TEST(MetricsTest, ABarePortBindsLoopbackOnly) {
+  auto server = MetricsServer::Start("0");
+  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_GT((*server)->port(), 0);
+  EXPECT_EQ(ListeningAddress((*server)->port()), "0100007F");
 }
 
 TEST(MetricsTest, BadAddressIsAnError) {

@@ -28,7 +28,8 @@ ABSL_FLAG(int64_t, max_inflight_bytes, 0,
 ABSL_FLAG(int64_t, response_chunk_bytes, 1 << 20,
           "result bytes per streamed response message");
 ABSL_FLAG(std::string, metrics_listen, "",
-          "HOST:PORT to serve Prometheus /metrics on (empty: off)");
+          "HOST:PORT to serve Prometheus /metrics on; a bare PORT binds loopback only "
+          "(empty: off)");
 ABSL_FLAG(std::string, shm_socket, "auto",
           "same-host shared memory: auto, @abstract-name, a socket path, or empty for none");
 ABSL_FLAG(std::vector<std::string>, shm_allow_uids, {},

@@ -22,7 +22,8 @@ ABSL_FLAG(std::vector<std::string>, agents, {},
 ABSL_FLAG(int64_t, max_call_bytes, int64_t{16} << 30,
           "largest call the router forwards, in bytes");
 ABSL_FLAG(std::string, metrics_listen, "",
-          "HOST:PORT to serve Prometheus /metrics on (empty: off)");
+          "HOST:PORT to serve Prometheus /metrics on; a bare PORT binds loopback only "
+          "(empty: off)");
 ABSL_FLAG(int, probe_interval_ms, 250, "how often agents' health is checked");
 ABSL_FLAG(std::string, agent_tls_ca, "",
           "reach agents over TLS, trusting this PEM CA (empty: plaintext)");
