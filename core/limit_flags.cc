@@ -8,6 +8,9 @@
 
 ABSL_FLAG(int64_t, max_message_bytes, 64 << 20,
           "largest single gRPC message, in bytes (bounds a unary Call)");
+ABSL_FLAG(int64_t, max_concurrent_streams, 1024, "most calls in flight on one connection");
+ABSL_FLAG(int64_t, grpc_memory_bytes, 0,
+          "bytes gRPC may hold in buffers for all connections (0: gRPC's default)");
 ABSL_FLAG(int64_t, max_header_bytes, 1 << 20, "largest encoded call header, in bytes");
 ABSL_FLAG(int64_t, max_tensors, 1024, "most tensors (args plus results) one call may declare");
 ABSL_FLAG(int64_t, max_rank, 64, "most dims one tensor may have");
@@ -39,6 +42,25 @@ absl::StatusOr<int64_t> MaxMessageBytesFromFlags() {
         "--max_message_bytes must be between ", kMin, " and ", kMax, "; got ", v, "."));
   }
   return v;
+}
+
+absl::StatusOr<GrpcServerLimits> GrpcServerLimitsFromFlags() {
+  GrpcServerLimits l;
+  FARCALL_ASSIGN_OR_RETURN(int64_t message_bytes, MaxMessageBytesFromFlags());
+  l.max_message_bytes = static_cast<int>(message_bytes);
+  const int64_t streams = absl::GetFlag(FLAGS_max_concurrent_streams);
+  if (streams < 1 || streams > std::numeric_limits<int>::max()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_concurrent_streams must be between 1 and ", std::numeric_limits<int>::max(),
+        "; got ", streams, "."));
+  }
+  l.max_concurrent_streams = static_cast<int>(streams);
+  l.memory_bytes = absl::GetFlag(FLAGS_grpc_memory_bytes);
+  if (l.memory_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--grpc_memory_bytes must be 0 or positive; got ", l.memory_bytes, "."));
+  }
+  return l;
 }
 
 }  // namespace farcall

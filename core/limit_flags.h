@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "absl/status/statusor.h"
+#include "core/wire/grpc_server.h"
 #include "core/wire/header_limits.h"
 
 namespace farcall {
@@ -21,6 +22,10 @@ absl::StatusOr<HeaderLimits> HeaderLimitsFromFlags();
 // --max_message_bytes, checked: gRPC takes an int, and the agent keeps 64
 // KiB of each message for framing. INVALID_ARGUMENT outside that range.
 absl::StatusOr<int64_t> MaxMessageBytesFromFlags();
+
+// The gRPC server's limits: --max_message_bytes, --max_concurrent_streams
+// and --grpc_memory_bytes, checked.
+absl::StatusOr<GrpcServerLimits> GrpcServerLimitsFromFlags();
 
 }  // namespace farcall
 

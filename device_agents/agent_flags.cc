@@ -90,7 +90,8 @@ absl::StatusOr<AgentServer::Options> AgentOptionsFromFlags() {
   options.config.platform = *platform;
   options.config.agent_id = absl::GetFlag(FLAGS_agent_id);
   options.config.max_call_bytes = absl::GetFlag(FLAGS_max_call_bytes);
-  FARCALL_ASSIGN_OR_RETURN(options.config.max_message_bytes, MaxMessageBytesFromFlags());
+  FARCALL_ASSIGN_OR_RETURN(options.grpc_limits, GrpcServerLimitsFromFlags());
+  options.config.max_message_bytes = options.grpc_limits.max_message_bytes;
   const double max_call_seconds = absl::GetFlag(FLAGS_max_call_seconds);
   if (!(max_call_seconds > 0)) {
     return absl::InvalidArgumentError(

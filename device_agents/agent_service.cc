@@ -358,9 +358,11 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(Options options)
 
   FARCALL_ASSIGN_OR_RETURN(
       RunningServer running,
-      StartGrpcServer(options.listen, impl->service.get(),
-                      static_cast<int>(state.config.max_message_bytes),
-                      "farcall-agent", options.credentials));
+      StartGrpcServer(options.listen, impl->service.get(), [&] {
+        GrpcServerLimits limits = options.grpc_limits;
+        limits.max_message_bytes = static_cast<int>(state.config.max_message_bytes);
+        return limits;
+      }(), "farcall-agent", options.credentials));
   impl->server = std::move(running.server);
   impl->port = running.port;
   // A sticky device error: stop being picked by routers; serve nothing new.

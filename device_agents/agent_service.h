@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/wire/grpc_server.h"
 #include "device_agents/agent_call.h"
 #include "grpcpp/security/server_credentials.h"
 
@@ -47,6 +48,9 @@ class AgentServer {
     std::vector<RegisteredHandler> in_process_handlers;
     // Handlers not to serve (the test built-ins sleep and fail, say).
     std::vector<std::string> disabled_handlers;
+    // The gRPC server's connection limits (its message size is
+    // config.max_message_bytes).
+    GrpcServerLimits grpc_limits;
     // TLS (null: plaintext) and bearer tokens (empty: none needed).
     std::shared_ptr<grpc::ServerCredentials> credentials;
     TokenTable tokens;

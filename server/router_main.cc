@@ -48,15 +48,15 @@ int main(int argc, char** argv) {
   options.max_call_bytes = absl::GetFlag(FLAGS_max_call_bytes);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.pool.probe_interval = absl::Milliseconds(absl::GetFlag(FLAGS_probe_interval_ms));
-  absl::StatusOr<int64_t> message_bytes = farcall::MaxMessageBytesFromFlags();
+  absl::StatusOr<farcall::GrpcServerLimits> grpc_limits = farcall::GrpcServerLimitsFromFlags();
   absl::StatusOr<farcall::HeaderLimits> limits = farcall::HeaderLimitsFromFlags();
-  for (const absl::Status& s : {message_bytes.status(), limits.status()}) {
+  for (const absl::Status& s : {grpc_limits.status(), limits.status()}) {
     if (!s.ok()) {
       std::fprintf(stderr, "farcall-router: %s\n", s.ToString().c_str());
       return 2;
     }
   }
-  options.max_message_bytes = *message_bytes;
+  options.grpc_limits = *grpc_limits;
   options.header_limits = *limits;
   absl::Status bad = [&]() -> absl::Status {
     FARCALL_ASSIGN_OR_RETURN(farcall::ServerSecurity security, farcall::ServerSecurityFromFlags());

@@ -464,9 +464,8 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(Options option
 
   FARCALL_ASSIGN_OR_RETURN(
       RunningServer running,
-      StartGrpcServer(options.listen, impl->service.get(),
-                      static_cast<int>(options.max_message_bytes), "farcall-router",
-                      options.credentials));
+      StartGrpcServer(options.listen, impl->service.get(), options.grpc_limits,
+                      "farcall-router", options.credentials));
   impl->server = std::move(running.server);
   impl->port = running.port;
   impl->pool->StartProbing();

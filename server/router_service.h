@@ -19,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/tokens.h"
+#include "core/wire/grpc_server.h"
 #include "core/wire/header_limits.h"
 #include "grpcpp/security/server_credentials.h"
 #include "server/agent_pool.h"
@@ -31,8 +32,9 @@ class RouterServer {
     std::string listen = "127.0.0.1:0";
     std::vector<std::string> agents;
     int64_t max_call_bytes = int64_t{16} << 30;
-    // Largest single gRPC message; what one call header may declare.
-    int64_t max_message_bytes = 64 << 20;
+    // The gRPC server's limits (message size, streams per connection,
+    // memory); what one call header may declare.
+    GrpcServerLimits grpc_limits;
     HeaderLimits header_limits;
     // TLS for callers (null: plaintext) and the tokens they need (empty:
     // none). The hop to agents: pool.credentials, and agent_token, the

@@ -733,6 +733,36 @@ TEST(RouterFailoverTest, KeepsServingWhenAnAgentDiesAndUsesItAgainWhenBack) {
 
 // ---- Client options ------------------------------------------------------------
 
+TEST(GrpcLimitsTest, CallsPastTheStreamLimitOfAConnectionWait) {
+  SKIP_WITHOUT_DEVICE();
+  auto a = ChildProcess::Start(FARCALL_AGENT_BIN,
+                               {absl::StrCat("--platform=", TestPlatform()),
+                                "--listen=127.0.0.1:0", "--max_concurrent_streams=1"});
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto client = Client::Connect((*a)->address());
+  ASSERT_TRUE(client.ok());
+  // Connected, with the server's settings (one stream) known to the client.
+  ASSERT_TRUE((*client)->Health().ok());
+  CallRequest sleep;
+  sleep.platform = TestPlatform();
+  sleep.handler = "sleep";
+  sleep.attributes["ms"] = int64_t{60000};
+  CallOptions long_call;
+  long_call.timeout = absl::Seconds(30);
+  long_call.transport = Transport::kStream;
+  auto held = (*client)->CallFuture(sleep, long_call);
+  // The sleep holds the connection's one stream: a second call on the same
+  // connection waits for a stream until its deadline.
+  CallRequest copy = sleep;
+  copy.handler = "fail";
+  copy.attributes = {{"code", int64_t{0}}, {"message", std::string("ok")}};
+  CallOptions short_call;
+  short_call.timeout = absl::Milliseconds(500);
+  short_call.allow_shm = false;
+  absl::Status s = (*client)->Call(copy, short_call).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+}
+
 TEST(ClientOptionsTest, WaitForReadyWaitsForTheTargetUntilTheDeadline) {
   SKIP_WITHOUT_DEVICE();
   // Nothing listens on port 1.

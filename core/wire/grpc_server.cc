@@ -1,5 +1,7 @@
 #include "core/wire/grpc_server.h"
 
+#include "grpcpp/resource_quota.h"
+
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -10,7 +12,7 @@
 namespace farcall {
 
 absl::StatusOr<RunningServer> StartGrpcServer(
-    const std::string& listen, grpc::Service* service, int max_message_bytes,
+    const std::string& listen, grpc::Service* service, const GrpcServerLimits& limits,
     absl::string_view who, std::shared_ptr<grpc::ServerCredentials> credentials) {
   grpc::EnableDefaultHealthCheckService(true);
   RunningServer r;
@@ -18,8 +20,16 @@ absl::StatusOr<RunningServer> StartGrpcServer(
   builder.AddListeningPort(
       listen, credentials != nullptr ? credentials : grpc::InsecureServerCredentials(), &r.port);
   builder.RegisterService(service);
-  builder.SetMaxReceiveMessageSize(max_message_bytes);
-  builder.SetMaxSendMessageSize(max_message_bytes);
+  builder.SetMaxReceiveMessageSize(limits.max_message_bytes);
+  builder.SetMaxSendMessageSize(limits.max_message_bytes);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, limits.max_concurrent_streams);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 2);
+  if (limits.memory_bytes > 0) {
+    grpc::ResourceQuota quota{std::string(who)};
+    quota.Resize(static_cast<size_t>(limits.memory_bytes));
+    builder.SetResourceQuota(quota);
+  }
   r.server = builder.BuildAndStart();
   if (r.server == nullptr || r.port == 0) {
     return absl::UnavailableError(absl::StrCat(

@@ -17,12 +17,24 @@ struct RunningServer {
   int port = 0;  // the port actually bound
 };
 
+// Transport limits of one server, so that no client holds more of it than
+// these allow.
+struct GrpcServerLimits {
+  int max_message_bytes = -1;        // < 0: unlimited
+  int max_concurrent_streams = 1024;  // calls in flight on one connection
+  // Bytes gRPC itself may hold for all connections (buffers, not tensors
+  // placed by the servers); 0: gRPC's default.
+  int64_t memory_bytes = 0;
+};
+
 // Serves `service` on `listen` (HOST:PORT, port 0 picks one) with
 // grpc.health.v1 reporting SERVING, over `credentials` (null: plaintext;
-// core/wire/tls.h makes TLS ones). `max_message_bytes` < 0: unlimited.
+// core/wire/security.h makes TLS ones), within `limits`.
 // UNAVAILABLE naming `who` and the address when it cannot bind.
+// Clients that ping more often than every 10 s without calls in flight are
+// sent away (keepalive enforcement).
 absl::StatusOr<RunningServer> StartGrpcServer(
-    const std::string& listen, grpc::Service* service, int max_message_bytes,
+    const std::string& listen, grpc::Service* service, const GrpcServerLimits& limits,
     absl::string_view who, std::shared_ptr<grpc::ServerCredentials> credentials = nullptr);
 
 // Reports NOT_SERVING, lets calls in flight finish for up to two seconds,
