@@ -32,6 +32,13 @@ std::chrono::system_clock::time_point DeadlineAfter(absl::Duration d) {
   return std::chrono::system_clock::now() + absl::ToChronoNanoseconds(d);
 }
 
+// After a failed call the agent may still be writing into the call's
+// staging region (a deadline or cancel ends the call here first): it must
+// never serve another call.
+void MarkRegionAfter(const PreparedCall& call, const absl::StatusOr<CallResult>& result) {
+  if (!result.ok() && call.shm_region != nullptr) call.shm_region->reusable = false;
+}
+
 // Whether the target is an agent or a router: the method paths differ.
 enum class Service { kUnknown, kAgent, kRouter };
 
@@ -96,6 +103,7 @@ class StreamCall final
         result->transport = Transport::kStream;
       }
     }
+    MarkRegionAfter(call_, result);
     completion_->Set(std::move(result));
     delete this;  // the callback runs once gRPC has released our slices
   }
@@ -162,6 +170,7 @@ class UnaryCall {
         result = s;
       }
     }
+    MarkRegionAfter(call_, result);
     completion_->Set(std::move(result));
     delete this;  // the callback runs once gRPC has released our slices
   }
@@ -410,6 +419,7 @@ absl::StatusOr<CallResult> Client::Call(const CallRequest& request,
           result->transport = Transport::kUnary;
         }
       }
+      MarkRegionAfter(plan->prepared, result);
       completion->Set(std::move(result));
     }
     released.WaitForNotification();

@@ -122,7 +122,7 @@ std::shared_ptr<ShmRegion> ShmChannel::Locate(const void* p, uint64_t n, uint64_
 }
 
 void ShmChannel::Return(std::unique_ptr<ShmRegion> region) {
-  {
+  if (region->reusable.load()) {
     absl::MutexLock l(&mu_);
     if (free_.size() < kMaxFree) {
       free_.push_back(std::move(region));

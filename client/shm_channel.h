@@ -9,6 +9,7 @@
 #ifndef FARCALL_CLIENT_SHM_CHANNEL_H_
 #define FARCALL_CLIENT_SHM_CHANNEL_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -25,6 +26,10 @@ struct ShmRegion {
   std::string token;
   uint8_t* data = nullptr;
   uint64_t size = 0;
+  // Cleared when a call that used the region failed (a deadline, a cancel):
+  // the agent may still be writing into it, so it is never handed to
+  // another call; it is unregistered when let go instead.
+  std::atomic<bool> reusable{true};
   ~ShmRegion();
 };
 

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "core/shm_protocol.h"
+#include "client/shm_channel.h"
 #include "farcall/client.h"
 #include "farcall/v1/farcall.grpc.pb.h"
 #include "gmock/gmock.h"
@@ -241,6 +242,28 @@ TEST_F(ShmTest, OtherUsersAreRefusedAndTheirCallsGoOverGrpc) {
   r = testing::RunCommand(absl::StrCat(FARCALL_CLI_BIN, " --target=", agent_->address(),
                                        " bench --shm --calls=1 --bytes=64"));
   EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+TEST_F(ShmTest, RegionsOfFailedCallsAreNeverReused) {
+  auto channel = client_internal::ShmChannel::Connect(Describe().shm_socket());
+  ASSERT_TRUE(channel.ok()) << channel.status();
+  std::string first;
+  {
+    auto r = (*channel)->Acquire(100);
+    ASSERT_TRUE(r.ok());
+    first = (*r)->token;
+  }
+  std::string second;
+  {
+    auto r = (*channel)->Acquire(100);
+    ASSERT_TRUE(r.ok());
+    second = (*r)->token;
+    EXPECT_EQ(second, first);  // a region of a call that ended well is reused
+    (*r)->reusable = false;     // as after a deadline
+  }
+  auto r = (*channel)->Acquire(100);
+  ASSERT_TRUE(r.ok());
+  EXPECT_NE((*r)->token, second);
 }
 
 TEST_F(ShmTest, UnknownRegionIsNotFound) {
