@@ -3,7 +3,9 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <algorithm>
 #include <functional>
+#include <set>
 #include <thread>
 #include <utility>
 
@@ -27,9 +29,12 @@ namespace {
 
 constexpr char kVersion[] = "0.1.0";
 
+class IdleWatchdog;
+
 struct Shared {
   AgentState state;
   std::unique_ptr<WorkerPool> pool;
+  IdleWatchdog* watchdog = nullptr;  // null: streams never time out
   // Where a call's handler runs: its own threads (in-process handlers), or
   // the shared workers.
   WorkerPool& PoolFor(const AgentCall& call) {
@@ -79,10 +84,32 @@ class ExecuteReactor final
     cancel_.SetDeadline(absl::Now() + shared.state.config.max_call_time);
     ctx->AddInitialMetadata(kAgentIdMetadataKey, shared.state.agent_id());
     StartSendInitialMetadata();
+    Watch();
+    AwaitClient(Wait::kSend);
     StartRead(&in_);
   }
 
+  // Ends the call with DEADLINE_EXCEEDED when it has waited on its client
+  // (to send the next frame, or to take a result frame) for `timeout`.
+  // Called by the IdleWatchdog, which holds a reference.
+  void ExpireIfIdle(absl::Time now, absl::Duration timeout) {
+    Wait waited;
+    {
+      absl::MutexLock l(&idle_mu_);
+      if (expired_ || waiting_ == Wait::kNone || now - since_ < timeout) return;
+      expired_ = true;
+      waited = waiting_;
+    }
+    FinishWith(absl::DeadlineExceededError(absl::StrCat(
+        "the caller ", waited == Wait::kSend ? "sent nothing" : "read no results", " for ",
+        absl::FormatDuration(timeout), " (--stream_idle_timeout); the call was ended.")));
+    // A write blocked on a client that reads nothing completes only when the
+    // stream goes; the pending read of a silent client ends with Finish.
+    if (waited == Wait::kRead) ctx_->TryCancel();
+  }
+
   void OnReadDone(bool ok) override {
+    if (!Resume()) return;  // ended as idle; nothing of the call is left
     if (!ok) {  // half-close, or the call broke
       if (ctx_->IsCancelled() || cancel_.cancelled()) {
         // Not a half-close: free the inputs now instead of running.
@@ -122,6 +149,7 @@ class ExecuteReactor final
   }
 
   void OnWriteDone(bool ok) override {
+    if (!Resume()) return;  // ended as idle
     if (!ok) {
       return FinishWith(absl::CancelledError(
           "the caller went away while results were being sent."));
@@ -136,14 +164,31 @@ class ExecuteReactor final
       Unref();
     }
   }
-  void OnDone() override { Unref(); }
+  void OnDone() override;
 
  private:
+  enum class Wait { kNone, kSend, kRead };
+
+  void Watch();
+  // Before each read or write that waits on the client.
+  void AwaitClient(Wait w) {
+    absl::MutexLock l(&idle_mu_);
+    waiting_ = w;
+    since_ = absl::Now();
+  }
+  // On each read or write completion: false when the call was ended as idle.
+  bool Resume() {
+    absl::MutexLock l(&idle_mu_);
+    waiting_ = Wait::kNone;
+    return !expired_;
+  }
+
   // Takes the chunks of the frame in `in_`, then reads the next frame.
   void ReadFrame() {
     absl::Status s = call_->OnRequestFrame(in_);
     in_.Clear();  // drop the slices now: the bytes are in the tensors
     if (!s.ok()) return FinishWith(s);
+    AwaitClient(Wait::kSend);
     StartRead(&in_);
   }
 
@@ -153,6 +198,7 @@ class ExecuteReactor final
         call_->NextResponseFrame(shared_.state.config.response_chunk_bytes, &out_);
     if (!more.ok()) return FinishWith(more.status());
     if (!*more) return FinishWith(absl::OkStatus());
+    AwaitClient(Wait::kRead);
     StartWrite(&out_);
   }
 
@@ -168,10 +214,77 @@ class ExecuteReactor final
   CancellationToken cancel_;
   BudgetWait budget_;
   const std::string authorization_;  // the call's bearer token, if any
+  absl::Mutex idle_mu_;
+  Wait waiting_ ABSL_GUARDED_BY(idle_mu_) = Wait::kNone;
+  absl::Time since_ ABSL_GUARDED_BY(idle_mu_);
+  bool expired_ ABSL_GUARDED_BY(idle_mu_) = false;
   bool begun_ = false;  // only touched by the read chain
   grpc::ByteBuffer in_;
   grpc::ByteBuffer out_;
 };
+
+// Ends streamed calls whose client stopped making progress
+// (--stream_idle_timeout): a thread wakes a few times per timeout and asks
+// each stream that waits on its client whether it has waited too long.
+class IdleWatchdog {
+ public:
+  explicit IdleWatchdog(absl::Duration timeout)
+      : timeout_(timeout), tick_(std::clamp(timeout / 4, absl::Milliseconds(10), absl::Seconds(1))) {
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~IdleWatchdog() {
+    {
+      absl::MutexLock l(&mu_);
+      stopping_ = true;
+    }
+    thread_.join();
+  }
+  void Add(ExecuteReactor* r) {
+    absl::MutexLock l(&mu_);
+    streams_.insert(r);
+  }
+  void Remove(ExecuteReactor* r) {
+    absl::MutexLock l(&mu_);
+    streams_.erase(r);
+  }
+
+ private:
+  void Loop() {
+    for (;;) {
+      std::vector<ExecuteReactor*> streams;
+      {
+        absl::MutexLock l(&mu_);
+        mu_.AwaitWithTimeout(absl::Condition(&stopping_), tick_);
+        if (stopping_) return;
+        for (ExecuteReactor* r : streams_) {
+          r->Ref();  // kept alive past its OnDone until asked
+          streams.push_back(r);
+        }
+      }
+      const absl::Time now = absl::Now();
+      for (ExecuteReactor* r : streams) {
+        r->ExpireIfIdle(now, timeout_);
+        r->Unref();
+      }
+    }
+  }
+
+  const absl::Duration timeout_;
+  const absl::Duration tick_;
+  absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::set<ExecuteReactor*> streams_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+void ExecuteReactor::Watch() {
+  if (shared_.watchdog != nullptr) shared_.watchdog->Add(this);
+}
+
+void ExecuteReactor::OnDone() {
+  if (shared_.watchdog != nullptr) shared_.watchdog->Remove(this);
+  Unref();
+}
 
 // Unary call: the request and the response are one frame each.
 class CallReactor final : public grpc::ServerUnaryReactor, public RefCounted {
@@ -300,6 +413,8 @@ class AgentService final
 }  // namespace
 
 struct AgentServer::Impl {
+  // First: it outlives the server, whose streams leave it in OnDone.
+  std::unique_ptr<IdleWatchdog> watchdog;
   std::unique_ptr<metrics::MetricsServer> metrics;
   Shared shared;
   std::unique_ptr<AgentService> service;
@@ -354,6 +469,10 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(Options options)
                     ? options.workers
                     : static_cast<int>(std::thread::hardware_concurrency());
   impl->shared.pool = std::make_unique<WorkerPool>(workers);
+  if (options.stream_idle_timeout > absl::ZeroDuration()) {
+    impl->watchdog = std::make_unique<IdleWatchdog>(options.stream_idle_timeout);
+    impl->shared.watchdog = impl->watchdog.get();
+  }
   impl->service = std::make_unique<AgentService>(impl->shared);
 
   FARCALL_ASSIGN_OR_RETURN(

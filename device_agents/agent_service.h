@@ -48,6 +48,10 @@ class AgentServer {
     std::vector<RegisteredHandler> in_process_handlers;
     // Handlers not to serve (the test built-ins sleep and fail, say).
     std::vector<std::string> disabled_handlers;
+    // A streamed call whose client sends nothing (after its header or a
+    // chunk), or takes no results, for this long is ended with
+    // DEADLINE_EXCEEDED and its memory freed. Zero: never.
+    absl::Duration stream_idle_timeout = absl::Seconds(60);
     // The gRPC server's connection limits (its message size is
     // config.max_message_bytes).
     GrpcServerLimits grpc_limits;

@@ -763,6 +763,98 @@ TEST(GrpcLimitsTest, CallsPastTheStreamLimitOfAConnectionWait) {
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
 }
 
+// A copy of u8[n] whose args are sent in one message (the header too).
+v1::ExecuteRequest CopyRequestU8(int64_t n, int64_t send) {
+  v1::ExecuteRequest r;
+  v1::CallHeader* h = r.mutable_header();
+  h->set_handler("copy");
+  h->add_platforms(TestPlatform());
+  *h->add_args() = Spec(DType::kU8, {n});
+  *h->add_results() = Spec(DType::kU8, {n});
+  if (send > 0) AddChunk(&r, 0, 0, static_cast<size_t>(send));
+  return r;
+}
+
+// A call of footprint 2n (copy of u8[n]) through the client, with `timeout`.
+absl::Status CopyCall(const std::string& address, int64_t n, absl::Duration timeout) {
+  auto client = Client::Connect(address);
+  if (!client.ok()) return client.status();
+  std::vector<uint8_t> x(n, 5);
+  CallRequest req;
+  req.platform = TestPlatform();
+  req.handler = "copy";
+  req.args = {Arg::In(TensorSpec{DType::kU8, {n}}, x.data())};
+  req.results = {TensorSpec{DType::kU8, {n}}};
+  CallOptions opts;
+  opts.timeout = timeout;
+  opts.allow_shm = false;
+  opts.transport = Transport::kStream;
+  return (*client)->Call(req, opts).status();
+}
+
+TEST(StreamIdleTest, ACallerThatStopsSendingIsEndedAndItsBudgetFreed) {
+  SKIP_WITHOUT_DEVICE();
+  constexpr int64_t kN = 2 << 20;  // footprint 4 MiB; the budget holds one
+  auto a = ChildProcess::Start(FARCALL_AGENT_BIN,
+                               {absl::StrCat("--platform=", TestPlatform()), "--listen=127.0.0.1:0",
+                                "--max_inflight_bytes=6291456", "--stream_idle_timeout=1s"});
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto channel = grpc::CreateChannel((*a)->address(), grpc::InsecureChannelCredentials());
+  auto stub = v1::Agent::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  auto stream = stub->Execute(&ctx);
+  // The header and the first KiB, then nothing: no more chunks, no half-close.
+  ASSERT_TRUE(stream->Write(CopyRequestU8(kN, 1024)));
+  // Once the stalled call holds the budget, another such call cannot finish
+  // quickly (it waits for memory); ask until that is so, a bounded number of
+  // times.
+  bool held = false;
+  for (int i = 0; i < 100 && !held; ++i) {
+    held = CopyCall((*a)->address(), kN, absl::Milliseconds(200)).code() ==
+           absl::StatusCode::kDeadlineExceeded;
+  }
+  ASSERT_TRUE(held) << "the stalled call never held the budget";
+  // The agent ends the stalled call after a second, freeing its memory, so
+  // this one gets it well before its own deadline.
+  absl::Status next = CopyCall((*a)->address(), kN, absl::Seconds(20));
+  EXPECT_TRUE(next.ok()) << next;
+  v1::ExecuteResponse resp;
+  while (stream->Read(&resp)) {
+  }
+  grpc::Status s = stream->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
+  EXPECT_EQ(s.error_message(),
+            "the caller sent nothing for 1s (--stream_idle_timeout); the call was ended.");
+}
+
+TEST(StreamIdleTest, ACallerThatStopsReadingIsEndedAndItsBudgetFreed) {
+  SKIP_WITHOUT_DEVICE();
+  constexpr int64_t kN = 24 << 20;  // results far past any flow-control window
+  auto a = ChildProcess::Start(FARCALL_AGENT_BIN,
+                               {absl::StrCat("--platform=", TestPlatform()), "--listen=127.0.0.1:0",
+                                "--max_inflight_bytes=62914560", "--stream_idle_timeout=1s"});
+  ASSERT_TRUE(a.ok()) << a.status();
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  auto channel = grpc::CreateCustomChannel((*a)->address(), grpc::InsecureChannelCredentials(), args);
+  auto stub = v1::Agent::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  auto stream = stub->Execute(&ctx);
+  // Every byte and the half-close; then the results are never read.
+  ASSERT_TRUE(stream->Write(CopyRequestU8(kN, kN)));
+  ASSERT_TRUE(stream->WritesDone());
+  bool held = false;
+  for (int i = 0; i < 100 && !held; ++i) {
+    held = CopyCall((*a)->address(), kN, absl::Milliseconds(300)).code() ==
+           absl::StatusCode::kDeadlineExceeded;
+  }
+  ASSERT_TRUE(held) << "the stalled call never held the budget";
+  absl::Status next = CopyCall((*a)->address(), kN, absl::Seconds(20));
+  EXPECT_TRUE(next.ok()) << next;
+}
+
 TEST(ClientOptionsTest, WaitForReadyWaitsForTheTargetUntilTheDeadline) {
   SKIP_WITHOUT_DEVICE();
   // Nothing listens on port 1.
