@@ -181,8 +181,9 @@ absl::Status AgentCall::Begin(const grpc::ByteBuffer& first) {
   if (handler_ == nullptr) return HandlerNotFoundError(header_.handler(), served);
   FARCALL_ASSIGN_OR_RETURN(device_, PickDevice());
   ++device_->active_calls;
-  // Shared-memory tensors live in the client's region, not in the agent.
-  footprint_ = header_.has_shm() ? 0 : v.footprint_bytes;
+  // Shared-memory tensors live in the client's region, but the agent maps
+  // and touches them all the same: they count against the budget too.
+  footprint_ = v.footprint_bytes;
   if (footprint_ > agent_.admission->budget()) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "the call needs ", footprint_, " bytes, over the agent's budget of ",

@@ -266,6 +266,22 @@ TEST_F(ShmTest, RegionsOfFailedCallsAreNeverReused) {
   EXPECT_NE((*r)->token, second);
 }
 
+TEST(ShmBudgetTest, SharedMemoryCallsCountAgainstTheBudget) {
+  auto agent = ChildProcess::Start(FARCALL_AGENT_BIN,
+                                   {"--listen=127.0.0.1:0", "--max_inflight_bytes=1048576"});
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  auto client = Client::Connect((*agent)->address());
+  ASSERT_TRUE(client.ok());
+  std::vector<uint8_t> in(1 << 20, 1);  // footprint 2 MiB with its result
+  auto r = (*client)->Call(CopyRequest(TensorSpec{DType::kU8, {1 << 20}}, in.data()));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
+  EXPECT_THAT(r.status().message(), HasSubstr("over the agent's budget of 1048576 bytes"));
+  std::vector<uint8_t> small(1000, 1);
+  r = (*client)->Call(CopyRequest(TensorSpec{DType::kU8, {1000}}, small.data()));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->transport, Transport::kShm);
+}
+
 TEST_F(ShmTest, UnknownRegionIsNotFound) {
   grpc::Status s = RawShmCall(std::string(32, 'a'), 0, false);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
