@@ -72,6 +72,9 @@ class FakeStream final : public Stream {
     return absl::OkStatus();
   }
   size_t enqueued() const { return done_ + ops_.size(); }
+  // Expires with the stream: a block recorded on it may outlive it (a real
+  // event does), and must not wait on a stream that is gone.
+  std::weak_ptr<int> alive() const { return alive_; }
   void RunUpTo(size_t mark) {
     while (done_ < mark && !ops_.empty()) {
       ops_.front()();
@@ -86,6 +89,7 @@ class FakeStream final : public Stream {
  private:
   std::deque<std::function<void()>> ops_;
   size_t done_ = 0;
+  std::shared_ptr<int> alive_ = std::make_shared<int>(0);
 };
 
 class FakeBlock final : public StagingBlock {
@@ -95,11 +99,12 @@ class FakeBlock final : public StagingBlock {
   int64_t size() const override { return static_cast<int64_t>(data_.size()); }
   absl::Status Record(Stream& stream) override {
     stream_ = static_cast<FakeStream*>(&stream);
+    stream_alive_ = stream_->alive();
     mark_ = stream_->enqueued();
     return absl::OkStatus();
   }
   absl::Status Wait() override {
-    if (stream_ != nullptr) stream_->RunUpTo(mark_);
+    if (stream_ != nullptr && !stream_alive_.expired()) stream_->RunUpTo(mark_);
     stream_ = nullptr;
     return absl::OkStatus();
   }
@@ -107,6 +112,7 @@ class FakeBlock final : public StagingBlock {
  private:
   std::vector<uint8_t> data_;
   FakeStream* stream_ = nullptr;
+  std::weak_ptr<int> stream_alive_;
   size_t mark_ = 0;
 };
 
