@@ -792,6 +792,19 @@ absl::Status CopyCall(const std::string& address, int64_t n, absl::Duration time
   return (*client)->Call(req, opts).status();
 }
 
+// Whether a stalled call holds the agent's budget: once it does, another
+// copy of u8[n] cannot finish quickly (it waits for memory). Asked until so,
+// a bounded number of times.
+bool BudgetHeld(const std::string& address, int64_t n) {
+  for (int i = 0; i < 100; ++i) {
+    if (CopyCall(address, n, absl::Milliseconds(300)).code() ==
+        absl::StatusCode::kDeadlineExceeded) {
+      return true;
+    }
+  }
+  return false;
+}
+
 TEST(StreamIdleTest, ACallerThatStopsSendingIsEndedAndItsBudgetFreed) {
   SKIP_WITHOUT_DEVICE();
   constexpr int64_t kN = 2 << 20;  // footprint 4 MiB; the budget holds one
@@ -806,15 +819,7 @@ TEST(StreamIdleTest, ACallerThatStopsSendingIsEndedAndItsBudgetFreed) {
   auto stream = stub->Execute(&ctx);
   // The header and the first KiB, then nothing: no more chunks, no half-close.
   ASSERT_TRUE(stream->Write(CopyRequestU8(kN, 1024)));
-  // Once the stalled call holds the budget, another such call cannot finish
-  // quickly (it waits for memory); ask until that is so, a bounded number of
-  // times.
-  bool held = false;
-  for (int i = 0; i < 100 && !held; ++i) {
-    held = CopyCall((*a)->address(), kN, absl::Milliseconds(200)).code() ==
-           absl::StatusCode::kDeadlineExceeded;
-  }
-  ASSERT_TRUE(held) << "the stalled call never held the budget";
+  ASSERT_TRUE(BudgetHeld((*a)->address(), kN)) << "the stalled call never held the budget";
   // The agent ends the stalled call after a second, freeing its memory, so
   // this one gets it well before its own deadline.
   absl::Status next = CopyCall((*a)->address(), kN, absl::Seconds(20));
@@ -845,12 +850,7 @@ TEST(StreamIdleTest, ACallerThatStopsReadingIsEndedAndItsBudgetFreed) {
   // Every byte and the half-close; then the results are never read.
   ASSERT_TRUE(stream->Write(CopyRequestU8(kN, kN)));
   ASSERT_TRUE(stream->WritesDone());
-  bool held = false;
-  for (int i = 0; i < 100 && !held; ++i) {
-    held = CopyCall((*a)->address(), kN, absl::Milliseconds(300)).code() ==
-           absl::StatusCode::kDeadlineExceeded;
-  }
-  ASSERT_TRUE(held) << "the stalled call never held the budget";
+  ASSERT_TRUE(BudgetHeld((*a)->address(), kN)) << "the stalled call never held the budget";
   absl::Status next = CopyCall((*a)->address(), kN, absl::Seconds(20));
   EXPECT_TRUE(next.ok()) << next;
 }
