@@ -233,28 +233,56 @@ struct Client::Impl {
   std::string shm_socket ABSL_GUARDED_BY(mu);  // what the agent offers
   bool shm_tried ABSL_GUARDED_BY(mu) = false;
   std::shared_ptr<client_internal::ShmChannel> shm ABSL_GUARDED_BY(mu);
+  // After a failed channel, when to try again, and the wait after that.
+  absl::Time shm_retry_at ABSL_GUARDED_BY(mu) = absl::InfinitePast();
+  absl::Duration shm_backoff ABSL_GUARDED_BY(mu) = absl::Seconds(1);
 
   // The agent's shared-memory channel, connected on first use; null when the
   // target is not a local agent offering one (then calls use gRPC alone).
+  // A channel whose agent went away (a restart) is dropped: this call goes
+  // over gRPC, and the next one asks the agent afresh for its socket.
   std::shared_ptr<client_internal::ShmChannel> SharedMemory() {
     absl::MutexLock l(&mu);
-    if (!shm_tried) {
+    if (shm != nullptr && !shm->Alive()) {
+      shm.reset();
+      shm_tried = false;
+      service = Service::kUnknown;  // Describe again: the socket's name changes
+      return nullptr;
+    }
+    if (!shm_tried && absl::Now() >= shm_retry_at) {
       shm_tried = true;
       if (service == Service::kAgent && !shm_socket.empty() && IsLocal(target)) {
         auto c = client_internal::ShmChannel::Connect(shm_socket);
-        if (c.ok()) shm = *std::move(c);
+        if (c.ok()) {
+          shm = *std::move(c);
+        } else {
+          BackOffLocked();
+        }
       }
     }
     return shm;
   }
 
+  // The channel failed (the agent refused this client's memory, or the
+  // socket broke): calls go over gRPC, and the channel is tried again later,
+  // a little later each time it fails.
   void DisableSharedMemory() {
     absl::MutexLock l(&mu);
     shm.reset();
+    BackOffLocked();
   }
 
+  void BackOffLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    shm_tried = false;
+    shm_retry_at = absl::Now() + shm_backoff;
+    shm_backoff = std::min(shm_backoff * 2, absl::Minutes(1));
+    service = Service::kUnknown;
+  }
+
+  // Shared memory serves only calls over loopback TCP (the agent checks the
+  // caller's user on each call).
   static bool IsLocal(const std::string& t) {
-    for (const char* p : {"localhost:", "127.", "[::1]:", "unix:", "ipv4:127.", "ipv6:[::1]"}) {
+    for (const char* p : {"localhost:", "127.", "[::1]:", "ipv4:127.", "ipv6:[::1]"}) {
       if (t.rfind(p, 0) == 0) return true;
     }
     return false;

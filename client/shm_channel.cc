@@ -1,5 +1,7 @@
 #include "client/shm_channel.h"
 
+#include <poll.h>
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -29,6 +31,14 @@ absl::StatusOr<std::shared_ptr<ShmChannel>> ShmChannel::Connect(const std::strin
 }
 
 ShmChannel::~ShmChannel() { close(sock_); }
+
+bool ShmChannel::Alive() {
+  // The agent never writes unasked, so with no request in flight anything
+  // readable, or a hang-up, means that it closed the socket.
+  absl::MutexLock l(&io_mu_);
+  pollfd p{sock_, POLLIN | POLLRDHUP, 0};
+  return poll(&p, 1, 0) == 0;
+}
 
 absl::StatusOr<std::unique_ptr<ShmRegion>> ShmChannel::Register(uint64_t size) {
   int fd = memfd_create("farcall-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING);

@@ -39,6 +39,10 @@ class ShmChannel : public std::enable_shared_from_this<ShmChannel> {
   static absl::StatusOr<std::shared_ptr<ShmChannel>> Connect(const std::string& socket);
   ~ShmChannel();  // closing the socket makes the agent drop every region
 
+  // False once the agent closed its end (it stopped or restarted): its
+  // regions are gone, and calls must not name them.
+  bool Alive();
+
   // A registered region of at least `size` bytes, reused from the pool when
   // one is free.
   absl::StatusOr<std::shared_ptr<ShmRegion>> Acquire(uint64_t size);

@@ -1,6 +1,7 @@
 #include "core/limit_flags.h"
 
 #include <limits>
+#include <utility>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
@@ -11,6 +12,12 @@ ABSL_FLAG(int64_t, max_message_bytes, 64 << 20,
 ABSL_FLAG(int64_t, max_concurrent_streams, 1024, "most calls in flight on one connection");
 ABSL_FLAG(int64_t, grpc_memory_bytes, 0,
           "bytes gRPC may hold in buffers for all connections (0: gRPC's default)");
+ABSL_FLAG(absl::Duration, max_connection_age, absl::Minutes(30),
+          "a client connection older than this is asked to reconnect (GOAWAY), which "
+          "spreads clients over replicas and bounds what one connection holds (0: never)");
+ABSL_FLAG(absl::Duration, max_connection_age_grace, absl::Hours(1),
+          "how long calls in flight on an aged connection may still run before it is "
+          "closed (0: no limit)");
 ABSL_FLAG(int64_t, max_header_bytes, 1 << 20, "largest encoded call header, in bytes");
 ABSL_FLAG(int64_t, max_tensors, 1024, "most tensors (args plus results) one call may declare");
 ABSL_FLAG(int64_t, max_rank, 64, "most dims one tensor may have");
@@ -59,6 +66,15 @@ absl::StatusOr<GrpcServerLimits> GrpcServerLimitsFromFlags() {
   if (l.memory_bytes < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--grpc_memory_bytes must be 0 or positive; got ", l.memory_bytes, "."));
+  }
+  l.max_connection_age = absl::GetFlag(FLAGS_max_connection_age);
+  l.max_connection_age_grace = absl::GetFlag(FLAGS_max_connection_age_grace);
+  for (auto [name, d] : {std::pair{"--max_connection_age", l.max_connection_age},
+                         std::pair{"--max_connection_age_grace", l.max_connection_age_grace}}) {
+    if (d < absl::ZeroDuration() || d > absl::Hours(24 * 365)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, " must be between 0 and 8760h; got ", absl::FormatDuration(d), "."));
+    }
   }
   return l;
 }

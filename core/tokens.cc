@@ -1,5 +1,6 @@
 #include "core/tokens.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -12,18 +13,6 @@
 namespace farcall {
 namespace {
 
-// Equal in time that depends only on the lengths.
-bool ConstantTimeEqual(absl::string_view a, absl::string_view b) {
-  const size_t n = std::max(a.size(), b.size());
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < n; ++i) {
-    const unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
-    const unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
-    diff |= x ^ y;
-  }
-  return diff == 0;
-}
-
 absl::StatusOr<std::string> ReadFile(const std::string& path, absl::string_view what) {
   std::ifstream f(path);
   if (!f) {
@@ -35,6 +24,17 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, absl::string_view 
 }
 
 }  // namespace
+
+bool ConstantTimeEqual(absl::string_view a, absl::string_view b) {
+  const size_t n = std::max(a.size(), b.size());
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
+    const unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
+    diff |= x ^ y;
+  }
+  return diff == 0;
+}
 
 absl::StatusOr<TokenTable> TokenTable::Parse(absl::string_view text, absl::string_view source) {
   TokenTable t;

@@ -63,6 +63,10 @@ class TokenTable {
 // CLI's --token_file): its first non-blank line, trimmed.
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
 
+// Whether `a` equals `b`, in time that depends only on their lengths: for
+// comparing secrets.
+bool ConstantTimeEqual(absl::string_view a, absl::string_view b);
+
 }  // namespace farcall
 
 #endif  // FARCALL_CORE_TOKENS_H_

@@ -1,11 +1,11 @@
 #include "device_agents/agent_call.h"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
-#include "absl/strings/string_view.h"
-
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "core/metrics.h"
 #include "core/status_macros.h"
 #include "core/wire/proto_convert.h"
@@ -82,6 +82,16 @@ class PlainStagingBlock final : public StagingBlock {
   Stream* stream_ = nullptr;
 };
 
+// What a call costs the agent beyond its tensors' bytes (the parsed header,
+// the call's state, each tensor's spec and buffer), charged to the budget.
+constexpr int64_t kCallOverheadBytes = 4096;
+constexpr int64_t kTensorOverheadBytes = 512;
+
+int64_t AddSaturating(int64_t a, int64_t b) {
+  return a > std::numeric_limits<int64_t>::max() - b ? std::numeric_limits<int64_t>::max()
+                                                     : a + b;
+}
+
 // Staging blocks a call keeps in flight at once, each way.
 constexpr size_t kMaxBlocksInFlight = 4;
 constexpr int64_t kPlainBlockBytes = int64_t{4} << 20;
@@ -114,7 +124,8 @@ uint8_t* AgentCall::Tensor::host() const {
   return memory->host_ptr();
 }
 
-AgentCall::AgentCall(AgentState& agent) : agent_(agent) {
+AgentCall::AgentCall(AgentState& agent, std::string peer)
+    : agent_(agent), peer_(std::move(peer)) {
   Metrics().inflight_calls.With({}).Increment();
 }
 
@@ -182,8 +193,12 @@ absl::Status AgentCall::Begin(const grpc::ByteBuffer& first) {
   FARCALL_ASSIGN_OR_RETURN(device_, PickDevice());
   ++device_->active_calls;
   // Shared-memory tensors live in the client's region, but the agent maps
-  // and touches them all the same: they count against the budget too.
-  footprint_ = v.footprint_bytes;
+  // and touches them all the same: they count against the budget too. So
+  // does the call's own bookkeeping, so that calls of empty tensors are not
+  // free.
+  footprint_ = AddSaturating(
+      v.footprint_bytes,
+      kCallOverheadBytes + kTensorOverheadBytes * (header_.args_size() + header_.results_size()));
   if (footprint_ > agent_.admission->budget()) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "the call needs ", footprint_, " bytes, over the agent's budget of ",
@@ -296,7 +311,7 @@ absl::Status AgentCall::PlaceInRegion(const ValidatedCall& v) {
   auto place = [&](const char* kind, int i, const std::string& token, uint64_t offset,
                    int64_t size, const v1::TensorSpec& spec) -> absl::StatusOr<Tensor> {
     FARCALL_ASSIGN_OR_RETURN(std::shared_ptr<ShmRegion> region,
-                             agent_.shm->Find(token.empty() ? shm.region() : token));
+                             agent_.shm->Find(token.empty() ? shm.region() : token, peer_));
     if (offset > region->size() || static_cast<uint64_t>(size) > region->size() - offset) {
       return absl::InvalidArgumentError(absl::StrCat(
           kind, "[", i, "] at [", offset, ", ", offset + size,

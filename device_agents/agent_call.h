@@ -93,7 +93,9 @@ struct AgentState {
 
 class AgentCall final : private FrameVisitor {
  public:
-  explicit AgentCall(AgentState& agent);
+  // `peer` is gRPC's name for the caller: shared-memory regions serve only
+  // their own user's calls (ShmService::Find).
+  explicit AgentCall(AgentState& agent, std::string peer = "");
   ~AgentCall() override;
   AgentCall(const AgentCall&) = delete;
   AgentCall& operator=(const AgentCall&) = delete;
@@ -177,6 +179,7 @@ class AgentCall final : private FrameVisitor {
   absl::Status CopyResultsToHost();
 
   AgentState& agent_;
+  const std::string peer_;
   Device* device_ = nullptr;
   std::unique_ptr<Stream> stream_;
   bool host_memory_ = true;  // the device's memory is the host's (cpu)

@@ -45,8 +45,11 @@ ABSL_FLAG(int64_t, staging_block_bytes, int64_t{4} << 20,
 ABSL_FLAG(bool, list_devices, false,
           "print the platform's devices and exit: 0 when there is one, 1 when none");
 ABSL_FLAG(absl::Duration, stream_idle_timeout, absl::Seconds(60),
-          "end a streamed call whose client sends nothing, or reads no results, for this "
-          "long (e.g. 60s; 0: never)");
+          "end a call whose client sends nothing, or reads no results, for this long "
+          "(e.g. 60s; 0: never)");
+ABSL_FLAG(absl::Duration, stream_stall_timeout, absl::Seconds(5),
+          "end a call that holds memory other calls wait for, and whose client sends or "
+          "reads nothing for this long (0: only --stream_idle_timeout applies)");
 ABSL_FLAG(double, max_call_seconds, 3600,
           "the longest a call may run, whatever deadline its client set (or none)");
 ABSL_FLAG(std::vector<std::string>, disable_handlers, {},
@@ -102,9 +105,13 @@ absl::StatusOr<AgentServer::Options> AgentOptionsFromFlags() {
         absl::StrCat("--max_call_seconds must be positive; got ", max_call_seconds, "."));
   }
   options.config.max_call_time = absl::Seconds(max_call_seconds);
-  options.stream_idle_timeout = absl::GetFlag(FLAGS_stream_idle_timeout);
-  if (options.stream_idle_timeout < absl::ZeroDuration()) {
+  options.idle_limits.idle = absl::GetFlag(FLAGS_stream_idle_timeout);
+  options.idle_limits.stall = absl::GetFlag(FLAGS_stream_stall_timeout);
+  if (options.idle_limits.idle < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--stream_idle_timeout must not be negative.");
+  }
+  if (options.idle_limits.stall < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--stream_stall_timeout must not be negative.");
   }
   FARCALL_ASSIGN_OR_RETURN(options.config.header_limits, HeaderLimitsFromFlags());
   options.config.max_inflight_bytes = absl::GetFlag(FLAGS_max_inflight_bytes);

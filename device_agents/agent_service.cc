@@ -18,9 +18,11 @@
 #include "core/wire/grpc_server.h"
 #include "core/wire/grpc_status.h"
 #include "core/wire/security.h"
+#include "device_agents/idle_watchdog.h"
 #include "device_agents/plugin_loader.h"
 #include "device_agents/worker_pool.h"
 #include "farcall/v1/farcall.grpc.pb.h"
+#include "grpc/grpc.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 
@@ -28,8 +30,6 @@ namespace farcall::agent {
 namespace {
 
 constexpr char kVersion[] = "0.1.0";
-
-class IdleWatchdog;
 
 struct Shared {
   AgentState state;
@@ -74,38 +74,19 @@ class BudgetWait {
 // pool, then writes the results one frame at a time.
 class ExecuteReactor final
     : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
-      public RefCounted {
+      public WatchedCall {
  public:
   ExecuteReactor(Shared& shared, grpc::CallbackServerContext* ctx)
       : shared_(shared),
         ctx_(ctx),
-        call_(std::make_unique<AgentCall>(shared.state)),
+        call_(std::make_unique<AgentCall>(shared.state, ctx->peer())),
         authorization_(AuthorizationOf(*ctx)) {
     cancel_.SetDeadline(absl::Now() + shared.state.config.max_call_time);
     ctx->AddInitialMetadata(kAgentIdMetadataKey, shared.state.agent_id());
     StartSendInitialMetadata();
-    Watch();
+    if (shared.watchdog != nullptr) shared.watchdog->Add(this);
     AwaitClient(Wait::kSend);
     StartRead(&in_);
-  }
-
-  // Ends the call with DEADLINE_EXCEEDED when it has waited on its client
-  // (to send the next frame, or to take a result frame) for `timeout`.
-  // Called by the IdleWatchdog, which holds a reference.
-  void ExpireIfIdle(absl::Time now, absl::Duration timeout) {
-    Wait waited;
-    {
-      absl::MutexLock l(&idle_mu_);
-      if (expired_ || waiting_ == Wait::kNone || now - since_ < timeout) return;
-      expired_ = true;
-      waited = waiting_;
-    }
-    FinishWith(absl::DeadlineExceededError(absl::StrCat(
-        "the caller ", waited == Wait::kSend ? "sent nothing" : "read no results", " for ",
-        absl::FormatDuration(timeout), " (--stream_idle_timeout); the call was ended.")));
-    // A write blocked on a client that reads nothing completes only when the
-    // stream goes; the pending read of a silent client ends with Finish.
-    if (waited == Wait::kRead) ctx_->TryCancel();
   }
 
   void OnReadDone(bool ok) override {
@@ -139,6 +120,7 @@ class ExecuteReactor final
       Ref();  // released once admitted, or when the wait is withdrawn
       return budget_.Admit(*shared_.state.admission, call_->footprint(), [this] {
         call_->Admitted();
+        SetHoldsBudget(true);
         absl::Status a = call_->Allocate();
         if (a.ok()) ReadFrame();
         if (!a.ok()) FinishWith(a);
@@ -164,23 +146,20 @@ class ExecuteReactor final
       Unref();
     }
   }
-  void OnDone() override;
+  void OnDone() override {
+    if (shared_.watchdog != nullptr) shared_.watchdog->Remove(this);
+    Unref();
+  }
 
  private:
-  enum class Wait { kNone, kSend, kRead };
-
-  void Watch();
-  // Before each read or write that waits on the client.
-  void AwaitClient(Wait w) {
-    absl::MutexLock l(&idle_mu_);
-    waiting_ = w;
-    since_ = absl::Now();
-  }
-  // On each read or write completion: false when the call was ended as idle.
-  bool Resume() {
-    absl::MutexLock l(&idle_mu_);
-    waiting_ = Wait::kNone;
-    return !expired_;
+  // Called by the IdleWatchdog, which holds a reference.
+  void EndIdle(Wait waited, const absl::Status& error) override {
+    // A write blocked on a client that reads nothing completes only when the
+    // stream goes. Cancelled before Finish, so that the context is still the
+    // call's (OnDone cannot run before Finish).
+    if (waited == Wait::kRead) ctx_->TryCancel();
+    // The pending read of a silent client ends with Finish.
+    FinishWith(error);
   }
 
   // Takes the chunks of the frame in `in_`, then reads the next frame.
@@ -205,6 +184,7 @@ class ExecuteReactor final
   void FinishWith(const absl::Status& s) {
     call_->RecordOutcome(s);
     call_.reset();  // frees the call's memory now, not at OnDone
+    SetHoldsBudget(false);
     Finish(ToGrpcStatus(s));
   }
 
@@ -214,86 +194,24 @@ class ExecuteReactor final
   CancellationToken cancel_;
   BudgetWait budget_;
   const std::string authorization_;  // the call's bearer token, if any
-  absl::Mutex idle_mu_;
-  Wait waiting_ ABSL_GUARDED_BY(idle_mu_) = Wait::kNone;
-  absl::Time since_ ABSL_GUARDED_BY(idle_mu_);
-  bool expired_ ABSL_GUARDED_BY(idle_mu_) = false;
   bool begun_ = false;  // only touched by the read chain
   grpc::ByteBuffer in_;
   grpc::ByteBuffer out_;
 };
 
-// Ends streamed calls whose client stopped making progress
-// (--stream_idle_timeout): a thread wakes a few times per timeout and asks
-// each stream that waits on its client whether it has waited too long.
-class IdleWatchdog {
- public:
-  explicit IdleWatchdog(absl::Duration timeout)
-      : timeout_(timeout), tick_(std::clamp(timeout / 4, absl::Milliseconds(10), absl::Seconds(1))) {
-    thread_ = std::thread([this] { Loop(); });
-  }
-  ~IdleWatchdog() {
-    {
-      absl::MutexLock l(&mu_);
-      stopping_ = true;
-    }
-    thread_.join();
-  }
-  void Add(ExecuteReactor* r) {
-    absl::MutexLock l(&mu_);
-    streams_.insert(r);
-  }
-  void Remove(ExecuteReactor* r) {
-    absl::MutexLock l(&mu_);
-    streams_.erase(r);
-  }
-
- private:
-  void Loop() {
-    for (;;) {
-      std::vector<ExecuteReactor*> streams;
-      {
-        absl::MutexLock l(&mu_);
-        mu_.AwaitWithTimeout(absl::Condition(&stopping_), tick_);
-        if (stopping_) return;
-        for (ExecuteReactor* r : streams_) {
-          r->Ref();  // kept alive past its OnDone until asked
-          streams.push_back(r);
-        }
-      }
-      const absl::Time now = absl::Now();
-      for (ExecuteReactor* r : streams) {
-        r->ExpireIfIdle(now, timeout_);
-        r->Unref();
-      }
-    }
-  }
-
-  const absl::Duration timeout_;
-  const absl::Duration tick_;
-  absl::Mutex mu_;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::set<ExecuteReactor*> streams_ ABSL_GUARDED_BY(mu_);
-  std::thread thread_;
-};
-
-void ExecuteReactor::Watch() {
-  if (shared_.watchdog != nullptr) shared_.watchdog->Add(this);
-}
-
-void ExecuteReactor::OnDone() {
-  if (shared_.watchdog != nullptr) shared_.watchdog->Remove(this);
-  Unref();
-}
-
 // Unary call: the request and the response are one frame each.
-class CallReactor final : public grpc::ServerUnaryReactor, public RefCounted {
+class CallReactor final : public grpc::ServerUnaryReactor, public WatchedCall {
  public:
   CallReactor(Shared& shared, grpc::CallbackServerContext* ctx,
               const grpc::ByteBuffer* request, grpc::ByteBuffer* response)
       : shared_(shared),
         response_(response),
-        call_(std::make_unique<AgentCall>(shared.state)) {
+        call_(std::make_unique<AgentCall>(shared.state, ctx->peer())),
+        grpc_call_(ctx->c_call()) {
+    // The answer may sit unread after Finish, when the context may already
+    // serve another call; the core call, held here, is this call's for good.
+    grpc_call_ref(grpc_call_);
+    if (shared.watchdog != nullptr) shared.watchdog->Add(this);
     cancel_.SetDeadline(absl::Now() + shared.state.config.max_call_time);
     // In trailing metadata too: an error answer is "trailers only", and the
     // router must still see that the agent answered.
@@ -338,18 +256,32 @@ class CallReactor final : public grpc::ServerUnaryReactor, public RefCounted {
       Unref();
     }
   }
-  void OnDone() override { Unref(); }
+  void OnDone() override {
+    if (shared_.watchdog != nullptr) shared_.watchdog->Remove(this);
+    Resume();
+    Unref();
+  }
 
  private:
+  ~CallReactor() override { grpc_call_unref(grpc_call_); }
+
+  // The caller took no answer for the idle timeout: the answer (up to
+  // --max_message_bytes) is dropped with the call. Only ever after Finish.
+  void EndIdle(Wait, const absl::Status&) override {
+    grpc_call_cancel(grpc_call_, nullptr);
+  }
+
   void FinishWith(const absl::Status& s) {
     call_->RecordOutcome(s);
     call_.reset();
+    AwaitClient(Wait::kRead);
     Finish(ToGrpcStatus(s));
   }
 
   Shared& shared_;
   grpc::ByteBuffer* response_;
   std::unique_ptr<AgentCall> call_;
+  grpc_call* const grpc_call_;
   CancellationToken cancel_;
   BudgetWait budget_;
 };
@@ -469,8 +401,11 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(Options options)
                     ? options.workers
                     : static_cast<int>(std::thread::hardware_concurrency());
   impl->shared.pool = std::make_unique<WorkerPool>(workers);
-  if (options.stream_idle_timeout > absl::ZeroDuration()) {
-    impl->watchdog = std::make_unique<IdleWatchdog>(options.stream_idle_timeout);
+  if (options.idle_limits.idle > absl::ZeroDuration() ||
+      options.idle_limits.stall > absl::ZeroDuration()) {
+    Admission* admission = state.admission.get();
+    impl->watchdog = std::make_unique<IdleWatchdog>(
+        options.idle_limits, [admission] { return admission->waiting() > 0; });
     impl->shared.watchdog = impl->watchdog.get();
   }
   impl->service = std::make_unique<AgentService>(impl->shared);

@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "core/wire/grpc_server.h"
 #include "device_agents/agent_call.h"
+#include "device_agents/idle_watchdog.h"
 #include "grpcpp/security/server_credentials.h"
 
 namespace farcall::agent {
@@ -48,10 +49,11 @@ class AgentServer {
     std::vector<RegisteredHandler> in_process_handlers;
     // Handlers not to serve (the test built-ins sleep and fail, say).
     std::vector<std::string> disabled_handlers;
-    // A streamed call whose client sends nothing (after its header or a
-    // chunk), or takes no results, for this long is ended with
-    // DEADLINE_EXCEEDED and its memory freed. Zero: never.
-    absl::Duration stream_idle_timeout = absl::Seconds(60);
+    // A call whose client sends nothing (after its header or a chunk), or
+    // takes no results, for `idle` is ended with DEADLINE_EXCEEDED and its
+    // memory freed; so is one that holds budget other calls wait for, after
+    // `stall`. Zero: never.
+    IdleLimits idle_limits;
     // The gRPC server's connection limits (its message size is
     // config.max_message_bytes).
     GrpcServerLimits grpc_limits;

@@ -16,12 +16,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/shm_protocol.h"
+#include "core/tokens.h"
 
 namespace farcall::agent {
 namespace {
 
 // Regions one connection may hold at once.
 constexpr size_t kMaxRegionsPerConnection = 1024;
+// A token's first hex digits name its region; the rest are its secret.
+constexpr size_t kTokenIdSize = 8;
 
 shm::Reply Error(absl::StatusCode code, std::string message) {
   shm::Reply r;
@@ -148,7 +151,7 @@ void ShmService::AcceptLoop() {
       full = connections_.size() >= options_.max_connections;
       if (!full) {
         try {
-          connections_.emplace(fd, std::thread([this, fd] { Serve(fd); }));
+          connections_.emplace(fd, std::thread([this, fd, uid = cred.uid] { Serve(fd, uid); }));
         } catch (const std::system_error&) {
           // No thread for it: refuse this client, keep serving the others.
           close(fd);
@@ -163,7 +166,7 @@ void ShmService::AcceptLoop() {
   }
 }
 
-void ShmService::Serve(int fd) {
+void ShmService::Serve(int fd, uint32_t uid) {
   size_t held = 0;
   for (;;) {
     absl::StatusOr<shm::Request> req = shm::ReceiveRequest(fd);
@@ -181,16 +184,21 @@ void ShmService::Serve(int fd) {
         if (!region.ok()) {
           reply = Error(region.status().code(), std::string(region.status().message()));
         } else {
-          reply.token = shm::NewToken();
           absl::MutexLock l(&mu_);
-          regions_[reply.token] = {fd, *std::move(region)};
+          do {
+            reply.token = shm::NewToken();
+          } while (regions_.count(reply.token.substr(0, kTokenIdSize)) != 0);
+          regions_[reply.token.substr(0, kTokenIdSize)] =
+              Registered{reply.token.substr(kTokenIdSize), fd, uid, *std::move(region)};
           ++held;
         }
       }
     } else if (req->op == shm::kOpUnregister) {
       absl::MutexLock l(&mu_);
-      auto it = regions_.find(req->token);
-      if (it == regions_.end() || it->second.first != fd) {
+      auto it = regions_.find(req->token.substr(0, kTokenIdSize));
+      if (it == regions_.end() || it->second.connection != fd ||
+          !ConstantTimeEqual(it->second.secret, absl::string_view(req->token).substr(
+                                                    std::min(kTokenIdSize, req->token.size())))) {
         reply = Error(absl::StatusCode::kNotFound, "no such region on this connection.");
       } else {
         regions_.erase(it);
@@ -206,7 +214,7 @@ void ShmService::Serve(int fd) {
   // The client is gone: its regions go too (calls still running keep theirs
   // mapped until they finish).
   for (auto it = regions_.begin(); it != regions_.end();) {
-    it = it->second.first == fd ? regions_.erase(it) : std::next(it);
+    it = it->second.connection == fd ? regions_.erase(it) : std::next(it);
   }
   close(fd);
   auto self = connections_.find(fd);
@@ -216,14 +224,22 @@ void ShmService::Serve(int fd) {
   }
 }
 
-absl::StatusOr<std::shared_ptr<ShmRegion>> ShmService::Find(const std::string& token) const {
+absl::StatusOr<std::shared_ptr<ShmRegion>> ShmService::Find(const std::string& token,
+                                                            const std::string& peer) {
+  absl::StatusOr<uint32_t> uid = peer_uids_.Get(peer);
+  if (!uid.ok()) return uid.status();
   absl::MutexLock l(&mu_);
-  auto it = regions_.find(token);
-  if (it == regions_.end()) {
-    return absl::NotFoundError(absl::StrCat(
-        "shared-memory region '", token, "' is not registered with this agent."));
+  // Unknown, or another user's: the same answer, which does not echo the
+  // token (a secret) or say whether it exists.
+  auto it = token.size() == shm::kTokenSize ? regions_.find(token.substr(0, kTokenIdSize))
+                                            : regions_.end();
+  if (it == regions_.end() || !ConstantTimeEqual(it->second.secret, token.substr(kTokenIdSize)) ||
+      it->second.uid != *uid) {
+    return absl::NotFoundError(
+        "the call names a shared-memory region this agent does not hold for its caller "
+        "(regions end when their client disconnects or the agent restarts).");
   }
-  return it->second.second;
+  return it->second.region;
 }
 
 int64_t ShmService::region_count() const {

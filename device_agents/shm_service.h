@@ -17,6 +17,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "device_agents/peer_uid.h"
 
 namespace farcall::agent {
 
@@ -47,14 +48,19 @@ class ShmService {
   ~ShmService();
 
   const std::string& address() const { return address_; }
-  // The region registered under `token`, or NOT_FOUND.
-  absl::StatusOr<std::shared_ptr<ShmRegion>> Find(const std::string& token) const;
+  // The region registered under `token`, for a call from `peer` (gRPC's
+  // peer string). A region serves only calls over loopback TCP from the
+  // user whose process registered it: PERMISSION_DENIED from elsewhere,
+  // NOT_FOUND for a token that is unknown or another user's. The token's
+  // secret part is compared in constant time.
+  absl::StatusOr<std::shared_ptr<ShmRegion>> Find(const std::string& token,
+                                                 const std::string& peer);
   int64_t region_count() const;
 
  private:
   ShmService(std::string address, int listen_fd, Options options);
   void AcceptLoop();
-  void Serve(int fd);
+  void Serve(int fd, uint32_t uid);
   // Answers the peer's first request with `error`, then closes.
   static void Refuse(int fd, const absl::Status& error);
 
@@ -66,9 +72,16 @@ class ShmService {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::map<int, std::thread> connections_ ABSL_GUARDED_BY(mu_);
   std::vector<std::thread> finished_ ABSL_GUARDED_BY(mu_);
-  // token -> region, and which connection registered it.
-  std::map<std::string, std::pair<int, std::shared_ptr<ShmRegion>>> regions_
-      ABSL_GUARDED_BY(mu_);
+  // A token is an id, for finding the region, and a secret, compared in
+  // constant time.
+  struct Registered {
+    std::string secret;
+    int connection;  // the socket it came on
+    uint32_t uid;    // the user of the process that registered it
+    std::shared_ptr<ShmRegion> region;
+  };
+  std::map<std::string, Registered> regions_ ABSL_GUARDED_BY(mu_);  // by token id
+  PeerUidCache peer_uids_;
 };
 
 }  // namespace farcall::agent

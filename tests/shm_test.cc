@@ -5,6 +5,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -179,9 +181,9 @@ TEST_F(ShmTest, SharedBuffersNeedALocalAgent) {
 }
 
 // A header naming shared memory, sent the way an outside client would.
-grpc::Status RawShmCall(const std::string& region, uint64_t arg_offset, bool with_chunk) {
-  auto stub = v1::Agent::NewStub(
-      grpc::CreateChannel(ShmTest::agent_->address(), grpc::InsecureChannelCredentials()));
+grpc::Status RawShmCall(const std::string& region, uint64_t arg_offset, bool with_chunk,
+                        const std::string& target = ShmTest::agent_->address()) {
+  auto stub = v1::Agent::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
   v1::ExecuteRequest req;
   v1::CallHeader* h = req.mutable_header();
   h->set_handler("copy");
@@ -282,11 +284,59 @@ TEST(ShmBudgetTest, SharedMemoryCallsCountAgainstTheBudget) {
   EXPECT_EQ(r->transport, Transport::kShm);
 }
 
-TEST_F(ShmTest, UnknownRegionIsNotFound) {
+constexpr char kNotHeld[] =
+    "the call names a shared-memory region this agent does not hold for its caller (regions "
+    "end when their client disconnects or the agent restarts).";
+
+TEST_F(ShmTest, UnknownRegionIsNotFoundAndTheTokenIsNotEchoed) {
   grpc::Status s = RawShmCall(std::string(32, 'a'), 0, false);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
-  EXPECT_EQ(s.error_message(), absl::StrCat("shared-memory region '", std::string(32, 'a'),
-                                            "' is not registered with this agent."));
+  EXPECT_EQ(s.error_message(), kNotHeld);
+  // A right id with a wrong secret, and a token of the wrong length.
+  auto sock = shm::Connect(Describe().shm_socket());
+  ASSERT_TRUE(sock.ok()) << sock.status();
+  std::string token = RegisterRegion(*sock, /*seal=*/true);
+  ASSERT_EQ(token.size(), shm::kTokenSize);
+  std::string forged = token;
+  forged.back() = forged.back() == '0' ? '1' : '0';
+  EXPECT_EQ(RawShmCall(forged, 0, false).error_message(), kNotHeld);
+  EXPECT_EQ(RawShmCall(token.substr(0, 8), 0, false).error_message(), kNotHeld);
+  EXPECT_TRUE(RawShmCall(token, 0, false).ok());
+  close(*sock);
+}
+
+// Run by the test below as another user (not on its own): a call naming the
+// token in FARCALL_CHILD_TOKEN on the agent at FARCALL_CHILD_TARGET.
+TEST(ShmChild, CallNamingAToken) {
+  const char* target = std::getenv("FARCALL_CHILD_TARGET");
+  const char* token = std::getenv("FARCALL_CHILD_TOKEN");
+  if (target == nullptr || token == nullptr) {
+    GTEST_SKIP() << "a helper that AnotherUserCannotUseARegionsToken runs as another user";
+  }
+  grpc::Status s = RawShmCall(token, 0, false, target);
+  std::printf("child-answer %d %s\n", static_cast<int>(s.error_code()),
+              s.error_message().c_str());
+}
+
+TEST_F(ShmTest, AnotherUserCannotUseARegionsToken) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to run a client as another user";
+  auto sock = shm::Connect(Describe().shm_socket());
+  ASSERT_TRUE(sock.ok()) << sock.status();
+  std::string token = RegisterRegion(*sock, /*seal=*/true);
+  ASSERT_EQ(token.size(), shm::kTokenSize);
+  ASSERT_TRUE(RawShmCall(token, 0, false).ok());  // its own user may
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  ASSERT_GT(n, 0);
+  self[n] = '\0';
+  // Even knowing the token, user nobody (65534) on the same host gets the
+  // same answer as for a token that does not exist.
+  ::farcall::testing::CommandResult r = ::farcall::testing::RunCommand(absl::StrCat(
+      "FARCALL_CHILD_TARGET=", agent_->address(), " FARCALL_CHILD_TOKEN=", token,
+      " setpriv --reuid=65534 --regid=65534 --clear-groups ", self,
+      " --gtest_filter=ShmChild.CallNamingAToken"));
+  EXPECT_THAT(r.output, HasSubstr(absl::StrCat("child-answer 5 ", kNotHeld))) << r.output;
+  close(*sock);
 }
 
 TEST_F(ShmTest, OffsetsOutsideTheRegionAndChunksAreRefused) {
@@ -331,6 +381,36 @@ TEST_F(ShmTest, RegionsGoAwayWithTheClient) {
   while (Describe().shm_regions() != before && absl::Now() < deadline) {
   }
   EXPECT_EQ(Describe().shm_regions(), before);
+}
+
+TEST(ShmRestartTest, ClientsUseSharedMemoryAgainAfterTheAgentRestarts) {
+  auto agent = ChildProcess::Start(FARCALL_AGENT_BIN, {"--listen=127.0.0.1:0"});
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  const int port = (*agent)->port();
+  auto client = Client::Connect((*agent)->address());
+  ASSERT_TRUE(client.ok());
+  std::vector<uint8_t> in(4096, 7);
+  const CallRequest req = CopyRequest(TensorSpec{DType::kU8, {4096}}, in.data());
+  auto r = (*client)->Call(req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->transport, Transport::kShm);
+  (*agent)->Kill();
+  // The same address, a new process: the old regions and socket are gone.
+  agent = ChildProcess::Start(FARCALL_AGENT_BIN, {absl::StrCat("--listen=127.0.0.1:", port)});
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  CallOptions o;
+  o.wait_for_ready = true;
+  o.timeout = absl::Seconds(20);
+  // No call fails for it, and the client is back on shared memory within a
+  // few calls (the first after the restart may go over gRPC).
+  bool back = false;
+  for (int i = 0; i < 5 && !back; ++i) {
+    r = (*client)->Call(req, o);
+    ASSERT_TRUE(r.ok()) << "call " << i << ": " << r.status();
+    EXPECT_EQ(std::memcmp(r->results[0].data, in.data(), in.size()), 0);
+    back = r->transport == Transport::kShm;
+  }
+  EXPECT_TRUE(back) << "the client never went back to shared memory";
 }
 
 }  // namespace

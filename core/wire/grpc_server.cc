@@ -1,11 +1,12 @@
 #include "core/wire/grpc_server.h"
 
-#include "grpcpp/resource_quota.h"
-
+#include <algorithm>
 #include <chrono>
+#include <climits>
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/resource_quota.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 
@@ -25,6 +26,16 @@ absl::StatusOr<RunningServer> StartGrpcServer(
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, limits.max_concurrent_streams);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 2);
+  auto millis = [](absl::Duration d) {
+    return static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(d), INT_MAX));
+  };
+  if (limits.max_connection_age > absl::ZeroDuration()) {
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS, millis(limits.max_connection_age));
+    if (limits.max_connection_age_grace > absl::ZeroDuration()) {
+      builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
+                                 millis(limits.max_connection_age_grace));
+    }
+  }
   if (limits.memory_bytes > 0) {
     grpc::ResourceQuota quota{std::string(who)};
     quota.Resize(static_cast<size_t>(limits.memory_bytes));

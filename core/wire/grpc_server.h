@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "grpcpp/server.h"
 
 namespace farcall {
@@ -25,6 +26,11 @@ struct GrpcServerLimits {
   // Bytes gRPC itself may hold for all connections (buffers, not tensors
   // placed by the servers); 0: gRPC's default.
   int64_t memory_bytes = 0;
+  // A connection older than this gets GOAWAY (clients reconnect); calls on
+  // it may run `max_connection_age_grace` more, then it is closed. Zero: no
+  // limit.
+  absl::Duration max_connection_age = absl::ZeroDuration();
+  absl::Duration max_connection_age_grace = absl::ZeroDuration();
 };
 
 // Serves `service` on `listen` (HOST:PORT, port 0 picks one) with
