@@ -18,6 +18,9 @@ ABSL_FLAG(absl::Duration, max_connection_age, absl::Minutes(30),
 ABSL_FLAG(absl::Duration, max_connection_age_grace, absl::Hours(1),
           "how long calls in flight on an aged connection may still run before it is "
           "closed (0: no limit)");
+ABSL_FLAG(double, drain_seconds, 30,
+          "on SIGTERM: report NOT_SERVING at once, take no new calls, and let calls in "
+          "flight finish for up to this long before ending them");
 ABSL_FLAG(int64_t, max_header_bytes, 1 << 20, "largest encoded call header, in bytes");
 ABSL_FLAG(int64_t, max_tensors, 1024, "most tensors (args plus results) one call may declare");
 ABSL_FLAG(int64_t, max_rank, 64, "most dims one tensor may have");
@@ -67,6 +70,12 @@ absl::StatusOr<GrpcServerLimits> GrpcServerLimitsFromFlags() {
     return absl::InvalidArgumentError(
         absl::StrCat("--grpc_memory_bytes must be 0 or positive; got ", l.memory_bytes, "."));
   }
+  const double drain = absl::GetFlag(FLAGS_drain_seconds);
+  if (!(drain >= 0 && drain <= 86400)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--drain_seconds must be between 0 and 86400; got ", drain, "."));
+  }
+  l.drain = absl::Seconds(drain);
   l.max_connection_age = absl::GetFlag(FLAGS_max_connection_age);
   l.max_connection_age_grace = absl::GetFlag(FLAGS_max_connection_age_grace);
   for (auto [name, d] : {std::pair{"--max_connection_age", l.max_connection_age},

@@ -23,8 +23,9 @@ absl::StatusOr<HeaderLimits> HeaderLimitsFromFlags();
 // KiB of each message for framing. INVALID_ARGUMENT outside that range.
 absl::StatusOr<int64_t> MaxMessageBytesFromFlags();
 
-// The gRPC server's limits: --max_message_bytes, --max_concurrent_streams
-// and --grpc_memory_bytes, checked.
+// The gRPC server's limits: --max_message_bytes, --max_concurrent_streams,
+// --grpc_memory_bytes, --max_connection_age(_grace) and --drain_seconds,
+// checked.
 absl::StatusOr<GrpcServerLimits> GrpcServerLimitsFromFlags();
 
 }  // namespace farcall

@@ -3,9 +3,10 @@
 #include <map>
 #include <utility>
 
+#include "CivetServer.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "prometheus/counter.h"
-#include "prometheus/exposer.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
@@ -33,18 +34,52 @@ std::vector<double> LatencyBuckets() {
           50e-3, 100e-3, 250e-3, 500e-3, 1,     2.5,    5,    10,   30,  60};
 }
 
-class ExposerServer final : public MetricsServer {
+// Answers GETs of /metrics and of the pages given, by exact path.
+class Pages final : public CivetHandler {
  public:
-  explicit ExposerServer(std::unique_ptr<prometheus::Exposer> e) : e_(std::move(e)) {
-    e_->RegisterCollectable(GlobalRegistry());
+  explicit Pages(std::map<std::string, PageSource> pages) : pages_(std::move(pages)) {}
+
+  bool handleGet(CivetServer*, mg_connection* conn) override {
+    const mg_request_info* info = mg_get_request_info(conn);
+    const std::string path = info->local_uri != nullptr ? info->local_uri : "";
+    Page page;
+    int code = 200;
+    if (path == "/metrics") {
+      page = {"text/plain; version=0.0.4; charset=utf-8", RenderText()};
+    } else if (auto it = pages_.find(path); it != pages_.end()) {
+      page = it->second();
+    } else {
+      code = 404;
+      page = {"text/plain; charset=utf-8", absl::StrCat("no page ", path, "\n")};
+    }
+    const std::string head = absl::StrCat(
+        "HTTP/1.1 ", code, code == 200 ? " OK" : " Not Found", "\r\nContent-Type: ",
+        page.content_type, "\r\nContent-Length: ", page.body.size(),
+        "\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n");
+    mg_write(conn, head.data(), head.size());
+    mg_write(conn, page.body.data(), page.body.size());
+    return true;
   }
+
+ private:
+  const std::map<std::string, PageSource> pages_;
+};
+
+class CivetMetricsServer final : public MetricsServer {
+ public:
+  CivetMetricsServer(std::unique_ptr<CivetServer> server, std::unique_ptr<Pages> pages)
+      : pages_(std::move(pages)), server_(std::move(server)) {
+    server_->addHandler("/", pages_.get());
+  }
+  ~CivetMetricsServer() override { server_->close(); }
   int port() const override {
-    std::vector<int> ports = e_->GetListeningPorts();
+    std::vector<int> ports = server_->getListeningPorts();
     return ports.empty() ? 0 : ports[0];
   }
 
  private:
-  std::unique_ptr<prometheus::Exposer> e_;
+  std::unique_ptr<Pages> pages_;  // outlives the server, which calls it
+  std::unique_ptr<CivetServer> server_;
 };
 
 }  // namespace
@@ -89,23 +124,67 @@ Histogram HistogramFamily::With(const std::vector<std::string>& values) {
 }
 
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
-    const std::string& given) {
+    const std::string& given, std::map<std::string, PageSource> pages) {
   // A bare port ("9100" or ":9100") is loopback's: exposing metrics to the
   // network takes an explicit host (0.0.0.0:9100).
   std::string listen = given;
   if (listen.find(':') == std::string::npos) listen = "127.0.0.1:" + listen;
   if (listen.front() == ':') listen = "127.0.0.1" + listen;
+  auto handler = std::make_unique<Pages>(std::move(pages));
   try {
-    // prometheus-cpp reports a bind failure by throwing; keep it inside.
-    auto e = std::make_unique<prometheus::Exposer>(listen);
-    return std::unique_ptr<MetricsServer>(new ExposerServer(std::move(e)));
+    // civetweb reports a bind failure by throwing; keep it inside.
+    auto server = std::make_unique<CivetServer>(std::vector<std::string>{
+        "listening_ports", listen, "num_threads", "4", "request_timeout_ms", "10000"});
+    return std::unique_ptr<MetricsServer>(
+        new CivetMetricsServer(std::move(server), std::move(handler)));
   } catch (const std::exception& ex) {
     return absl::UnavailableError(
         absl::StrCat("cannot serve metrics on ", listen, ": ", ex.what()));
   }
 }
 
+namespace {
+
+struct ScrapeHooks {
+  absl::Mutex mu;
+  int next_id ABSL_GUARDED_BY(mu) = 1;
+  std::map<int, std::function<void()>> hooks ABSL_GUARDED_BY(mu);
+};
+
+ScrapeHooks& Hooks() {
+  static auto* h = new ScrapeHooks;
+  return *h;
+}
+
+}  // namespace
+
+int AddScrapeHook(std::function<void()> hook) {
+  ScrapeHooks& h = Hooks();
+  absl::MutexLock l(&h.mu);
+  h.hooks[h.next_id] = std::move(hook);
+  return h.next_id++;
+}
+
+void RemoveScrapeHook(int id) {
+  ScrapeHooks& h = Hooks();
+  absl::MutexLock l(&h.mu);
+  h.hooks.erase(id);
+}
+
+void ExportBuildInfo(const std::string& binary, const std::string& version) {
+  static auto* info = new GaugeFamily(
+      "farcall_build_info", "1, labelled with the binary and its farcall version.",
+      {"binary", "version"});
+  info->With({binary, version}).Set(1);
+}
+
 std::string RenderText() {
+  {
+    // Under the lock, so that a hook is never running once removed.
+    ScrapeHooks& h = Hooks();
+    absl::MutexLock l(&h.mu);
+    for (auto& [id, hook] : h.hooks) hook();
+  }
   prometheus::TextSerializer s;
   return s.Serialize(GlobalRegistry()->Collect());
 }

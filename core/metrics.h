@@ -12,6 +12,8 @@
 #ifndef FARCALL_CORE_METRICS_H_
 #define FARCALL_CORE_METRICS_H_
 
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -99,20 +101,39 @@ class HistogramFamily {
   std::vector<double> buckets_;
 };
 
-// Serves every family at http://LISTEN/metrics until the returned handle is
-// destroyed. LISTEN is HOST:PORT; port 0 picks one. UNAVAILABLE if it cannot
-// bind.
+// A page served besides /metrics (the router's status page): its content
+// type and body, made afresh for each request, on a server thread.
+struct Page {
+  std::string content_type;
+  std::string body;
+};
+using PageSource = std::function<Page()>;
+
+// Serves every family at http://LISTEN/metrics, and `pages` at their paths
+// (exact paths, such as "/" and "/status.json"), until the returned handle
+// is destroyed. Other paths get 404. UNAVAILABLE if it cannot bind.
 class MetricsServer {
  public:
   // `listen` is HOST:PORT, or a bare PORT (or :PORT), which binds loopback
   // only. Port 0 picks a free one.
-  static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(const std::string& listen);
+  static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(
+      const std::string& listen, std::map<std::string, PageSource> pages = {});
   virtual ~MetricsServer() = default;
   virtual int port() const = 0;
 };
 
-// The text exposition of every family, as /metrics serves it.
+// The text exposition of every family, as /metrics serves it, after the
+// scrape hooks ran.
 std::string RenderText();
+
+// Runs `hook` before each scrape, to set gauges that are read, not counted
+// (device memory in use). Returns an id for RemoveScrapeHook, which waits
+// for a running hook to finish.
+int AddScrapeHook(std::function<void()> hook);
+void RemoveScrapeHook(int id);
+
+// farcall_build_info{binary, version} = 1.
+void ExportBuildInfo(const std::string& binary, const std::string& version);
 
 }  // namespace farcall::metrics
 

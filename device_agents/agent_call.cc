@@ -1,45 +1,30 @@
 #include "device_agents/agent_call.h"
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "core/log.h"
 #include "core/metrics.h"
+#include "device_agents/agent_metrics.h"
 #include "core/status_macros.h"
 #include "core/wire/proto_convert.h"
 
 namespace farcall::agent {
 namespace {
 
-// The agent's metrics, declared once here where they are counted.
-struct AgentMetrics {
-  metrics::CounterFamily calls{"farcall_agent_calls_total",
-                               "Calls finished by this agent, by handler and status code.",
-                               {"platform", "handler", "code"}};
-  metrics::HistogramFamily queue{"farcall_agent_queue_seconds",
-                                 "Time from the inputs' arrival until a worker ran the handler.",
-                                 {"platform", "handler"}};
-  metrics::HistogramFamily transfer{"farcall_agent_transfer_seconds",
-                                    "Time from the call header until the last input byte.",
-                                    {"platform", "handler"}};
-  metrics::HistogramFamily execute{"farcall_agent_execute_seconds",
-                                   "Time the handler ran, device synchronisation included.",
-                                   {"platform", "handler"}};
-  metrics::CounterFamily received{"farcall_agent_received_bytes_total",
-                                  "Tensor bytes received in calls.", {"platform"}};
-  metrics::CounterFamily sent{"farcall_agent_sent_bytes_total",
-                              "Tensor bytes sent back in results.", {"platform"}};
-  metrics::GaugeFamily inflight_calls{"farcall_agent_inflight_calls",
-                                      "Calls this agent holds now.", {}};
-  metrics::GaugeFamily inflight_bytes{"farcall_agent_inflight_bytes",
-                                      "Tensor bytes admitted for the calls held now.", {}};
-};
-
-AgentMetrics& Metrics() {
-  static auto* m = new AgentMetrics;
-  return *m;
+// The client's call id as a log line may show it: printable, bounded, or
+// the agent's own number for the call when the client gave none.
+std::string CallIdForLog(absl::string_view id) {
+  static std::atomic<uint64_t> next{1};
+  if (id.empty()) return absl::StrCat("#", next.fetch_add(1, std::memory_order_relaxed));
+  std::string out;
+  for (char c : id.substr(0, 64)) out.push_back(absl::ascii_isgraph(c) ? c : '?');
+  return out;
 }
 
 // A tensor inside a client's shared-memory region; keeps the region mapped.
@@ -156,6 +141,15 @@ void AgentCall::RecordOutcome(const absl::Status& status) {
   // the label set without bound.
   const std::string handler = handler_ != nullptr ? handler_->name : "-";
   m.calls.With({platform, handler, absl::StatusCodeToString(status.code())}).Increment();
+  if (refused_ != nullptr) m.refused.With({refused_}).Increment();
+  if (!status.ok() || log::DebugEnabled()) {
+    const std::string line = absl::StrCat(
+        "call ", CallIdForLog(header_.call_id()), " ", handler, " on ", platform, " from ",
+        peer_.empty() ? "-" : peer_, ": ", absl::StatusCodeToString(status.code()),
+        status.ok() ? absl::StrCat(" in ", absl::FormatDuration(absl::Now() - header_time_))
+                    : absl::StrCat(": ", status.message().substr(0, 512)));
+    status.ok() ? log::Debug(line) : log::Warning(line);
+  }
   if (assembler_) {
     m.received.With({platform}).Increment(static_cast<double>(assembler_->received_bytes()));
   }
@@ -372,6 +366,7 @@ absl::StatusOr<std::unique_ptr<StagingBlock>> AgentCall::NextStagingBlock(
     FARCALL_RETURN_IF_ERROR(b->Wait());
     return b;
   }
+  Metrics().staging_fallbacks.With({}).Increment();
   return std::make_unique<PlainStagingBlock>(std::min(want, kPlainBlockBytes));
 }
 

@@ -138,6 +138,9 @@ class AgentCall final : private FrameVisitor {
   // Records the call's outcome in the agent's metrics. Call once, with the
   // status the caller gets.
   void RecordOutcome(const absl::Status& status);
+  // Why the call was refused before it ran ("limit", "auth"), for
+  // farcall_agent_refused_calls_total.
+  void set_refused(const char* reason) { refused_ = reason; }
 
  private:
   struct Tensor {
@@ -197,6 +200,7 @@ class AgentCall final : private FrameVisitor {
   std::optional<ValidatedCall> pending_;    // validated, not yet allocated
   std::optional<ValidatedCall> validated_;  // allocated
   int64_t footprint_ = 0;
+  const char* refused_ = nullptr;
   const RegisteredHandler* handler_ = nullptr;
   std::vector<Tensor> args_;
   std::vector<Tensor> results_;

@@ -126,6 +126,7 @@ class FakeDevice final : public Device {
   int ordinal() const override { return 0; }
   std::string name() const override { return "fake"; }
   int64_t memory_bytes() const override { return 1 << 30; }
+  int64_t memory_used_bytes() const override { return 0; }
   absl::StatusOr<std::unique_ptr<DeviceMemory>> Allocate(int64_t size) override {
     if (size > (64 << 20)) return absl::ResourceExhaustedError("fake: out of memory");
     return std::make_unique<FakeMemory>(size);

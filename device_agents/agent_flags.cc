@@ -5,14 +5,16 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/time/time.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/time.h"
 #include "core/limit_flags.h"
+#include "core/log.h"
 #include "core/platform.h"
 #include "core/security_flags.h"
 #include "core/status_macros.h"
+#include "core/version.h"
 #include "core/process.h"
 
 ABSL_FLAG(std::string, platform, "cpu", "cpu, cuda, rocm or oneapi");
@@ -42,6 +44,9 @@ ABSL_FLAG(int64_t, staging_bytes, int64_t{256} << 20,
           "pinned host memory per device for staging copies, in bytes");
 ABSL_FLAG(int64_t, staging_block_bytes, int64_t{4} << 20,
           "size of one staging block (one copy to or from the device)");
+ABSL_FLAG(int64_t, graph_cache_bytes, int64_t{1} << 30,
+          "device memory the captured graphs of command_buffer_compatible handlers may "
+          "hold per device (cuda, rocm); the least recently used go first");
 ABSL_FLAG(bool, list_devices, false,
           "print the platform's devices and exit: 0 when there is one, 1 when none");
 ABSL_FLAG(absl::Duration, stream_idle_timeout, absl::Seconds(60),
@@ -77,6 +82,12 @@ absl::StatusOr<AgentServer::Options> AgentOptionsFromFlags() {
   }
   options.config.backend.staging_bytes = absl::GetFlag(FLAGS_staging_bytes);
   options.config.backend.staging_block_bytes = absl::GetFlag(FLAGS_staging_block_bytes);
+  options.config.backend.graph_cache_bytes = absl::GetFlag(FLAGS_graph_cache_bytes);
+  if (options.config.backend.graph_cache_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--graph_cache_bytes must be 0 or positive; got ",
+        options.config.backend.graph_cache_bytes, "."));
+  }
   options.listen = absl::GetFlag(FLAGS_listen);
   options.plugins = absl::GetFlag(FLAGS_plugins);
   options.disabled_handlers = absl::GetFlag(FLAGS_disable_handlers);
@@ -123,7 +134,7 @@ std::optional<int> ListDevicesIfAsked(const AgentServer::Options& options) {
   if (!absl::GetFlag(FLAGS_list_devices)) return std::nullopt;
   auto backend = OpenBackend(options.config.platform, options.config.backend);
   if (!backend.ok()) {
-    std::fprintf(stderr, "farcall-agent: %s\n", backend.status().ToString().c_str());
+    log::Error(backend.status().ToString());
     return 1;
   }
   const std::string name(PlatformName(options.config.platform));
@@ -140,15 +151,19 @@ void AnnounceServing(const AgentServer& server) {
   const std::string platform(PlatformName(state.config.platform));
   std::vector<std::string> names;
   for (const auto* h : state.registry.List(platform)) names.push_back(h->name);
-  std::fprintf(stderr,
-               "farcall-agent: %s serving platform %s on port %d with %zu "
-               "device(s); handlers: %s\n",
-               state.agent_id().c_str(), platform.c_str(), server.port(),
-               state.backend.devices.size(), absl::StrJoin(names, ", ").c_str());
-  if (server.metrics_port() > 0) {
-    std::fprintf(stderr, "farcall-agent: metrics on port %d (/metrics)\n",
-                 server.metrics_port());
+  std::vector<std::string> devices;
+  for (const auto& d : state.backend.devices) {
+    devices.push_back(absl::StrCat(d->ordinal(), ": ", d->name(), " (",
+                                   d->memory_bytes() >> 20, " MiB)"));
   }
+  log::Info(absl::StrCat(
+      "farcall-agent ", Version(), " ", state.agent_id(), " serving ", platform,
+      " on port ", server.port(),
+      server.metrics_port() > 0 ? absl::StrCat(", metrics on port ", server.metrics_port())
+                                : std::string(", no metrics"),
+      "; budget ", state.config.max_inflight_bytes >> 20, " MiB; devices: [",
+      absl::StrJoin(devices, "; "), "]; handlers: ", absl::StrJoin(names, ", "),
+      "; flags: ", log::NonDefaultFlags()));
   ReportReady(absl::GetFlag(FLAGS_ready_fd), server.port(), server.metrics_port());
 }
 

@@ -4,7 +4,8 @@
 #include <string>
 
 #include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "core/log.h"
 #include "core/process.h"
 #include "device_agents/agent_flags.h"
 #include "device_agents/agent_service.h"
@@ -12,12 +13,16 @@
 int main(int argc, char** argv) {
   farcall::InitFarcallProcess();
   farcall::BlockTerminationSignals();
-  absl::SetProgramUsageMessage(farcall::agent::kAgentUsage);
+  farcall::log::SetUpHelp(farcall::agent::kAgentUsage);
   absl::ParseCommandLine(argc, argv);
+  if (absl::Status s = farcall::log::InitFromFlags("farcall-agent"); !s.ok()) {
+    std::fprintf(stderr, "farcall-agent: %s\n", s.ToString().c_str());
+    return 2;
+  }
 
   auto options = farcall::agent::AgentOptionsFromFlags();
   if (!options.ok()) {
-    std::fprintf(stderr, "farcall-agent: %s\n", options.status().ToString().c_str());
+    farcall::log::Error(options.status().ToString());
     return 2;
   }
   if (std::optional<int> code = farcall::agent::ListDevicesIfAsked(*options)) {
@@ -25,14 +30,16 @@ int main(int argc, char** argv) {
   }
   auto server = farcall::agent::AgentServer::Start(*std::move(options));
   if (!server.ok()) {
-    std::fprintf(stderr, "farcall-agent: %s\n", server.status().ToString().c_str());
+    farcall::log::Error(server.status().ToString());
     return 1;
   }
   farcall::agent::AnnounceServing(**server);
 
   std::string sig = farcall::WaitForTerminationSignal();
-  std::fprintf(stderr, "farcall-agent: %s received, shutting down\n", sig.c_str());
+  farcall::log::Info(absl::StrCat(sig, " received: draining (NOT_SERVING, no new calls), "
+                                  "then shutting down"));
   (*server)->Shutdown();
+  farcall::log::Info("stopped");
   // Everything is stopped and flushed; skip gRPC's library teardown at exit,
   // which waits over a second for its internal threads.
   std::fflush(nullptr);

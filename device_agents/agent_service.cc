@@ -10,14 +10,17 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/log.h"
 #include "core/memory_limit.h"
 #include "core/metrics.h"
 #include "core/ref_counted.h"
 #include "core/shm_protocol.h"
 #include "core/status_macros.h"
+#include "core/version.h"
 #include "core/wire/grpc_server.h"
 #include "core/wire/grpc_status.h"
 #include "core/wire/security.h"
+#include "device_agents/agent_metrics.h"
 #include "device_agents/idle_watchdog.h"
 #include "device_agents/plugin_loader.h"
 #include "device_agents/worker_pool.h"
@@ -28,8 +31,6 @@
 
 namespace farcall::agent {
 namespace {
-
-constexpr char kVersion[] = "0.1.0";
 
 struct Shared {
   AgentState state;
@@ -42,6 +43,25 @@ struct Shared {
     return own != nullptr ? *own : *pool;
   }
 };
+
+// Checks the caller's token, parses the call's first frame, and checks that
+// the token may call its handler; a refusal is counted by its reason.
+absl::Status Accept(const TokenTable& tokens, const std::string& authorization,
+                    const grpc::ByteBuffer& first, AgentCall& call) {
+  if (absl::Status s = tokens.Authenticate(authorization); !s.ok()) {
+    call.set_refused("auth");
+    return s;
+  }
+  if (absl::Status s = call.Begin(first); !s.ok()) {
+    if (s.code() == absl::StatusCode::kResourceExhausted) call.set_refused("limit");
+    return s;
+  }
+  if (absl::Status s = tokens.Authorize(authorization, call.handler_name()); !s.ok()) {
+    call.set_refused("auth");
+    return s;
+  }
+  return absl::OkStatus();
+}
 
 // A call waiting for room in the agent's in-flight byte budget. The reactor
 // that owns it withdraws the wait if the call is cancelled first.
@@ -112,10 +132,7 @@ class ExecuteReactor final
     }
     if (!begun_) {
       begun_ = true;
-      const TokenTable& tokens = shared_.state.tokens;
-      absl::Status s = tokens.Authenticate(authorization_);
-      if (s.ok()) s = call_->Begin(in_);
-      if (s.ok()) s = tokens.Authorize(authorization_, call_->handler_name());
+      absl::Status s = Accept(shared_.state.tokens, authorization_, in_, *call_);
       if (!s.ok()) return FinishWith(s);
       Ref();  // released once admitted, or when the wait is withdrawn
       return budget_.Admit(*shared_.state.admission, call_->footprint(), [this] {
@@ -218,11 +235,7 @@ class CallReactor final : public grpc::ServerUnaryReactor, public WatchedCall {
     const std::string id = shared.state.agent_id();
     ctx->AddInitialMetadata(kAgentIdMetadataKey, id);
     ctx->AddTrailingMetadata(kAgentIdMetadataKey, id);
-    const std::string authorization = AuthorizationOf(*ctx);
-    const TokenTable& tokens = shared.state.tokens;
-    absl::Status s = tokens.Authenticate(authorization);
-    if (s.ok()) s = call_->Begin(*request);
-    if (s.ok()) s = tokens.Authorize(authorization, call_->handler_name());
+    absl::Status s = Accept(shared.state.tokens, AuthorizationOf(*ctx), *request, *call_);
     if (!s.ok()) {
       FinishWith(s);
       return;
@@ -315,7 +328,7 @@ class AgentService final
     }
     info->set_agent_id(s.agent_id());
     info->set_platform(std::string(PlatformName(s.config.platform)));
-    info->set_version(kVersion);
+    info->set_version(Version());
     info->set_max_call_bytes(s.config.max_call_bytes);
     if (s.shm != nullptr) {
       info->set_shm_socket(s.shm->address());
@@ -352,6 +365,11 @@ struct AgentServer::Impl {
   std::unique_ptr<AgentService> service;
   std::unique_ptr<grpc::Server> server;
   int port = 0;
+  absl::Duration drain;
+  int scrape_hook = 0;  // sets the device memory gauges from shared.state
+  ~Impl() {
+    if (scrape_hook != 0) metrics::RemoveScrapeHook(scrape_hook);
+  }
 };
 
 AgentServer::AgentServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -369,6 +387,17 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(Options options)
   state.admission = std::make_unique<Admission>(state.config.max_inflight_bytes);
   FARCALL_ASSIGN_OR_RETURN(state.backend,
                            OpenBackend(state.config.platform, state.config.backend));
+  ExportAgentSeries();
+  metrics::ExportBuildInfo("farcall-agent", Version());
+  Metrics().budget.With({}).Set(static_cast<double>(state.config.max_inflight_bytes));
+  Metrics().draining.With({}).Set(0);
+  impl->scrape_hook = metrics::AddScrapeHook([&backend = state.backend] {
+    for (const auto& d : backend.devices) {
+      const std::string device = absl::StrCat(d->ordinal());
+      Metrics().device_used.With({device}).Set(static_cast<double>(d->memory_used_bytes()));
+      Metrics().device_total.With({device}).Set(static_cast<double>(d->memory_bytes()));
+    }
+  });
   for (const FarcallHandlerDef& def : state.backend.builtin_handlers) {
     FARCALL_RETURN_IF_ERROR(state.registry.Register(def, "builtin"));
   }
@@ -419,11 +448,11 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(Options options)
       }(), "farcall-agent", options.credentials));
   impl->server = std::move(running.server);
   impl->port = running.port;
+  impl->drain = options.grpc_limits.drain;
   // A sticky device error: stop being picked by routers; serve nothing new.
   grpc::Server* server = impl->server.get();
   state.SetDeviceFailureHandler([server](const absl::Status& error) {
-    std::fprintf(stderr, "farcall-agent: device failed, now NOT_SERVING: %s\n",
-                 error.ToString().c_str());
+    log::Error(absl::StrCat("device failed, now NOT_SERVING: ", error.ToString()));
     server->GetHealthCheckService()->SetServingStatus(false);
   });
   state.set_agent_id(state.config.agent_id.empty()
@@ -443,7 +472,8 @@ const AgentState& AgentServer::state() const { return impl_->shared.state; }
 
 void AgentServer::Shutdown() {
   if (impl_->server == nullptr) return;
-  StopGrpcServer(impl_->server.get());
+  Metrics().draining.With({}).Set(1);
+  StopGrpcServer(impl_->server.get(), impl_->drain);
   impl_->server.reset();
   impl_->shared.pool.reset();  // runs what is queued, then joins
 }

@@ -86,6 +86,9 @@ class Device {
   virtual int ordinal() const = 0;
   virtual std::string name() const = 0;
   virtual int64_t memory_bytes() const = 0;
+  // Device memory the agent holds now: tensors of calls in flight, and the
+  // blocks its caching allocator keeps for the next calls.
+  virtual int64_t memory_used_bytes() const = 0;
 
   // From the device's caching pool; RESOURCE_EXHAUSTED when the device is
   // out of memory even after the pool gave its cached blocks back.
@@ -119,6 +122,9 @@ struct BackendOptions {
   // Pinned staging memory per device, in bytes, and the size of one block.
   int64_t staging_bytes = int64_t{256} << 20;
   int64_t staging_block_bytes = int64_t{4} << 20;
+  // Device memory the captured graphs of command-buffer-compatible handlers
+  // may hold per device (cuda, rocm).
+  int64_t graph_cache_bytes = int64_t{1} << 30;
 };
 
 // Opens the backend of platform `p`. FAILED_PRECONDITION when support for it

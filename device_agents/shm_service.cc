@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/shm_protocol.h"
 #include "core/tokens.h"
+#include "device_agents/agent_metrics.h"
 
 namespace farcall::agent {
 namespace {
@@ -56,12 +57,16 @@ absl::StatusOr<std::shared_ptr<ShmRegion>> MapRegion(int fd, uint64_t size) {
   if (p == MAP_FAILED) {
     return absl::ResourceExhaustedError(absl::StrCat("cannot map ", size, " bytes."));
   }
+  Metrics().shm_mapped_bytes.With({}).Increment(static_cast<double>(size));
   return std::make_shared<ShmRegion>(static_cast<uint8_t*>(p), size);
 }
 
 }  // namespace
 
-ShmRegion::~ShmRegion() { munmap(data_, size_); }
+ShmRegion::~ShmRegion() {
+  munmap(data_, size_);
+  Metrics().shm_mapped_bytes.With({}).Decrement(static_cast<double>(size_));
+}
 
 absl::StatusOr<std::unique_ptr<ShmService>> ShmService::Start(const std::string& address,
                                                              Options options) {
@@ -191,6 +196,7 @@ void ShmService::Serve(int fd, uint32_t uid) {
           regions_[reply.token.substr(0, kTokenIdSize)] =
               Registered{reply.token.substr(kTokenIdSize), fd, uid, *std::move(region)};
           ++held;
+          Metrics().shm_regions.With({}).Set(static_cast<double>(regions_.size()));
         }
       }
     } else if (req->op == shm::kOpUnregister) {
@@ -203,6 +209,7 @@ void ShmService::Serve(int fd, uint32_t uid) {
       } else {
         regions_.erase(it);
         --held;
+        Metrics().shm_regions.With({}).Set(static_cast<double>(regions_.size()));
       }
     } else {
       reply = Error(absl::StatusCode::kInvalidArgument, "unknown shared-memory request.");
@@ -216,6 +223,7 @@ void ShmService::Serve(int fd, uint32_t uid) {
   for (auto it = regions_.begin(); it != regions_.end();) {
     it = it->second.connection == fd ? regions_.erase(it) : std::next(it);
   }
+  Metrics().shm_regions.With({}).Set(static_cast<double>(regions_.size()));
   close(fd);
   auto self = connections_.find(fd);
   if (self != connections_.end()) {

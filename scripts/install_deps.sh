@@ -10,7 +10,8 @@ cd "$(dirname "$0")/.."
 DEBS=(
   build-essential cmake ninja-build ccache pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler openssl
-  libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev prometheus-cpp-dev
+  libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev prometheus-cpp-dev libcivetweb-dev
+  libspdlog-dev
   python3 python3-dev python3-venv
   # Device backends: rocm (HIP 5.2 compiler and runtime) and oneapi (the
   # OpenCL loader and headers, with PoCL as a CPU device to run it on).

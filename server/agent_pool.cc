@@ -169,8 +169,59 @@ void AgentPool::StartProbing() {
   prober_ = std::thread([this] {
     while (!stop_.WaitForNotificationWithTimeout(options_.probe_interval)) {
       ProbeAll();
+      SampleRates();
     }
   });
+}
+
+void AgentHandle::RecordError(absl::string_view error) {
+  errors_total.fetch_add(1);
+  absl::MutexLock l(&error_mu);
+  last_call_error = std::string(error.substr(0, 300));
+  last_call_error_time = absl::Now();
+}
+
+void AgentPool::SampleRates() {
+  const absl::Time now = absl::Now();
+  absl::MutexLock l(&mu_);
+  for (Entry& e : entries_) {
+    e.samples.push_back({now, e.handle->calls_total.load(), e.handle->errors_total.load()});
+    while (e.samples.size() > 2 && now - e.samples.front().time > absl::Minutes(1)) {
+      e.samples.pop_front();
+    }
+  }
+}
+
+std::vector<AgentStatus> AgentPool::Status() const {
+  std::vector<AgentStatus> out;
+  const absl::Time now = absl::Now();
+  absl::MutexLock l(&mu_);
+  for (const Entry& e : entries_) {
+    AgentStatus a;
+    a.address = e.handle->address;
+    a.agent_id = e.info.agent_id();
+    a.platform = e.info.platform();
+    a.health = v1::AgentEntry::Health_Name(e.health);
+    a.probe_error = e.last_error;
+    a.inflight = e.handle->inflight.load();
+    a.calls_total = e.handle->calls_total.load();
+    a.errors_total = e.handle->errors_total.load();
+    if (!e.samples.empty()) {
+      const double seconds = absl::ToDoubleSeconds(now - e.samples.front().time);
+      if (seconds > 0.5) {
+        a.call_rate = static_cast<double>(a.calls_total - e.samples.front().calls) / seconds;
+        a.error_rate = static_cast<double>(a.errors_total - e.samples.front().errors) / seconds;
+      }
+    }
+    {
+      absl::MutexLock el(&e.handle->error_mu);
+      a.last_call_error = e.handle->last_call_error;
+      a.last_call_error_time = e.handle->last_call_error_time;
+    }
+    for (const v1::HandlerInfo& h : e.info.handlers()) a.handlers.push_back(h.name());
+    out.push_back(std::move(a));
+  }
+  return out;
 }
 
 absl::StatusOr<std::vector<std::shared_ptr<AgentHandle>>> AgentPool::Candidates(

@@ -6,6 +6,7 @@
 #define FARCALL_SERVER_AGENT_POOL_H_
 
 #include <atomic>
+#include <deque>
 #include <memory>
 #include <string>
 #include <thread>
@@ -31,6 +32,29 @@ struct AgentHandle {
   std::unique_ptr<grpc::GenericStub> generic;
   std::atomic<int64_t> inflight{0};
   std::atomic<uint64_t> calls_total{0};
+  // Calls routed here that ended in an error, and the last such error.
+  std::atomic<uint64_t> errors_total{0};
+  void RecordError(absl::string_view error);
+  absl::Mutex error_mu;
+  std::string last_call_error ABSL_GUARDED_BY(error_mu);
+  absl::Time last_call_error_time ABSL_GUARDED_BY(error_mu);
+};
+
+// One agent as the router's status page shows it.
+struct AgentStatus {
+  std::string address;
+  std::string agent_id;
+  std::string platform;
+  std::string health;       // SERVING, NOT_SERVING, DOWN or UNKNOWN
+  std::string probe_error;  // why it is not serving, when it is not
+  int64_t inflight = 0;
+  uint64_t calls_total = 0;
+  uint64_t errors_total = 0;
+  double call_rate = 0;   // calls per second over the last minute
+  double error_rate = 0;  // failed calls per second over the last minute
+  std::string last_call_error;  // empty: none yet
+  absl::Time last_call_error_time;
+  std::vector<std::string> handlers;
 };
 
 class AgentPool {
@@ -64,6 +88,8 @@ class AgentPool {
   void MarkDown(const AgentHandle& agent, absl::string_view why);
 
   v1::ListAgentsResponse List() const;
+  // Every agent with its load and recent rates, for the status page.
+  std::vector<AgentStatus> Status() const;
 
  private:
   struct Entry {
@@ -73,7 +99,17 @@ class AgentPool {
     bool described = false;
     v1::AgentEntry::Health health = v1::AgentEntry::UNKNOWN;
     std::string last_error;
+    // The agent's call and error totals over the last minute, a sample per
+    // probe round, for rates.
+    struct Sample {
+      absl::Time time;
+      uint64_t calls;
+      uint64_t errors;
+    };
+    std::deque<Sample> samples;
   };
+  // Takes a rate sample of every agent (each probe round).
+  void SampleRates();
   void ProbeOne(const std::shared_ptr<AgentHandle>& h);
   // Adds agents that dns:/// sources now name, drops those they no longer do.
   void Resolve();

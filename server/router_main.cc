@@ -7,12 +7,13 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "core/limit_flags.h"
+#include "core/log.h"
+#include "core/process.h"
 #include "core/security_flags.h"
 #include "core/status_macros.h"
-#include "core/process.h"
+#include "core/version.h"
 #include "server/router_service.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50050",
@@ -38,9 +39,12 @@ ABSL_FLAG(int, ready_fd, -1,
 int main(int argc, char** argv) {
   farcall::InitFarcallProcess();
   farcall::BlockTerminationSignals();
-  absl::SetProgramUsageMessage(
-      "farcall-router --listen=HOST:PORT --agents=ADDR[,ADDR...]");
+  farcall::log::SetUpHelp("farcall-router --listen=HOST:PORT --agents=ADDR[,ADDR...]");
   absl::ParseCommandLine(argc, argv);
+  if (absl::Status s = farcall::log::InitFromFlags("farcall-router"); !s.ok()) {
+    std::fprintf(stderr, "farcall-router: %s\n", s.ToString().c_str());
+    return 2;
+  }
 
   farcall::router::RouterServer::Options options;
   options.listen = absl::GetFlag(FLAGS_listen);
@@ -52,7 +56,7 @@ int main(int argc, char** argv) {
   absl::StatusOr<farcall::HeaderLimits> limits = farcall::HeaderLimitsFromFlags();
   for (const absl::Status& s : {grpc_limits.status(), limits.status()}) {
     if (!s.ok()) {
-      std::fprintf(stderr, "farcall-router: %s\n", s.ToString().c_str());
+      farcall::log::Error(s.ToString());
       return 2;
     }
   }
@@ -75,12 +79,12 @@ int main(int argc, char** argv) {
     return absl::OkStatus();
   }();
   if (!bad.ok()) {
-    std::fprintf(stderr, "farcall-router: %s\n", bad.ToString().c_str());
+    farcall::log::Error(bad.ToString());
     return 2;
   }
   auto router = farcall::router::RouterServer::Start(options);
   if (!router.ok()) {
-    std::fprintf(stderr, "farcall-router: %s\n", router.status().ToString().c_str());
+    farcall::log::Error(router.status().ToString());
     return 1;
   }
   int live = 0;
@@ -88,18 +92,21 @@ int main(int argc, char** argv) {
   for (const auto& a : agents.agents()) {
     live += a.health() == farcall::v1::AgentEntry::SERVING;
   }
-  std::fprintf(stderr, "farcall-router: serving on port %d; %d of %zu agent(s) live\n",
-               (*router)->port(), live, options.agents.size());
-  if ((*router)->metrics_port() > 0) {
-    std::fprintf(stderr, "farcall-router: metrics on port %d (/metrics)\n",
-                 (*router)->metrics_port());
-  }
+  farcall::log::Info(absl::StrCat(
+      "farcall-router ", farcall::Version(), " serving on port ", (*router)->port(),
+      (*router)->metrics_port() > 0
+          ? absl::StrCat(", metrics and status page on port ", (*router)->metrics_port())
+          : std::string(", no metrics"),
+      "; ", live, " of ", agents.agents_size(), " agent(s) live; flags: ",
+      farcall::log::NonDefaultFlags()));
   farcall::ReportReady(absl::GetFlag(FLAGS_ready_fd), (*router)->port(),
                        (*router)->metrics_port());
 
   std::string sig = farcall::WaitForTerminationSignal();
-  std::fprintf(stderr, "farcall-router: %s received, shutting down\n", sig.c_str());
+  farcall::log::Info(absl::StrCat(sig, " received: draining (NOT_SERVING, no new calls), "
+                                  "then shutting down"));
   (*router)->Shutdown();
+  farcall::log::Info("stopped");
   // Everything is stopped and flushed; skip gRPC's library teardown at exit,
   // which waits over a second for its internal threads.
   std::fflush(nullptr);

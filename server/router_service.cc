@@ -1,5 +1,7 @@
 #include "server/router_service.h"
 
+#include <atomic>
+#include <map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -7,6 +9,7 @@
 #include "core/metrics.h"
 #include "core/ref_counted.h"
 #include "core/status_macros.h"
+#include "core/version.h"
 #include "core/wire/frame_codec.h"
 #include "core/wire/grpc_server.h"
 #include "core/wire/grpc_status.h"
@@ -15,6 +18,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "server/balancer.h"
+#include "server/status_page.h"
 
 namespace farcall::router {
 namespace {
@@ -46,6 +50,31 @@ struct RouterMetrics {
                                  "Calls retried on another agent because the first "
                                  "could not be reached.",
                                  {"platform"}};
+  metrics::CounterFamily received{"farcall_router_received_bytes_total",
+                                  "Bytes of call messages received from callers and passed "
+                                  "on to agents.",
+                                  {"platform"}};
+  metrics::CounterFamily sent{"farcall_router_sent_bytes_total",
+                              "Bytes of answer messages passed from agents to callers.",
+                              {"platform"}};
+  metrics::CounterFamily refused{
+      "farcall_router_refused_calls_total",
+      "Calls refused before reaching an agent: limit (a header or size limit), auth (no, "
+      "unknown or insufficient token), platform (not a supported backend), no_agent (no "
+      "live agent serves the platform and handler).",
+      {"reason"}};
+  metrics::GaugeFamily draining{"farcall_router_draining",
+                                "1 while the router drains for shutdown, else 0.", {}};
+
+  // Every series without per-call labels, at zero from start-up.
+  void ExportAtStart() {
+    for (const char* r : {"limit", "auth", "platform", "no_agent"}) refused.With({r});
+    for (const char* p : {"cpu", "cuda", "rocm", "oneapi"}) {
+      received.With({p});
+      sent.With({p});
+    }
+    draining.With({}).Set(0);
+  }
 };
 
 RouterMetrics& Metrics() {
@@ -53,26 +82,47 @@ RouterMetrics& Metrics() {
   return *m;
 }
 
-// Labels and timing of one routed call.
+// Labels, timing, bytes and the last agent of one routed call.
 class CallRecord {
  public:
   void Routed(Platform p, const std::string& handler) {
     platform_ = std::string(PlatformName(p));
     handler_ = handler;  // the pool found it registered: bounded label set
   }
+  void Refused(const char* reason) { Metrics().refused.With({reason}).Increment(); }
+  void Attempt(std::shared_ptr<AgentHandle> agent) {
+    absl::MutexLock l(&mu_);
+    agent_ = std::move(agent);
+  }
   void Retried() { Metrics().retries.With({platform_}).Increment(); }
-  void Finished(const grpc::Status& s) const {
+  void Received(size_t bytes) {
+    Metrics().received.With({platform_}).Increment(static_cast<double>(bytes));
+  }
+  void Sent(size_t bytes) { Metrics().sent.With({platform_}).Increment(static_cast<double>(bytes)); }
+  void Finished(const grpc::Status& s) {
     Metrics()
         .calls.With({platform_, handler_,
                      absl::StatusCodeToString(static_cast<absl::StatusCode>(s.error_code()))})
         .Increment();
     Metrics().latency.With({platform_}).Observe(absl::ToDoubleSeconds(absl::Now() - start_));
+    std::shared_ptr<AgentHandle> agent;
+    {
+      absl::MutexLock l(&mu_);
+      agent = agent_;
+    }
+    if (!s.ok() && agent != nullptr) {
+      agent->RecordError(absl::StrCat(
+          absl::StatusCodeToString(static_cast<absl::StatusCode>(s.error_code())), ": ",
+          s.error_message()));
+    }
   }
 
  private:
   absl::Time start_ = absl::Now();
   std::string platform_ = "-";
   std::string handler_ = "-";
+  absl::Mutex mu_;
+  std::shared_ptr<AgentHandle> agent_ ABSL_GUARDED_BY(mu_);  // the last one tried
 };
 
 // Where a call may go, decided from its header alone.
@@ -84,26 +134,48 @@ struct Route {
   std::string authorization;  // sent to the agent; empty: none
 };
 
+// Where the call may go; a refusal is counted in `record` by its reason.
 absl::StatusOr<Route> RouteCall(const Shared& shared, const grpc::ByteBuffer& first,
-                                const std::string& authorization) {
+                                const std::string& authorization, CallRecord& record) {
   // Before the header is even parsed: a caller without a token costs nothing.
-  FARCALL_RETURN_IF_ERROR(shared.tokens->Authenticate(authorization));
+  if (absl::Status s = shared.tokens->Authenticate(authorization); !s.ok()) {
+    record.Refused("auth");
+    return s;
+  }
   v1::CallHeader header;
-  FARCALL_ASSIGN_OR_RETURN(bool found,
-                           DecodeMessageField(first, kHeaderField, &header,
-                                              &shared.header_limits));
-  if (!found) {
+  absl::StatusOr<bool> found =
+      DecodeMessageField(first, kHeaderField, &header, &shared.header_limits);
+  if (!found.ok()) {
+    if (found.status().code() == absl::StatusCode::kResourceExhausted) record.Refused("limit");
+    return found.status();
+  }
+  if (!*found) {
     return absl::InvalidArgumentError(
         "the first request message must carry the call header.");
   }
-  FARCALL_ASSIGN_OR_RETURN(
-      ValidatedCall v,
-      ValidateCall(DescriptorFromProto(header), shared.max_call_bytes, "router"));
-  FARCALL_RETURN_IF_ERROR(shared.tokens->Authorize(authorization, header.handler()));
-  Route r{v.platform, header.handler(), header.has_side_effect(), {},
+  absl::StatusOr<ValidatedCall> v =
+      ValidateCall(DescriptorFromProto(header), shared.max_call_bytes, "router");
+  if (!v.ok()) {
+    if (v.status().code() == absl::StatusCode::kResourceExhausted) {
+      record.Refused("limit");
+    } else if (header.platforms_size() > 0 && !ParsePlatform(header.platforms(0))) {
+      record.Refused("platform");
+    }
+    return v.status();
+  }
+  if (absl::Status s = shared.tokens->Authorize(authorization, header.handler()); !s.ok()) {
+    record.Refused("auth");
+    return s;
+  }
+  Route r{v->platform, header.handler(), header.has_side_effect(), {},
           shared.agent_authorization.empty() ? authorization : shared.agent_authorization};
-  FARCALL_ASSIGN_OR_RETURN(r.candidates,
-                           shared.pool->Candidates(v.platform, header.handler()));
+  absl::StatusOr<std::vector<std::shared_ptr<AgentHandle>>> candidates =
+      shared.pool->Candidates(v->platform, header.handler());
+  if (!candidates.ok()) {
+    record.Refused("no_agent");
+    return candidates.status();
+  }
+  r.candidates = *std::move(candidates);
   return r;
 }
 
@@ -145,13 +217,15 @@ class ForwardingExecute final
         return FinishUp(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                      "the call ended before its header was sent."));
       }
-      absl::StatusOr<Route> r = RouteCall(shared_, up_in_, AuthorizationOf(*server_ctx_));
+      absl::StatusOr<Route> r =
+          RouteCall(shared_, up_in_, AuthorizationOf(*server_ctx_), record_);
       if (!r.ok()) return FinishUp(ToGrpcStatus(r.status()));
       route_ = std::move(*r);
       record_.Routed(route_.platform, route_.handler);
       return StartAttempt();
     }
     if (ok) {
+      record_.Received(up_in_.Length());
       down_->StartWrite(&up_in_);
     } else {
       down_->StartWritesDone();
@@ -212,10 +286,12 @@ class ForwardingExecute final
   void StartAttempt() {
     std::shared_ptr<AgentHandle> agent = TakeAgent(route_);
     if (agent == nullptr) {
+      record_.Refused("no_agent");
       return FinishUp(ToGrpcStatus(NoLiveAgentError(PlatformName(route_.platform))));
     }
     agent->inflight.fetch_add(1);
     agent->calls_total.fetch_add(1);
+    record_.Attempt(agent);
     Ref();  // released in OnAttemptDone
     {
       absl::MutexLock l(&mu_);
@@ -238,6 +314,7 @@ class ForwardingExecute final
       absl::MutexLock l(&mu_);
       accepted_ = true;
     }
+    record_.Received(up_in_.Length());
     down_->StartWrite(&up_in_);  // the first frame, header included
     down_->StartRead(&down_in_);
   }
@@ -247,6 +324,7 @@ class ForwardingExecute final
       absl::MutexLock l(&mu_);
       up_write_pending_ = true;
     }
+    record_.Sent(down_in_.Length());
     StartWrite(&down_in_);
   }
 
@@ -321,7 +399,8 @@ class ForwardingCall final : public grpc::ServerUnaryReactor, public RefCounted 
   ForwardingCall(Shared& shared, grpc::CallbackServerContext* ctx,
                  const grpc::ByteBuffer* request, grpc::ByteBuffer* response)
       : shared_(shared), server_ctx_(ctx), request_(request), response_(response) {
-    absl::StatusOr<Route> r = RouteCall(shared_, *request_, AuthorizationOf(*server_ctx_));
+    absl::StatusOr<Route> r =
+        RouteCall(shared_, *request_, AuthorizationOf(*server_ctx_), record_);
     if (!r.ok()) {
       FinishAndRecord(ToGrpcStatus(r.status()));
       return;
@@ -342,11 +421,13 @@ class ForwardingCall final : public grpc::ServerUnaryReactor, public RefCounted 
   void StartAttempt() {
     std::shared_ptr<AgentHandle> agent = TakeAgent(route_);
     if (agent == nullptr) {
+      record_.Refused("no_agent");
       FinishAndRecord(ToGrpcStatus(NoLiveAgentError(PlatformName(route_.platform))));
       return;
     }
     agent->inflight.fetch_add(1);
     agent->calls_total.fetch_add(1);
+    record_.Attempt(agent);
     grpc::ClientContext* ctx;
     {
       absl::MutexLock l(&mu_);
@@ -373,6 +454,8 @@ class ForwardingCall final : public grpc::ServerUnaryReactor, public RefCounted 
             record_.Retried();
             StartAttempt();
           } else {
+            record_.Received(request_->Length());
+            if (s.ok()) record_.Sent(response_->Length());
             FinishAndRecord(s);
           }
           Unref();
@@ -435,11 +518,15 @@ class RouterService final
 
 struct RouterServer::Impl {
   TokenTable tokens;
-  std::unique_ptr<metrics::MetricsServer> metrics;
   std::unique_ptr<AgentPool> pool;
+  // After the pool: its pages read the pool, so it goes first.
+  std::unique_ptr<metrics::MetricsServer> metrics;
   std::unique_ptr<RouterService> service;
   std::unique_ptr<grpc::Server> server;
   int port = 0;
+  absl::Duration drain;
+  absl::Time started = absl::Now();
+  std::atomic<bool> draining{false};
 };
 
 RouterServer::RouterServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -450,13 +537,23 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(Options option
     return absl::InvalidArgumentError("the router needs at least one agent (--agents).");
   }
   auto impl = std::make_unique<Impl>();
-  if (!options.metrics_listen.empty()) {
-    FARCALL_ASSIGN_OR_RETURN(impl->metrics,
-                             metrics::MetricsServer::Start(options.metrics_listen));
-  }
+  Metrics().ExportAtStart();
+  metrics::ExportBuildInfo("farcall-router", Version());
   impl->tokens = std::move(options.tokens);
   impl->pool = std::make_unique<AgentPool>(options.agents, options.pool);
   impl->pool->ProbeAll();
+  if (!options.metrics_listen.empty()) {
+    Impl* self = impl.get();
+    std::map<std::string, metrics::PageSource> pages;
+    pages["/"] = [] { return metrics::Page{"text/html; charset=utf-8", StatusHtml()}; };
+    pages["/status.json"] = [self] {
+      RouterStatus r{Version(), self->started, self->draining.load()};
+      return metrics::Page{"application/json",
+                           StatusJson(r, self->pool->Status(), absl::Now())};
+    };
+    FARCALL_ASSIGN_OR_RETURN(impl->metrics,
+                             metrics::MetricsServer::Start(options.metrics_listen, pages));
+  }
   impl->service = std::make_unique<RouterService>(
       Shared{impl->pool.get(), options.max_call_bytes, options.header_limits, &impl->tokens,
              options.agent_token.empty() ? std::string()
@@ -468,6 +565,7 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(Options option
                       "farcall-router", options.credentials));
   impl->server = std::move(running.server);
   impl->port = running.port;
+  impl->drain = options.grpc_limits.drain;
   impl->pool->StartProbing();
   return std::unique_ptr<RouterServer>(new RouterServer(std::move(impl)));
 }
@@ -480,7 +578,9 @@ AgentPool& RouterServer::pool() { return *impl_->pool; }
 
 void RouterServer::Shutdown() {
   if (impl_->server == nullptr) return;
-  StopGrpcServer(impl_->server.get());
+  impl_->draining = true;
+  Metrics().draining.With({}).Set(1);
+  StopGrpcServer(impl_->server.get(), impl_->drain);
   impl_->server.reset();
 }
 

@@ -25,26 +25,12 @@ namespace {
 using ::farcall::testing::ChildProcess;
 using ::testing::HasSubstr;
 
-// A plain HTTP/1.0 GET of /metrics on 127.0.0.1:port.
-std::string Scrape(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return "";
-  }
-  const std::string req =
-      "GET /metrics HTTP/1.0\r\nHost: localhost\r\nConnection: close\r\n\r\n";
-  (void)!write(fd, req.data(), req.size());
-  std::string out;
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, n);
-  close(fd);
-  return out;
+// The /metrics page on 127.0.0.1:port.
+std::string Scrape(int port) { return ::farcall::testing::HttpGet(port, "/metrics"); }
+
+// Reads one sample, such as farcall_agent_inflight_bytes.
+double Sample(const std::string& text, const std::string& name) {
+  return ::farcall::testing::MetricValue(text, name);
 }
 
 absl::StatusOr<CallResult> Copy(Client& client, const std::string& handler) {
@@ -69,13 +55,23 @@ TEST(MetricsEndToEndTest, AgentAndRouterCountCalls) {
   EXPECT_EQ(Copy(**client, "nope").status().code(), absl::StatusCode::kNotFound);
 
   const std::string a = Scrape((*agent)->metrics_port());
-  EXPECT_THAT(a, HasSubstr("HTTP/1.1 200"));
   EXPECT_THAT(a, HasSubstr("farcall_agent_calls_total{code=\"OK\",handler=\"copy\","
                            "platform=\"cpu\"} 2"));
   EXPECT_THAT(a, HasSubstr("farcall_agent_received_bytes_total{platform=\"cpu\"} 32"));
   EXPECT_THAT(a, HasSubstr("farcall_agent_execute_seconds_count{handler=\"copy\","
                            "platform=\"cpu\"} 2"));
   EXPECT_THAT(a, HasSubstr("farcall_agent_inflight_calls 0"));
+  // Series that dashboards and alerts read are there from the start.
+  for (const char* series :
+       {"farcall_agent_budget_bytes ", "farcall_agent_refused_calls_total{reason=\"auth\"} 0",
+        "farcall_agent_refused_calls_total{reason=\"limit\"} 0",
+        "farcall_agent_device_memory_total_bytes{device=\"0\"} ",
+        "farcall_agent_device_memory_used_bytes{device=\"0\"} ",
+        "farcall_agent_graph_cache_misses_total 0", "farcall_agent_staging_fallbacks_total 0",
+        "farcall_agent_shm_regions ", "farcall_agent_draining 0",
+        "farcall_build_info{binary=\"farcall-agent\",version=\""}) {
+    EXPECT_THAT(a, HasSubstr(series));
+  }
 
   const std::string r = Scrape((*router)->metrics_port());
   EXPECT_THAT(r, HasSubstr("farcall_router_calls_total{code=\"OK\",handler=\"copy\","
@@ -86,13 +82,22 @@ TEST(MetricsEndToEndTest, AgentAndRouterCountCalls) {
                            "platform=\"-\"} 1"));
   EXPECT_THAT(r, HasSubstr(absl::StrCat("farcall_router_agent_up{agent=\"",
                                         (*agent)->address(), "\",platform=\"cpu\"} 1")));
-}
+  EXPECT_THAT(r, HasSubstr("farcall_router_refused_calls_total{reason=\"no_agent\"} 1"));
+  EXPECT_THAT(r, HasSubstr("farcall_router_refused_calls_total{reason=\"auth\"} 0"));
+  EXPECT_THAT(r, HasSubstr("farcall_router_draining 0"));
+  EXPECT_GT(Sample(r, "farcall_router_received_bytes_total{platform=\"cpu\"}"), 32);
+  EXPECT_GT(Sample(r, "farcall_router_sent_bytes_total{platform=\"cpu\"}"), 32);
 
-// Reads one unlabelled sample, such as farcall_agent_inflight_bytes.
-double Sample(const std::string& text, const std::string& name) {
-  size_t at = text.find("\n" + name + " ");
-  if (at == std::string::npos) return -1;
-  return std::stod(text.substr(at + name.size() + 2));
+  // The status page and its JSON, on the same port.
+  const std::string json = ::farcall::testing::HttpGet((*router)->metrics_port(), "/status.json");
+  EXPECT_THAT(json, HasSubstr(absl::StrCat("\"address\":\"", (*agent)->address(), "\"")));
+  EXPECT_THAT(json, HasSubstr("\"health\":\"SERVING\""));
+  EXPECT_THAT(json, HasSubstr("\"calls_total\":2"));
+  EXPECT_THAT(json, HasSubstr("\"last_call_error\":null"));
+  EXPECT_THAT(::farcall::testing::HttpGet((*router)->metrics_port(), "/"),
+              HasSubstr("<title>farcall router</title>"));
+  EXPECT_THAT(::farcall::testing::HttpGet((*router)->metrics_port(), "/nope"),
+              HasSubstr("no page /nope"));
 }
 
 TEST(MetricsEndToEndTest, CancelledCallFreesItsMemoryAtOnce) {

@@ -1,7 +1,9 @@
 #include "tests/process_harness.h"
 
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,6 +23,9 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(
     const std::string& binary, std::vector<std::string> args) {
   int fds[2];
   if (pipe(fds) != 0) return absl::InternalError("pipe failed");
+  // Tests leave calls in flight at teardown: drain for 2 s, not 30, unless
+  // the test's own flag (later, so it wins) says otherwise.
+  args.insert(args.begin(), "--drain_seconds=2");
   args.push_back(absl::StrCat("--ready_fd=", fds[1]));
   pid_t pid = fork();
   if (pid < 0) return absl::InternalError("fork failed");
@@ -67,6 +72,43 @@ ChildProcess::~ChildProcess() {
   kill(pid_, SIGTERM);
   int status;
   waitpid(pid_, &status, 0);
+}
+
+int ChildProcess::Terminate() {
+  if (pid_ <= 0) return -1;
+  kill(pid_, SIGTERM);
+  int status = 0;
+  waitpid(pid_, &status, 0);
+  pid_ = -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+std::string HttpGet(int port, const std::string& path) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return "";
+  }
+  const std::string req =
+      absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+  (void)!write(fd, req.data(), req.size());
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, n);
+  close(fd);
+  const size_t body = out.find("\r\n\r\n");
+  return body == std::string::npos ? out : out.substr(body + 4);
+}
+
+double MetricValue(const std::string& page, const std::string& name) {
+  size_t at = page.find("\n" + name + " ");
+  if (at == std::string::npos) return -1;
+  return std::stod(page.substr(at + name.size() + 2));
 }
 
 void ChildProcess::Kill() {

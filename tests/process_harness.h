@@ -32,6 +32,9 @@ class ChildProcess {
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
   // SIGKILL, as if the host died; reaps the child.
   void Kill();
+  // SIGTERM, then waits for the child to exit; its exit code (128 + the
+  // signal if a signal ended it).
+  int Terminate();
 
  private:
   ChildProcess(pid_t pid, int port, int metrics_port)
@@ -68,6 +71,11 @@ std::string BinaryPath(const char* env_name, const char* built_path);
 
 // What a shell command printed (stdout and stderr together) and its exit
 // status (-1 if it did not exit normally or could not be run).
+// The body of http://127.0.0.1:PORT/PATH ("" when nothing answers), and
+// one unlabelled sample of a Prometheus text page (-1 when absent).
+std::string HttpGet(int port, const std::string& path);
+double MetricValue(const std::string& page, const std::string& name);
+
 struct CommandResult {
   int exit_code = -1;
   std::string output;

@@ -50,10 +50,10 @@ absl::StatusOr<RunningServer> StartGrpcServer(
   return r;
 }
 
-void StopGrpcServer(grpc::Server* server) {
+void StopGrpcServer(grpc::Server* server, absl::Duration drain) {
   if (server == nullptr) return;
   server->GetHealthCheckService()->SetServingStatus(false);
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  server->Shutdown(absl::ToChronoTime(absl::Now() + drain));
   server->Wait();
 }
 

@@ -31,6 +31,8 @@ struct GrpcServerLimits {
   // limit.
   absl::Duration max_connection_age = absl::ZeroDuration();
   absl::Duration max_connection_age_grace = absl::ZeroDuration();
+  // At shutdown, how long calls in flight may still run (StopGrpcServer).
+  absl::Duration drain = absl::Seconds(30);
 };
 
 // Serves `service` on `listen` (HOST:PORT, port 0 picks one) with
@@ -43,9 +45,11 @@ absl::StatusOr<RunningServer> StartGrpcServer(
     const std::string& listen, grpc::Service* service, const GrpcServerLimits& limits,
     absl::string_view who, std::shared_ptr<grpc::ServerCredentials> credentials = nullptr);
 
-// Reports NOT_SERVING, lets calls in flight finish for up to two seconds,
-// then cancels the rest and waits. Null is a no-op.
-void StopGrpcServer(grpc::Server* server);
+// Drains: reports NOT_SERVING (routers stop picking it), refuses new calls
+// with UNAVAILABLE (never accepted, so a router sends them elsewhere), lets
+// calls in flight finish for up to `drain`, then cancels the rest and
+// waits. Null is a no-op.
+void StopGrpcServer(grpc::Server* server, absl::Duration drain);
 
 }  // namespace farcall
 

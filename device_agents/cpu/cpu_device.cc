@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -20,8 +21,14 @@ constexpr size_t kAlignment = 64;
 
 class HostMemory final : public DeviceMemory {
  public:
-  HostMemory(uint8_t* data, int64_t size) : data_(data), size_(size) {}
-  ~HostMemory() override { std::free(data_); }
+  HostMemory(uint8_t* data, int64_t size, std::atomic<int64_t>& held)
+      : data_(data), size_(size), held_(held) {
+    held_ += size_;
+  }
+  ~HostMemory() override {
+    std::free(data_);
+    held_ -= size_;
+  }
   void* device_ptr() override { return data_; }
   uint8_t* host_ptr() override { return data_; }
   int64_t size() const override { return size_; }
@@ -29,6 +36,7 @@ class HostMemory final : public DeviceMemory {
  private:
   uint8_t* data_;
   int64_t size_;
+  std::atomic<int64_t>& held_;
 };
 
 std::string CpuModelName() {
@@ -82,12 +90,14 @@ class CpuDevice final : public Device {
       return absl::ResourceExhaustedError(
           absl::StrCat("cpu: out of host memory allocating ", size, " bytes."));
     }
-    return std::make_unique<HostMemory>(static_cast<uint8_t*>(p), size);
+    return std::make_unique<HostMemory>(static_cast<uint8_t*>(p), size, held_);
   }
+  int64_t memory_used_bytes() const override { return held_.load(); }
   absl::StatusOr<std::unique_ptr<Stream>> AcquireStream() override;
 
  private:
   std::string name_ = CpuModelName();
+  std::atomic<int64_t> held_{0};  // outlives every HostMemory (the agent's last)
 };
 
 absl::StatusOr<std::unique_ptr<Stream>> CpuDevice::AcquireStream() {

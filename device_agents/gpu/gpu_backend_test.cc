@@ -66,6 +66,8 @@ TEST(GraphSignatureTest, DiffersExactlyWhenAGraphCouldNotReplay) {
   EXPECT_NE(GraphSignature(h, inv(d8, 2.0, -1)), base);
   EXPECT_NE(GraphSignature(h, inv(d4, 3.0, -1)), base);
   EXPECT_NE(GraphSignature(h, inv(d4, 2.0, 0)), base);
+  // Attributes are keyed on their exact bits, not a rounded print.
+  EXPECT_NE(GraphSignature(h, inv(d4, 1.0000001, -1)), GraphSignature(h, inv(d4, 1.0000002, -1)));
   // Attribute order on the wire does not matter.
   HandlerInvocation two = inv(d4, 2.0, -1);
   two.attrs.push_back(F64Attr("beta", 1.0));
@@ -131,6 +133,43 @@ TEST(GraphCacheTest, HostCodeRunsOncePerSignatureAndReplaysWithNewData) {
   std::vector<float> y = ScaleOnDevice(device, h, std::vector<float>(7, 1.0f), 3.0);
   EXPECT_EQ(g_host_runs.load(), 3);  // a new attribute
   EXPECT_EQ(y[6], 3.0f);
+}
+
+TEST(GraphCacheTest, TheLeastRecentlyUsedGraphIsDroppedToStayWithinItsBytes) {
+  OPEN_OR_SKIP(backend);
+  Device& device = *backend->devices[0];
+  RegisteredHandler h{"counting_scale", api::kName, FARCALL_TRAIT_COMMAND_BUFFER_COMPATIBLE,
+                      &CountingScale, "test"};
+  // Room for one graph of 1000 floats (an arg and a result: 8000 bytes).
+  GraphCache cache(device, 8000);
+  auto run = [&](double alpha) {
+    std::vector<float> x(1000, 1.0f);
+    auto in = device.Allocate(4000);
+    auto out = device.Allocate(4000);
+    auto stream = device.AcquireStream();
+    ASSERT_TRUE(in.ok() && out.ok() && stream.ok());
+    ASSERT_TRUE((*stream)->CopyToDevice(x.data(), **in, 0, 4000).ok());
+    HandlerInvocation inv;
+    inv.platform = api::kName;
+    inv.stream_kind = (*stream)->kind();
+    inv.stream = (*stream)->native();
+    inv.args = {Buf(FARCALL_DTYPE_F32, {1000}, (*in)->device_ptr(), 4000)};
+    inv.results = {Buf(FARCALL_DTYPE_F32, {1000}, (*out)->device_ptr(), 4000)};
+    inv.attrs = {F64Attr("alpha", alpha)};
+    ASSERT_TRUE(cache.Run(h, inv, **stream).ok());
+    std::vector<float> y(1000);
+    ASSERT_TRUE((*stream)->CopyToHost(**out, 0, 4000, y.data()).ok());
+    ASSERT_TRUE((*stream)->Synchronize().ok());
+    EXPECT_EQ(y[999], static_cast<float>(alpha));
+  };
+  g_host_runs = 0;
+  run(2.0);
+  run(2.0);
+  EXPECT_EQ(g_host_runs.load(), 1);  // replayed
+  run(3.0);                          // a second graph: the first is dropped
+  EXPECT_EQ(g_host_runs.load(), 2);
+  run(2.0);                          // captured again
+  EXPECT_EQ(g_host_runs.load(), 3);
 }
 
 TEST(GraphCacheTest, WithoutTheTraitHostCodeRunsEveryCall) {

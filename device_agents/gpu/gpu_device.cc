@@ -116,7 +116,7 @@ class GpuDevice final : public Device {
         staging_(StagingPool::Create(
             options.staging_bytes, options.staging_block_bytes,
             [ordinal](int64_t n) { return GpuStagingBlock::Make(ordinal, n); })),
-        graphs_(*this) {}
+        graphs_(*this, options.graph_cache_bytes) {}
 
   ~GpuDevice() override {
     absl::MutexLock l(&mu_);
@@ -128,6 +128,9 @@ class GpuDevice final : public Device {
   int ordinal() const override { return ordinal_; }
   std::string name() const override { return name_; }
   int64_t memory_bytes() const override { return memory_; }
+  int64_t memory_used_bytes() const override {
+    return allocator_.in_use_bytes() + allocator_.cached_bytes();
+  }
 
   absl::StatusOr<std::unique_ptr<DeviceMemory>> Allocate(int64_t size) override {
     return allocator_.Allocate(size);

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/base/casts.h"
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "device_agents/agent_metrics.h"
 
 namespace farcall::agent::FARCALL_GPU_NS {
 namespace {
@@ -34,7 +36,8 @@ std::string GraphSignature(const RegisteredHandler& handler,
         absl::StrAppend(&s, "=i", a.i64);
         break;
       case FARCALL_ATTR_F64:
-        absl::StrAppend(&s, "=f", absl::StrCat(a.f64));
+        // The exact bits: 1.0000001 and 1.0000002 must not share a graph.
+        absl::StrAppend(&s, "=f", absl::Hex(absl::bit_cast<uint64_t>(a.f64)));
         break;
       case FARCALL_ATTR_BOOL:
         absl::StrAppend(&s, "=b", a.b);
@@ -50,29 +53,64 @@ std::string GraphSignature(const RegisteredHandler& handler,
   return key;
 }
 
+GraphCache::Entry::~Entry() {
+  absl::MutexLock l(&mu);
+  if (exec != nullptr) (void)api::GraphExecDestroy(exec);
+}
+
 GraphCache::~GraphCache() {
   absl::MutexLock l(&mu_);
-  for (auto& [key, entry] : entries_) {
-    absl::MutexLock el(&entry->mu);
-    if (entry->exec != nullptr) (void)api::GraphExecDestroy(entry->exec);
+  Metrics().graph_bytes.With({}).Decrement(static_cast<double>(bytes_));
+}
+
+void GraphCache::Account(const std::string& key, Entry& keep, int64_t bytes) {
+  absl::MutexLock l(&mu_);
+  auto it = entries_.find(key);
+  if (it == entries_.end() || it->second.get() != &keep) return;  // dropped meanwhile
+  keep.bytes = bytes;
+  bytes_ += bytes;
+  Metrics().graph_bytes.With({}).Increment(static_cast<double>(bytes));
+  auto drop = [&](std::map<std::string, std::shared_ptr<Entry>>::iterator e) {
+    bytes_ -= e->second->bytes;
+    Metrics().graph_bytes.With({}).Decrement(static_cast<double>(e->second->bytes));
+    Metrics().graph_evictions.With({}).Increment();
+    entries_.erase(e);  // freed when the last call using it lets go
+  };
+  while (bytes_ > max_bytes_) {
+    auto oldest = entries_.end();
+    for (auto e = entries_.begin(); e != entries_.end(); ++e) {
+      if (e->second.get() == &keep) continue;
+      if (oldest == entries_.end() || e->second->last_used < oldest->second->last_used) {
+        oldest = e;
+      }
+    }
+    if (oldest == entries_.end()) break;
+    drop(oldest);
   }
+  if (bytes_ > max_bytes_) drop(entries_.find(key));
 }
 
 absl::Status GraphCache::Run(const RegisteredHandler& handler, HandlerInvocation& inv,
                              Stream& stream) {
   std::shared_ptr<Entry> entry;
+  const std::string key = GraphSignature(handler, inv);
   {
     absl::MutexLock l(&mu_);
-    std::shared_ptr<Entry>& e = entries_[GraphSignature(handler, inv)];
+    std::shared_ptr<Entry>& e = entries_[key];
     if (e == nullptr) e = std::make_shared<Entry>();
+    e->last_used = ++clock_;
     entry = e;
   }
   auto native = static_cast<api::StreamT>(stream.native());
   absl::MutexLock l(&entry->mu);
-  if (entry->exec == nullptr && entry->args.empty()) {
+  if (entry->exec == nullptr && entry->args.empty() && entry->results.empty()) {
+    int64_t bytes = 0;
+    auto allocate = [&](const FarcallBuffer& b) -> absl::StatusOr<std::unique_ptr<DeviceMemory>> {
+      bytes += static_cast<int64_t>(b.size_bytes);
+      return device_.Allocate(static_cast<int64_t>(b.size_bytes));
+    };
     for (const FarcallBuffer& b : inv.args) {
-      FARCALL_ASSIGN_OR_RETURN(std::unique_ptr<DeviceMemory> m,
-                               device_.Allocate(static_cast<int64_t>(b.size_bytes)));
+      FARCALL_ASSIGN_OR_RETURN(std::unique_ptr<DeviceMemory> m, allocate(b));
       entry->args.push_back(std::move(m));
     }
     for (const FarcallBuffer& b : inv.results) {
@@ -80,11 +118,12 @@ absl::Status GraphCache::Run(const RegisteredHandler& handler, HandlerInvocation
         entry->results.push_back(nullptr);  // the arg's buffer
         continue;
       }
-      FARCALL_ASSIGN_OR_RETURN(std::unique_ptr<DeviceMemory> m,
-                               device_.Allocate(static_cast<int64_t>(b.size_bytes)));
+      FARCALL_ASSIGN_OR_RETURN(std::unique_ptr<DeviceMemory> m, allocate(b));
       entry->results.push_back(std::move(m));
     }
+    Account(key, *entry, bytes);
   }
+  (entry->exec == nullptr ? Metrics().graph_misses : Metrics().graph_hits).With({}).Increment();
   auto result_memory = [&](size_t o) -> DeviceMemory& {
     const int64_t alias = inv.results[o].aliased_arg;
     return alias >= 0 ? *entry->args[alias] : *entry->results[o];

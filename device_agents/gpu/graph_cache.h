@@ -9,6 +9,11 @@
 // device), the graph runs, and the results are copied out. Calls of one
 // signature on one device take turns on its entry.
 //
+// Entries hold device memory, so the cache keeps at most `max_bytes` of
+// them (--graph_cache_bytes), dropping the least recently used first; a
+// dropped entry is freed once no call uses it. Hits, misses, evictions and
+// bytes are exported as farcall_agent_graph_cache_* metrics.
+//
 // Thread safety: thread-safe.
 #ifndef FARCALL_DEVICE_AGENTS_GPU_GRAPH_CACHE_H_
 #define FARCALL_DEVICE_AGENTS_GPU_GRAPH_CACHE_H_
@@ -34,7 +39,7 @@ std::string GraphSignature(const RegisteredHandler& handler,
 
 class GraphCache {
  public:
-  explicit GraphCache(Device& device) : device_(device) {}
+  GraphCache(Device& device, int64_t max_bytes) : device_(device), max_bytes_(max_bytes) {}
   ~GraphCache();
 
   // Runs `handler` for `inv` on `stream` through the signature's graph,
@@ -45,15 +50,24 @@ class GraphCache {
 
  private:
   struct Entry {
+    ~Entry();
     absl::Mutex mu;
     api::GraphExecT exec ABSL_GUARDED_BY(mu) = nullptr;
     std::vector<std::unique_ptr<DeviceMemory>> args ABSL_GUARDED_BY(mu);
     std::vector<std::unique_ptr<DeviceMemory>> results ABSL_GUARDED_BY(mu);
+    int64_t bytes = 0;           // its buffers, once allocated; under the cache's mu_
+    uint64_t last_used = 0;      // the cache's clock at its last call; under mu_
   };
+  // Counts `entry`'s bytes in and drops least recently used entries (never
+  // `keep`) until the cache fits; drops `keep` too if it alone does not.
+  void Account(const std::string& key, Entry& keep, int64_t bytes);
 
   Device& device_;
+  const int64_t max_bytes_;
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<Entry>> entries_ ABSL_GUARDED_BY(mu_);
+  int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t clock_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace farcall::agent::FARCALL_GPU_NS

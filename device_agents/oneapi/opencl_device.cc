@@ -121,6 +121,9 @@ class ClDevice final : public Device {
   int ordinal() const override { return ordinal_; }
   std::string name() const override { return name_; }
   int64_t memory_bytes() const override { return memory_; }
+  int64_t memory_used_bytes() const override {
+    return allocator_ ? allocator_->in_use_bytes() + allocator_->cached_bytes() : 0;
+  }
   absl::StatusOr<std::unique_ptr<DeviceMemory>> Allocate(int64_t size) override {
     return allocator_->Allocate(size);
   }

@@ -8,12 +8,12 @@
 #include <vector>
 
 #include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "core/dtype.h"
+#include "core/log.h"
 #include "device_agents/agent_flags.h"
 #include "device_agents/agent_service.h"
 #include "device_agents/worker_pool.h"
-#include "core/dtype.h"
 #include "nanobind/ndarray.h"
 #include "nanobind/stl/string.h"
 #include "nanobind/stl/tuple.h"
@@ -109,11 +109,15 @@ nb::object StartAgent(std::vector<std::string> argv,
   parsed = true;
   std::vector<char*> cargv;
   for (std::string& a : argv) cargv.push_back(a.data());
-  absl::SetProgramUsageMessage(agent::kAgentUsage);
+  log::SetUpHelp(agent::kAgentUsage);
   absl::ParseCommandLine(static_cast<int>(cargv.size()), cargv.data());
+  if (absl::Status s = log::InitFromFlags("farcall-agent"); !s.ok()) {
+    std::fprintf(stderr, "farcall-agent: %s\n", s.ToString().c_str());
+    return nb::int_(2);
+  }
   absl::StatusOr<AgentServer::Options> options = agent::AgentOptionsFromFlags();
   if (!options.ok()) {
-    std::fprintf(stderr, "farcall-agent: %s\n", options.status().ToString().c_str());
+    log::Error(options.status().ToString());
     return nb::int_(2);
   }
   if (std::optional<int> code = agent::ListDevicesIfAsked(*options)) return nb::int_(*code);
@@ -141,7 +145,7 @@ nb::object StartAgent(std::vector<std::string> argv,
     server = AgentServer::Start(*std::move(options));
   }
   if (!server.ok()) {
-    std::fprintf(stderr, "farcall-agent: %s\n", server.status().ToString().c_str());
+    log::Error(server.status().ToString());
     return nb::int_(1);
   }
   agent::AnnounceServing(**server);

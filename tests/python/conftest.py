@@ -42,6 +42,10 @@ class Server:
         r, w = os.pipe()
         self.log = tempfile.TemporaryFile()
         env = dict(os.environ, PYTHONUNBUFFERED="1", FARCALL_TEST_GATE=GATE_PATH)
+        # Tests leave calls in flight at teardown: drain for 2 s, not 30,
+        # unless the test's own flag (later, so it wins) says otherwise.
+        first_flag = next(i for i, a in enumerate(cmd) if a.startswith("--"))
+        cmd = cmd[:first_flag] + ["--drain_seconds=2"] + cmd[first_flag:]
         self.proc = subprocess.Popen(cmd + [f"--ready_fd={w}"], pass_fds=(w,),
                                      stdout=self.log, stderr=subprocess.STDOUT, env=env)
         os.close(w)

@@ -1,0 +1,26 @@
+#include "device_agents/agent_metrics.h"
+
+namespace farcall::agent {
+
+AgentMetrics& Metrics() {
+  static auto* m = new AgentMetrics;
+  return *m;
+}
+
+void ExportAgentSeries() {
+  AgentMetrics& m = Metrics();
+  m.inflight_calls.With({});
+  m.inflight_bytes.With({});
+  m.budget.With({});
+  for (const char* reason : {"limit", "auth"}) m.refused.With({reason});
+  m.draining.With({});
+  m.graph_hits.With({});
+  m.graph_misses.With({});
+  m.graph_evictions.With({});
+  m.graph_bytes.With({});
+  m.staging_fallbacks.With({});
+  m.shm_regions.With({});
+  m.shm_mapped_bytes.With({});
+}
+
+}  // namespace farcall::agent

@@ -1,0 +1,183 @@
+// Graceful drain (--drain_seconds): on SIGTERM an agent or router reports
+// NOT_SERVING, takes no new calls, lets the calls in flight finish, and
+// exits 0; the router sends new calls to the agents that remain.
+#include <chrono>
+#include <future>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "farcall/client.h"
+#include "gmock/gmock.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "tests/process_harness.h"
+#include "tests/test_calls.h"
+
+namespace farcall {
+namespace {
+
+using ::farcall::testing::ChildProcess;
+using ::farcall::testing::HttpGet;
+using ::farcall::testing::MetricValue;
+
+CallRequest Sleep(int64_t ms) {
+  CallRequest req;
+  req.platform = "cpu";
+  req.handler = "sleep";
+  req.attributes["ms"] = ms;
+  return req;
+}
+
+// Waits, bounded, until `agent` holds `calls` calls (its own gauge).
+bool HoldsCalls(const ChildProcess& agent, double calls) {
+  const absl::Time end = absl::Now() + absl::Seconds(20);
+  while (absl::Now() < end) {
+    if (MetricValue(HttpGet(agent.metrics_port(), "/metrics"), "farcall_agent_inflight_calls") ==
+        calls) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// The server's own health answer: SERVING, NOT_SERVING, or the RPC's
+// error once it takes no calls at all.
+std::string Health(const std::string& address) {
+  auto stub = grpc::health::v1::Health::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  grpc::health::v1::HealthCheckResponse resp;
+  grpc::Status s = stub->Check(&ctx, {}, &resp);
+  if (!s.ok()) return absl::StrCat("error ", s.error_code());
+  return grpc::health::v1::HealthCheckResponse::ServingStatus_Name(resp.status());
+}
+
+// An agent that drains for `drain`, holding one call that sleeps `ms`.
+struct BusyAgent {
+  std::unique_ptr<ChildProcess> agent;
+  std::unique_ptr<Client> client;
+  std::future<absl::StatusOr<CallResult>> held;
+};
+
+absl::StatusOr<BusyAgent> StartBusyAgent(const std::string& drain, int64_t ms) {
+  BusyAgent b;
+  auto agent = ChildProcess::Start(FARCALL_AGENT_BIN, {"--listen=127.0.0.1:0",
+                                                       "--metrics_listen=127.0.0.1:0",
+                                                       absl::StrCat("--drain_seconds=", drain)});
+  if (!agent.ok()) return agent.status();
+  b.agent = *std::move(agent);
+  auto client = Client::Connect(b.agent->address());
+  if (!client.ok()) return client.status();
+  b.client = *std::move(client);
+  CallOptions o;
+  o.timeout = absl::Seconds(60);
+  b.held = b.client->CallFuture(Sleep(ms), o);
+  if (!HoldsCalls(*b.agent, 1)) return absl::InternalError("the agent never held the call");
+  return b;
+}
+
+TEST(DrainTest, AnAgentFinishesItsCallsRefusesNewOnesAndExitsZero) {
+  // Longer than the fixed 2 s an agent used to give calls at shutdown.
+  absl::StatusOr<BusyAgent> b = StartBusyAgent("20", 2500);
+  ASSERT_TRUE(b.ok()) << b.status();
+  ChildProcess& agent = *b->agent;
+  const pid_t pid = agent.pid();
+  auto exit_code = std::async(std::launch::async, [&] { return agent.Terminate(); });
+  // Once it drains, health says so (or the server refuses the RPC itself)...
+  const std::string address = absl::StrCat("127.0.0.1:", agent.port());
+  std::string health = "SERVING";
+  for (int i = 0; i < 2000 && health == "SERVING"; ++i) health = Health(address);
+  EXPECT_NE(health, "SERVING");
+  // ...a new call is refused as never accepted (a router would go elsewhere)...
+  const absl::Time end = absl::Now() + absl::Seconds(10);
+  absl::Status refused;
+  do {
+    CallOptions quick;
+    quick.timeout = absl::Seconds(2);
+    quick.allow_shm = false;
+    refused = testing::CallOnFour(*b->client, "copy", quick).status();
+  } while (refused.ok() && absl::Now() < end);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable) << refused;
+  // ...and the call it held still succeeds, after which it exits 0.
+  absl::StatusOr<CallResult> r = b->held.get();
+  EXPECT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(exit_code.get(), 0) << "agent " << pid;
+}
+
+TEST(DrainTest, CallsStillRunningWhenTheDrainEndsAreCancelled) {
+  absl::StatusOr<BusyAgent> b = StartBusyAgent("0.5", 50000);
+  ASSERT_TRUE(b.ok()) << b.status();
+  const absl::Time start = absl::Now();
+  EXPECT_EQ(b->agent->Terminate(), 0);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  EXPECT_FALSE(b->held.get().ok());
+}
+
+TEST(DrainTest, TheRouterSendsNewCallsToTheAgentsThatRemain) {
+  std::vector<std::unique_ptr<ChildProcess>> agents;
+  for (int i = 0; i < 2; ++i) {
+    auto a = ChildProcess::Start(FARCALL_AGENT_BIN, {"--listen=127.0.0.1:0",
+                                                     "--metrics_listen=127.0.0.1:0",
+                                                     "--drain_seconds=20"});
+    ASSERT_TRUE(a.ok()) << a.status();
+    agents.push_back(*std::move(a));
+  }
+  auto router = ChildProcess::Start(
+      FARCALL_ROUTER_BIN,
+      {"--listen=127.0.0.1:0", "--probe_interval_ms=100", "--drain_seconds=20",
+       absl::StrCat("--agents=", agents[0]->address(), ",", agents[1]->address())});
+  ASSERT_TRUE(router.ok()) << router.status();
+  auto client = Client::Connect((*router)->address());
+  ASSERT_TRUE(client.ok());
+  CallOptions o;
+  o.timeout = absl::Seconds(20);
+  auto held = (*client)->CallFuture(Sleep(1500), o);
+  // Which agent took it: that one is told to stop.
+  int busy = -1;
+  const absl::Time end = absl::Now() + absl::Seconds(20);
+  while (busy < 0 && absl::Now() < end) {
+    for (int i = 0; i < 2; ++i) {
+      if (MetricValue(HttpGet(agents[i]->metrics_port(), "/metrics"),
+                      "farcall_agent_inflight_calls") == 1) {
+        busy = i;
+      }
+    }
+  }
+  ASSERT_GE(busy, 0);
+  auto exit_code = std::async(std::launch::async, [&] { return agents[busy]->Terminate(); });
+  // Every call from now on lands on the other agent and succeeds.
+  for (int i = 0; i < 20; ++i) {
+    auto r = testing::CallOnFour(**client, "copy", o);
+    ASSERT_TRUE(r.ok()) << "call " << i << ": " << r.status();
+    EXPECT_EQ(r->agent_id, absl::StrCat("cpu-agent-", agents[1 - busy]->port()));
+  }
+  absl::StatusOr<CallResult> r = held.get();
+  EXPECT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(exit_code.get(), 0);
+}
+
+TEST(DrainTest, ARouterFinishesTheCallsItCarriesAndExitsZero) {
+  auto agent = ChildProcess::Start(FARCALL_AGENT_BIN,
+                                   {"--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0"});
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  auto router = ChildProcess::Start(
+      FARCALL_ROUTER_BIN, {"--listen=127.0.0.1:0", "--drain_seconds=20",
+                           absl::StrCat("--agents=", (*agent)->address())});
+  ASSERT_TRUE(router.ok()) << router.status();
+  auto client = Client::Connect((*router)->address());
+  ASSERT_TRUE(client.ok());
+  CallOptions o;
+  o.timeout = absl::Seconds(20);
+  auto held = (*client)->CallFuture(Sleep(1500), o);
+  ASSERT_TRUE(HoldsCalls(**agent, 1));
+  EXPECT_EQ((*router)->Terminate(), 0);  // returns once drained
+  absl::StatusOr<CallResult> r = held.get();
+  EXPECT_TRUE(r.ok()) << r.status();
+}
+
+}  // namespace
+}  // namespace farcall
