@@ -98,11 +98,9 @@ absl::StatusOr<Request> ReceiveRequest(int sock) {
   do {
     n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | MSG_WAITALL);
   } while (n < 0 && errno == EINTR);
-  if (n != static_cast<ssize_t>(sizeof(buf))) return Gone("receive");
+  if (n < 0) msg.msg_controllen = 0;
+  // The fds first: a short or broken message must not leak those it carried.
   Request r;
-  r.op = static_cast<uint8_t>(buf[0]);
-  std::memcpy(&r.size, buf + 1, 8);
-  r.token.assign(buf + 9, kTokenSize);
   for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
     if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
       // Take the first fd; close any extra a misbehaving peer sent.
@@ -118,6 +116,13 @@ absl::StatusOr<Request> ReceiveRequest(int sock) {
       }
     }
   }
+  if (n != static_cast<ssize_t>(sizeof(buf))) {
+    if (r.fd >= 0) close(r.fd);
+    return Gone("receive");
+  }
+  r.op = static_cast<uint8_t>(buf[0]);
+  std::memcpy(&r.size, buf + 1, 8);
+  r.token.assign(buf + 9, kTokenSize);
   return r;
 }
 

@@ -37,6 +37,8 @@ ABSL_FLAG(std::string, shm_socket, "auto",
           "same-host shared memory: auto, @abstract-name, a socket path, or empty for none");
 ABSL_FLAG(std::vector<std::string>, shm_allow_uids, {},
           "uids besides the agent's own whose processes may use its shared memory");
+ABSL_FLAG(int64_t, shm_max_bytes, int64_t{64} << 30,
+          "most bytes of shared memory one client connection may have registered at once");
 ABSL_FLAG(int, workers, 0, "handler threads (0: one per core)");
 ABSL_FLAG(std::vector<std::string>, devices, {},
           "device ordinals to serve, e.g. 0,1 (default: every device found)");
@@ -97,6 +99,11 @@ absl::StatusOr<AgentServer::Options> AgentOptionsFromFlags() {
   options.workers = absl::GetFlag(FLAGS_workers);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.shm_socket = absl::GetFlag(FLAGS_shm_socket);
+  if (absl::GetFlag(FLAGS_shm_max_bytes) <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--shm_max_bytes must be positive; got ", absl::GetFlag(FLAGS_shm_max_bytes), "."));
+  }
+  options.shm_max_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_shm_max_bytes));
   for (const std::string& u : absl::GetFlag(FLAGS_shm_allow_uids)) {
     uint32_t uid = 0;
     if (!absl::SimpleAtoi(u, &uid)) {

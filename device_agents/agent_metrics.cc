@@ -12,7 +12,7 @@ void ExportAgentSeries() {
   m.inflight_calls.With({});
   m.inflight_bytes.With({});
   m.budget.With({});
-  for (const char* reason : {"limit", "auth"}) m.refused.With({reason});
+  for (const char* reason : {"limit", "auth", "draining"}) m.refused.With({reason});
   m.draining.With({});
   m.graph_hits.With({});
   m.graph_misses.With({});

@@ -38,7 +38,7 @@ struct AgentMetrics {
   metrics::CounterFamily refused{
       "farcall_agent_refused_calls_total",
       "Calls refused before they ran: limit (a header, size or budget limit), auth (no, "
-      "unknown or insufficient token).",
+      "unknown or insufficient token), draining (the agent is shutting down).",
       {"reason"}};
   metrics::GaugeFamily draining{"farcall_agent_draining",
                                 "1 while the agent drains for shutdown, else 0.", {}};

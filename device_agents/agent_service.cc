@@ -34,6 +34,7 @@ namespace {
 
 struct Shared {
   AgentState state;
+  DrainGate gate;  // closed at shutdown
   std::unique_ptr<WorkerPool> pool;
   IdleWatchdog* watchdog = nullptr;  // null: streams never time out
   // Where a call's handler runs: its own threads (in-process handlers), or
@@ -43,6 +44,14 @@ struct Shared {
     return own != nullptr ? *own : *pool;
   }
 };
+
+// The answer to a call that arrives while the agent drains: UNAVAILABLE,
+// without the agent's id, so that a router sends it to another agent.
+grpc::Status Draining() {
+  Metrics().refused.With({"draining"}).Increment();
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                      "this agent is draining for shutdown and takes no new calls.");
+}
 
 // Checks the caller's token, parses the call's first frame, and checks that
 // the token may call its handler; a refusal is counted by its reason.
@@ -100,7 +109,13 @@ class ExecuteReactor final
       : shared_(shared),
         ctx_(ctx),
         call_(std::make_unique<AgentCall>(shared.state, ctx->peer())),
-        authorization_(AuthorizationOf(*ctx)) {
+        authorization_(AuthorizationOf(*ctx)),
+        entered_(shared.gate.Enter()) {
+    if (!entered_) {
+      call_.reset();
+      Finish(Draining());
+      return;
+    }
     cancel_.SetDeadline(absl::Now() + shared.state.config.max_call_time);
     ctx->AddInitialMetadata(kAgentIdMetadataKey, shared.state.agent_id());
     StartSendInitialMetadata();
@@ -165,6 +180,7 @@ class ExecuteReactor final
   }
   void OnDone() override {
     if (shared_.watchdog != nullptr) shared_.watchdog->Remove(this);
+    if (entered_) shared_.gate.Leave();
     Unref();
   }
 
@@ -211,6 +227,7 @@ class ExecuteReactor final
   CancellationToken cancel_;
   BudgetWait budget_;
   const std::string authorization_;  // the call's bearer token, if any
+  const bool entered_;               // through the drain gate
   bool begun_ = false;  // only touched by the read chain
   grpc::ByteBuffer in_;
   grpc::ByteBuffer out_;
@@ -224,10 +241,16 @@ class CallReactor final : public grpc::ServerUnaryReactor, public WatchedCall {
       : shared_(shared),
         response_(response),
         call_(std::make_unique<AgentCall>(shared.state, ctx->peer())),
-        grpc_call_(ctx->c_call()) {
+        grpc_call_(ctx->c_call()),
+        entered_(shared.gate.Enter()) {
     // The answer may sit unread after Finish, when the context may already
     // serve another call; the core call, held here, is this call's for good.
     grpc_call_ref(grpc_call_);
+    if (!entered_) {
+      call_.reset();
+      Finish(Draining());
+      return;
+    }
     if (shared.watchdog != nullptr) shared.watchdog->Add(this);
     cancel_.SetDeadline(absl::Now() + shared.state.config.max_call_time);
     // In trailing metadata too: an error answer is "trailers only", and the
@@ -271,6 +294,7 @@ class CallReactor final : public grpc::ServerUnaryReactor, public WatchedCall {
   }
   void OnDone() override {
     if (shared_.watchdog != nullptr) shared_.watchdog->Remove(this);
+    if (entered_) shared_.gate.Leave();
     Resume();
     Unref();
   }
@@ -295,6 +319,7 @@ class CallReactor final : public grpc::ServerUnaryReactor, public WatchedCall {
   grpc::ByteBuffer* response_;
   std::unique_ptr<AgentCall> call_;
   grpc_call* const grpc_call_;
+  const bool entered_;  // through the drain gate
   CancellationToken cancel_;
   BudgetWait budget_;
 };
@@ -424,6 +449,7 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(Options options)
                               : options.shm_socket;
     ShmService::Options shm_options;
     shm_options.allowed_uids = options.shm_allow_uids;
+    shm_options.max_bytes_per_connection = options.shm_max_bytes;
     FARCALL_ASSIGN_OR_RETURN(state.shm, ShmService::Start(address, shm_options));
   }
   int workers = options.workers > 0
@@ -473,7 +499,7 @@ const AgentState& AgentServer::state() const { return impl_->shared.state; }
 void AgentServer::Shutdown() {
   if (impl_->server == nullptr) return;
   Metrics().draining.With({}).Set(1);
-  StopGrpcServer(impl_->server.get(), impl_->drain);
+  StopGrpcServer(impl_->server.get(), impl_->shared.gate, impl_->drain);
   impl_->server.reset();
   impl_->shared.pool.reset();  // runs what is queued, then joins
 }

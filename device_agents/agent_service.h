@@ -44,6 +44,8 @@ class AgentServer {
     std::string shm_socket = "auto";
     // Users besides the agent's own whose processes may use shared memory.
     std::vector<uint32_t> shm_allow_uids;
+    // Bytes one shared-memory client connection may have registered.
+    uint64_t shm_max_bytes = uint64_t{64} << 30;
     // Handlers of the program that embeds the agent (RegisteredHandler's
     // `invoke` and `pool`), registered after the built-ins and plugins.
     std::vector<RegisteredHandler> in_process_handlers;

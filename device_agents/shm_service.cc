@@ -173,6 +173,7 @@ void ShmService::AcceptLoop() {
 
 void ShmService::Serve(int fd, uint32_t uid) {
   size_t held = 0;
+  uint64_t held_bytes = 0;
   for (;;) {
     absl::StatusOr<shm::Request> req = shm::ReceiveRequest(fd);
     if (!req.ok()) break;  // the client went away
@@ -184,6 +185,12 @@ void ShmService::Serve(int fd, uint32_t uid) {
         reply = Error(absl::StatusCode::kResourceExhausted,
                       absl::StrCat("a connection may hold at most ",
                                    kMaxRegionsPerConnection, " regions."));
+      } else if (req->size > options_.max_bytes_per_connection - held_bytes) {
+        reply = Error(absl::StatusCode::kResourceExhausted,
+                      absl::StrCat("a connection may register at most ",
+                                   options_.max_bytes_per_connection,
+                                   " bytes of shared memory (--shm_max_bytes); it holds ",
+                                   held_bytes, " and asks for ", req->size, " more."));
       } else {
         absl::StatusOr<std::shared_ptr<ShmRegion>> region = MapRegion(req->fd, req->size);
         if (!region.ok()) {
@@ -196,6 +203,7 @@ void ShmService::Serve(int fd, uint32_t uid) {
           regions_[reply.token.substr(0, kTokenIdSize)] =
               Registered{reply.token.substr(kTokenIdSize), fd, uid, *std::move(region)};
           ++held;
+          held_bytes += req->size;
           Metrics().shm_regions.With({}).Set(static_cast<double>(regions_.size()));
         }
       }
@@ -207,6 +215,7 @@ void ShmService::Serve(int fd, uint32_t uid) {
                                                     std::min(kTokenIdSize, req->token.size())))) {
         reply = Error(absl::StatusCode::kNotFound, "no such region on this connection.");
       } else {
+        held_bytes -= it->second.region->size();
         regions_.erase(it);
         --held;
         Metrics().shm_regions.With({}).Set(static_cast<double>(regions_.size()));

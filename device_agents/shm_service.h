@@ -41,6 +41,8 @@ class ShmService {
     std::vector<uint32_t> allowed_uids;
     // Connections served at once; more are refused until one closes.
     size_t max_connections = 256;
+    // Bytes one connection may have registered at once (--shm_max_bytes).
+    uint64_t max_bytes_per_connection = uint64_t{64} << 30;
   };
   // Listens on `address` ("@name": abstract socket; else a path).
   static absl::StatusOr<std::unique_ptr<ShmService>> Start(const std::string& address,

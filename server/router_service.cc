@@ -36,7 +36,14 @@ struct Shared {
   // What calls carry to agents: "Bearer " + the router's own token, or
   // empty to pass on each caller's.
   std::string agent_authorization;
+  DrainGate* gate;  // closed at shutdown
 };
+
+// The answer to a call that arrives while the router drains.
+grpc::Status Draining() {
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                      "this router is draining for shutdown and takes no new calls.");
+}
 
 // The router's call metrics, declared once here where they are counted.
 struct RouterMetrics {
@@ -61,14 +68,16 @@ struct RouterMetrics {
       "farcall_router_refused_calls_total",
       "Calls refused before reaching an agent: limit (a header or size limit), auth (no, "
       "unknown or insufficient token), platform (not a supported backend), no_agent (no "
-      "live agent serves the platform and handler).",
+      "live agent serves the platform and handler), draining (the router is shutting down).",
       {"reason"}};
   metrics::GaugeFamily draining{"farcall_router_draining",
                                 "1 while the router drains for shutdown, else 0.", {}};
 
   // Every series without per-call labels, at zero from start-up.
   void ExportAtStart() {
-    for (const char* r : {"limit", "auth", "platform", "no_agent"}) refused.With({r});
+    for (const char* r : {"limit", "auth", "platform", "no_agent", "draining"}) {
+      refused.With({r});
+    }
     for (const char* p : {"cpu", "cuda", "rocm", "oneapi"}) {
       received.With({p});
       sent.With({p});
@@ -206,7 +215,12 @@ class ForwardingExecute final
       public RefCounted {
  public:
   ForwardingExecute(Shared& shared, grpc::CallbackServerContext* ctx)
-      : shared_(shared), server_ctx_(ctx) {
+      : shared_(shared), server_ctx_(ctx), entered_(shared.gate->Enter()) {
+    if (!entered_) {
+      record_.Refused("draining");
+      FinishUp(Draining());
+      return;
+    }
     StartRead(&up_in_);
   }
 
@@ -255,7 +269,10 @@ class ForwardingExecute final
     if (down_ != nullptr) down_->ctx.TryCancel();
   }
 
-  void OnDone() override { Unref(); }
+  void OnDone() override {
+    if (entered_) shared_.gate->Leave();
+    Unref();
+  }
 
  private:
   // One attempt to reach one agent.
@@ -376,6 +393,7 @@ class ForwardingExecute final
 
   Shared& shared_;
   grpc::CallbackServerContext* server_ctx_;
+  const bool entered_;  // through the drain gate
   CallRecord record_;
   bool routed_ = false;  // only touched by the upstream read chain
   Route route_;
@@ -398,7 +416,16 @@ class ForwardingCall final : public grpc::ServerUnaryReactor, public RefCounted 
  public:
   ForwardingCall(Shared& shared, grpc::CallbackServerContext* ctx,
                  const grpc::ByteBuffer* request, grpc::ByteBuffer* response)
-      : shared_(shared), server_ctx_(ctx), request_(request), response_(response) {
+      : shared_(shared),
+        server_ctx_(ctx),
+        entered_(shared.gate->Enter()),
+        request_(request),
+        response_(response) {
+    if (!entered_) {
+      record_.Refused("draining");
+      FinishAndRecord(Draining());
+      return;
+    }
     absl::StatusOr<Route> r =
         RouteCall(shared_, *request_, AuthorizationOf(*server_ctx_), record_);
     if (!r.ok()) {
@@ -415,7 +442,10 @@ class ForwardingCall final : public grpc::ServerUnaryReactor, public RefCounted 
     cancelled_ = true;
     if (client_ctx_ != nullptr) client_ctx_->TryCancel();
   }
-  void OnDone() override { Unref(); }
+  void OnDone() override {
+    if (entered_) shared_.gate->Leave();
+    Unref();
+  }
 
  private:
   void StartAttempt() {
@@ -469,6 +499,7 @@ class ForwardingCall final : public grpc::ServerUnaryReactor, public RefCounted 
 
   Shared& shared_;
   grpc::CallbackServerContext* server_ctx_;
+  const bool entered_;  // through the drain gate
   CallRecord record_;
   const grpc::ByteBuffer* request_;
   grpc::ByteBuffer* response_;
@@ -518,6 +549,7 @@ class RouterService final
 
 struct RouterServer::Impl {
   TokenTable tokens;
+  DrainGate gate;  // before the server: its calls use it
   std::unique_ptr<AgentPool> pool;
   // After the pool: its pages read the pool, so it goes first.
   std::unique_ptr<metrics::MetricsServer> metrics;
@@ -526,7 +558,6 @@ struct RouterServer::Impl {
   int port = 0;
   absl::Duration drain;
   absl::Time started = absl::Now();
-  std::atomic<bool> draining{false};
 };
 
 RouterServer::RouterServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -547,7 +578,7 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(Options option
     std::map<std::string, metrics::PageSource> pages;
     pages["/"] = [] { return metrics::Page{"text/html; charset=utf-8", StatusHtml()}; };
     pages["/status.json"] = [self] {
-      RouterStatus r{Version(), self->started, self->draining.load()};
+      RouterStatus r{Version(), self->started, self->gate.draining()};
       return metrics::Page{"application/json",
                            StatusJson(r, self->pool->Status(), absl::Now())};
     };
@@ -557,7 +588,8 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(Options option
   impl->service = std::make_unique<RouterService>(
       Shared{impl->pool.get(), options.max_call_bytes, options.header_limits, &impl->tokens,
              options.agent_token.empty() ? std::string()
-                                         : absl::StrCat(kBearerPrefix, options.agent_token)});
+                                         : absl::StrCat(kBearerPrefix, options.agent_token),
+             &impl->gate});
 
   FARCALL_ASSIGN_OR_RETURN(
       RunningServer running,
@@ -578,9 +610,8 @@ AgentPool& RouterServer::pool() { return *impl_->pool; }
 
 void RouterServer::Shutdown() {
   if (impl_->server == nullptr) return;
-  impl_->draining = true;
   Metrics().draining.With({}).Set(1);
-  StopGrpcServer(impl_->server.get(), impl_->drain);
+  StopGrpcServer(impl_->server.get(), impl_->gate, impl_->drain);
   impl_->server.reset();
 }
 

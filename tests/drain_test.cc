@@ -102,6 +102,7 @@ TEST(DrainTest, AnAgentFinishesItsCallsRefusesNewOnesAndExitsZero) {
     refused = testing::CallOnFour(*b->client, "copy", quick).status();
   } while (refused.ok() && absl::Now() < end);
   EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable) << refused;
+  EXPECT_EQ(refused.message(), "this agent is draining for shutdown and takes no new calls.");
   // ...and the call it held still succeeds, after which it exits 0.
   absl::StatusOr<CallResult> r = b->held.get();
   EXPECT_TRUE(r.ok()) << r.status();

@@ -50,10 +50,13 @@ absl::StatusOr<RunningServer> StartGrpcServer(
   return r;
 }
 
-void StopGrpcServer(grpc::Server* server, absl::Duration drain) {
+void StopGrpcServer(grpc::Server* server, DrainGate& gate, absl::Duration drain) {
   if (server == nullptr) return;
   server->GetHealthCheckService()->SetServingStatus(false);
-  server->Shutdown(absl::ToChronoTime(absl::Now() + drain));
+  gate.DrainFor(drain);
+  // gRPC's own shutdown would also wait for idle client connections to
+  // close; the calls are done (or out of time), so stop now.
+  server->Shutdown(std::chrono::system_clock::now());
   server->Wait();
 }
 

@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "core/drain_gate.h"
 #include "grpcpp/server.h"
 
 namespace farcall {
@@ -45,11 +46,11 @@ absl::StatusOr<RunningServer> StartGrpcServer(
     const std::string& listen, grpc::Service* service, const GrpcServerLimits& limits,
     absl::string_view who, std::shared_ptr<grpc::ServerCredentials> credentials = nullptr);
 
-// Drains: reports NOT_SERVING (routers stop picking it), refuses new calls
-// with UNAVAILABLE (never accepted, so a router sends them elsewhere), lets
-// calls in flight finish for up to `drain`, then cancels the rest and
-// waits. Null is a no-op.
-void StopGrpcServer(grpc::Server* server, absl::Duration drain);
+// Drains: reports NOT_SERVING (routers stop picking it), closes `gate` so
+// that the server's calls refuse new work, waits up to `drain` for the calls
+// in flight, then stops: what still runs is cancelled and connections are
+// closed. Null is a no-op.
+void StopGrpcServer(grpc::Server* server, DrainGate& gate, absl::Duration drain);
 
 }  // namespace farcall
 
