@@ -110,6 +110,10 @@ Gauge GaugeFamily::With(const std::vector<std::string>& values) {
   return Gauge(&family_->Add(Labels(labels_, values)));
 }
 
+void GaugeFamily::Remove(const std::vector<std::string>& values) {
+  family_->Remove(&family_->Add(Labels(labels_, values)));
+}
+
 HistogramFamily::HistogramFamily(const std::string& name, const std::string& help,
                                  std::vector<std::string> labels,
                                  std::vector<double> buckets)

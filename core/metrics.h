@@ -81,6 +81,9 @@ class GaugeFamily {
   GaugeFamily(const std::string& name, const std::string& help,
               std::vector<std::string> labels);
   Gauge With(const std::vector<std::string>& values);
+  // Stops exporting the child for these label values (one that went away,
+  // such as an agent no longer resolved).
+  void Remove(const std::vector<std::string>& values);
 
  private:
   prometheus::Family<prometheus::Gauge>* family_;

@@ -18,6 +18,13 @@ DEBS=(
   hipcc libamdhip64-dev ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo
   # The libFuzzer targets (tests/fuzz): clang and its fuzzer runtime.
   clang libclang-rt-14-dev
+  # Deployment (deploy/, tests/deploy): podman and what it needs to build and
+  # run the images with no registry (a base image made by mmdebstrap; runc,
+  # since crun 1.8 refuses hybrid cgroups); the Prometheus server with
+  # promtool (without recommends it brings only its web console's JavaScript
+  # libraries); headless Chromium for the router's status page.
+  podman buildah skopeo fuse-overlayfs uidmap slirp4netns mmdebstrap runc
+  prometheus chromium chromium-driver
 )
 
 missing=()

@@ -29,12 +29,23 @@ PoolMetrics& Metrics() {
   return *m;
 }
 
+// Exports an agent's state; `published` is the platform it was last
+// exported under ("" before it described itself), whose series goes.
 void Publish(const std::string& address, const v1::AgentInfo& info,
-             v1::AgentEntry::Health health, int64_t inflight) {
-  Metrics()
-      .up.With({address, info.platform()})
-      .Set(health == v1::AgentEntry::SERVING ? 1 : 0);
+             v1::AgentEntry::Health health, int64_t inflight, std::string& published) {
+  if (published != info.platform()) {
+    Metrics().up.Remove({address, published});
+    published = info.platform();
+  }
+  Metrics().up.With({address, published}).Set(health == v1::AgentEntry::SERVING ? 1 : 0);
   Metrics().inflight.With({address}).Set(static_cast<double>(inflight));
+}
+
+// An agent no longer in the pool is no longer exported: a pod gone in a
+// rollout must not look like an agent down for good.
+void Unpublish(const std::string& address, const std::string& published) {
+  Metrics().up.Remove({address, published});
+  Metrics().inflight.Remove({address});
 }
 
 }  // namespace
@@ -49,6 +60,9 @@ std::shared_ptr<AgentHandle> AgentPool::Connect(const std::string& address) cons
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  if (!options_.tls_server_name.empty()) {
+    args.SetSslTargetNameOverride(options_.tls_server_name);
+  }
   h->channel = grpc::CreateCustomChannel(
       address,
       options_.credentials != nullptr ? options_.credentials : grpc::InsecureChannelCredentials(),
@@ -74,8 +88,11 @@ void AgentPool::Resolve() {
     if (!addrs.ok()) continue;
     absl::MutexLock l(&mu_);
     std::erase_if(entries_, [&](const Entry& e) {
-      return e.source == source &&
-             std::find(addrs->begin(), addrs->end(), e.handle->address) == addrs->end();
+      const bool gone =
+          e.source == source &&
+          std::find(addrs->begin(), addrs->end(), e.handle->address) == addrs->end();
+      if (gone) Unpublish(e.handle->address, e.published_platform);
+      return gone;
     });
     for (const std::string& a : *addrs) {
       bool known = false;
@@ -149,7 +166,7 @@ void AgentPool::ProbeOne(const std::shared_ptr<AgentHandle>& h) {
     e.health = v1::AgentEntry::SERVING;
     e.last_error.clear();
   }
-  Publish(h->address, e.info, e.health, h->inflight.load());
+  Publish(h->address, e.info, e.health, h->inflight.load(), e.published_platform);
 }
 
 void AgentPool::ProbeAll() {
@@ -166,6 +183,7 @@ void AgentPool::ProbeAll() {
 }
 
 void AgentPool::StartProbing() {
+  SampleRates();  // the baseline: rates count calls from here
   prober_ = std::thread([this] {
     while (!stop_.WaitForNotificationWithTimeout(options_.probe_interval)) {
       ProbeAll();
@@ -254,7 +272,8 @@ void AgentPool::MarkDown(const AgentHandle& agent, absl::string_view why) {
     if (e.handle.get() == &agent) {
       e.health = v1::AgentEntry::DOWN;
       e.last_error = std::string(why);
-      Publish(e.handle->address, e.info, e.health, e.handle->inflight.load());
+      Publish(e.handle->address, e.info, e.health, e.handle->inflight.load(),
+              e.published_platform);
     }
   }
 }

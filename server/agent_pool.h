@@ -66,6 +66,9 @@ class AgentPool {
     // `authorization` value its probes carry (empty: none).
     std::shared_ptr<grpc::ChannelCredentials> credentials;
     std::string authorization;
+    // With TLS: the name agents' certificates are checked against, instead
+    // of each agent's address (one certificate for agents found by DNS).
+    std::string tls_server_name;
   };
 
   // `sources` are --agents entries: HOST:PORT, or dns:///NAME:PORT for every
@@ -99,6 +102,7 @@ class AgentPool {
     bool described = false;
     v1::AgentEntry::Health health = v1::AgentEntry::UNKNOWN;
     std::string last_error;
+    std::string published_platform;  // the platform label it is exported under
     // The agent's call and error totals over the last minute, a sample per
     // probe round, for rates.
     struct Sample {

@@ -30,6 +30,9 @@ ABSL_FLAG(std::string, agent_tls_ca, "",
           "reach agents over TLS, trusting this PEM CA (empty: plaintext)");
 ABSL_FLAG(std::string, agent_tls_cert, "", "the router's PEM client certificate for agents");
 ABSL_FLAG(std::string, agent_tls_key, "", "the PEM private key of --agent_tls_cert");
+ABSL_FLAG(std::string, agent_tls_server_name, "",
+          "check agents' TLS certificates against this name instead of each agent's "
+          "address (agents found with dns:///, which share one certificate)");
 ABSL_FLAG(std::string, agent_token_file, "",
           "a file with the router's own token for agents that need one (default: "
           "each caller's token is passed on)");
@@ -71,6 +74,7 @@ int main(int argc, char** argv) {
         farcall::ChannelCredentials({absl::GetFlag(FLAGS_agent_tls_cert),
                                      absl::GetFlag(FLAGS_agent_tls_key),
                                      absl::GetFlag(FLAGS_agent_tls_ca)}));
+    options.pool.tls_server_name = absl::GetFlag(FLAGS_agent_tls_server_name);
     const std::string token_file = absl::GetFlag(FLAGS_agent_token_file);
     if (!token_file.empty()) {
       FARCALL_ASSIGN_OR_RETURN(options.agent_token, farcall::ReadTokenFile(token_file));

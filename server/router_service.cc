@@ -81,6 +81,7 @@ struct RouterMetrics {
     for (const char* p : {"cpu", "cuda", "rocm", "oneapi"}) {
       received.With({p});
       sent.With({p});
+      retries.With({p});
     }
     draining.With({}).Set(0);
   }

@@ -82,6 +82,9 @@ TEST(MetricsEndToEndTest, AgentAndRouterCountCalls) {
                            "platform=\"-\"} 1"));
   EXPECT_THAT(r, HasSubstr(absl::StrCat("farcall_router_agent_up{agent=\"",
                                         (*agent)->address(), "\",platform=\"cpu\"} 1")));
+  // Once described, an agent is exported under its platform only.
+  EXPECT_THAT(r, ::testing::Not(HasSubstr("platform=\"\"}")));
+  EXPECT_THAT(r, HasSubstr("farcall_router_retries_total{platform=\"cpu\"} 0"));
   EXPECT_THAT(r, HasSubstr("farcall_router_refused_calls_total{reason=\"no_agent\"} 1"));
   EXPECT_THAT(r, HasSubstr("farcall_router_refused_calls_total{reason=\"auth\"} 0"));
   EXPECT_THAT(r, HasSubstr("farcall_router_draining 0"));

@@ -45,6 +45,11 @@ const Pki& Certificates() {
         "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' > $who.ext;"
         "openssl x509 -req -in $who.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 "
         "-extfile $who.ext -out $who.pem; done;",
+        // An agent certificate that names a service, not an address.
+        "openssl req -newkey rsa:2048 -nodes -subj /CN=agents -keyout agents.key -out agents.csr;"
+        "printf 'subjectAltName=DNS:farcall-agent.farcall.svc\\n' > agents.ext;"
+        "openssl x509 -req -in agents.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 "
+        "-extfile agents.ext -out agents.pem;",
         "printf '# test tokens\\nalpha axpy,copy\\nroot *\\n' > tokens;",
         "printf 'root\\n' > router-token");
     ::farcall::testing::CommandResult r = ::farcall::testing::RunCommand(script);
@@ -160,6 +165,24 @@ TEST(SecurityTest, TlsAndTokensThroughTheRouter) {
   ASSERT_TRUE(agents.ok()) << agents.status();
   ASSERT_EQ(agents->agents_size(), 1);
   EXPECT_EQ(agents->agents(0).health(), v1::AgentEntry::SERVING);
+}
+
+TEST(SecurityTest, AgentsSharingOneCertificateAreCheckedAgainstItsName) {
+  const Pki& p = Certificates();
+  // The certificate names the agents' service, not the address the router
+  // dials (as with agents found through dns:///).
+  auto agent = Start(FARCALL_AGENT_BIN,
+                     {"--tls_cert=" + p.dir + "/agents.pem", "--tls_key=" + p.dir + "/agents.key"});
+  ASSERT_NE(agent, nullptr);
+  auto by_address = Start(FARCALL_ROUTER_BIN, {"--agents=" + agent->address(),
+                                               "--agent_tls_ca=" + p.ca});
+  ASSERT_NE(by_address, nullptr);
+  EXPECT_EQ(Copy(by_address->address(), {}).code(), absl::StatusCode::kUnavailable);
+  auto by_name = Start(FARCALL_ROUTER_BIN,
+                       {"--agents=" + agent->address(), "--agent_tls_ca=" + p.ca,
+                        "--agent_tls_server_name=farcall-agent.farcall.svc"});
+  ASSERT_NE(by_name, nullptr);
+  EXPECT_TRUE(Copy(by_name->address(), {}).ok());
 }
 
 TEST(SecurityTest, BadSecurityFlagsFailAtStartWithoutShowingSecrets) {

@@ -1,0 +1,264 @@
+#!/usr/bin/env bash
+# Builds farcall's container images into the local image store:
+#   localhost/farcall-router:TAG, localhost/farcall-agent-cpu:TAG and
+#   localhost/farcall-agent-oneapi:TAG (and agent-rocm, agent-cuda on request)
+# from deploy/docker/Dockerfile, with podman (or docker when podman is not
+# installed and a docker daemon answers). Run with --help for the options.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+DOCKERFILE="$ROOT/deploy/docker/Dockerfile"
+IGNOREFILE="$ROOT/deploy/docker/Dockerfile.dockerignore"
+CACHE_DIR=${FARCALL_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/farcall}
+LOCAL_BASE=localhost/debian:12
+PUBLIC_BASE=debian:12-slim
+DEFAULT_IMAGES=router,agent-cpu,agent-oneapi
+ALL_IMAGES=router,agent-cpu,agent-oneapi,agent-rocm,agent-cuda
+
+usage() {
+  cat <<EOF
+Usage: deploy/build_images.sh [OPTIONS]
+
+Builds farcall's images from deploy/docker/Dockerfile into the local store,
+named localhost/farcall-IMAGE:TAG, so that afterwards
+  podman run --rm localhost/farcall-router:dev --agents=HOST:50051
+works. Podman is used when it is installed, else docker (with a daemon).
+
+Options:
+  --images=LIST       images to build, comma-separated, from
+                      $ALL_IMAGES, or "all"
+                      (default: $DEFAULT_IMAGES)
+  --tag=TAG           image tag (default: dev)
+  --prebuilt[=DIR]    copy binaries already built on this host instead of
+                      compiling them in the builder stage (which takes about
+                      15 minutes on 2 cores). The binaries are DIR/server/farcall-router,
+                      DIR/device_agents/farcall-agent and DIR/client/farcall
+                      (DIR defaults to build/; FARCALL_ROUTER_BIN,
+                      FARCALL_AGENT_BIN and FARCALL_CLI_BIN override each).
+                      They must be built on Debian 12. CI uses this.
+  --base-image=IMAGE  the Debian 12 image every stage starts from. Default:
+                      $LOCAL_BASE when it exists, else one made here with
+                      mmdebstrap (no registry needed; the root filesystem
+                      tarball is cached in $CACHE_DIR), else
+                      $PUBLIC_BASE pulled from a registry.
+  --refresh-base      make $LOCAL_BASE again from a fresh mmdebstrap run
+  --build-arg=K=V     passed on to the build (e.g. CUDA_DEVEL_IMAGE=...), repeatable
+  --engine=podman|docker
+  --containers-conf   only write the containers.conf that podman needs in
+                      sandboxes (see below), print its path and exit
+  -h, --help          this text
+
+Podman is pointed at a containers.conf (CONTAINERS_CONF, unless you set it)
+with default ulimits that a sandbox without the right to raise limits accepts,
+and the runc runtime when runc is installed (crun 1.8 refuses hybrid cgroups).
+Use the same file to run the images: the script prints how.
+
+Environment: FARCALL_CACHE_DIR (default ~/.cache/farcall), FARCALL_DEBIAN_MIRROR
+(a mirror URL for mmdebstrap), FARCALL_CONTAINER_ENGINE.
+EOF
+}
+
+say() { printf '== build_images: %s\n' "$*" >&2; }
+die() { printf 'build_images: error: %s\n' "$*" >&2; exit 1; }
+
+images=$DEFAULT_IMAGES
+tag=dev
+prebuilt=""
+base_image=""
+refresh_base=false
+engine=${FARCALL_CONTAINER_ENGINE:-}
+conf_only=false
+extra_args=()
+while (($#)); do
+  case "$1" in
+    --images=*) images=${1#*=} ;;
+    --tag=*) tag=${1#*=} ;;
+    --prebuilt) prebuilt="$ROOT/build" ;;
+    --prebuilt=*) prebuilt=${1#*=} ;;
+    --base-image=*) base_image=${1#*=} ;;
+    --refresh-base) refresh_base=true ;;
+    --build-arg=*) extra_args+=(--build-arg "${1#*=}") ;;
+    --build-arg) shift; (($#)) || die "--build-arg needs K=V"; extra_args+=(--build-arg "$1") ;;
+    --engine=*) engine=${1#*=} ;;
+    --containers-conf) conf_only=true ;;
+    -h|--help) usage; exit 0 ;;
+    *) usage >&2; die "unknown argument: $1" ;;
+  esac
+  shift
+done
+[ "$images" = all ] && images=$ALL_IMAGES
+
+# Writes containers.conf into the cache folder and points CONTAINERS_CONF at
+# it, unless the caller already chose one.
+containers_conf() {
+  if [ -n "${CONTAINERS_CONF:-}" ]; then
+    [ -f "$CONTAINERS_CONF" ] && return
+    say "CONTAINERS_CONF=$CONTAINERS_CONF does not exist; writing one of our own instead"
+  fi
+  mkdir -p "$CACHE_DIR"
+  local conf="$CACHE_DIR/containers.conf"
+  {
+    echo "# Written by deploy/build_images.sh: podman settings that work in sandboxes"
+    echo "# that may not raise resource limits."
+    echo "[containers]"
+    echo 'default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]'
+    if command -v runc >/dev/null 2>&1; then
+      echo "[engine]"
+      echo "# crun 1.8 refuses hybrid cgroup layouts; runc does not."
+      echo 'runtime = "runc"'
+    fi
+  } >"$conf.tmp"
+  mv "$conf.tmp" "$conf"
+  export CONTAINERS_CONF="$conf"
+}
+
+if $conf_only; then
+  containers_conf
+  echo "${CONTAINERS_CONF}"
+  exit 0
+fi
+
+# --- the engine -------------------------------------------------------------
+if [ -z "$engine" ]; then
+  if command -v podman >/dev/null 2>&1; then
+    engine=podman
+  elif command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
+    engine=docker
+  else
+    die "neither podman nor a working docker was found; install podman (apt-get install podman buildah runc uidmap slirp4netns fuse-overlayfs), see docs/deploy.md"
+  fi
+fi
+case "$engine" in
+  podman) containers_conf; say "engine: podman $(podman --version | awk '{print $3}') (CONTAINERS_CONF=$CONTAINERS_CONF)" ;;
+  docker) say "engine: docker" ;;
+  *) die "--engine must be podman or docker, not '$engine'" ;;
+esac
+
+image_exists() { "$engine" image inspect "$1" >/dev/null 2>&1; }
+
+# --- the base image ---------------------------------------------------------
+# A Debian 12 minbase root filesystem from the Debian mirror, imported as
+# localhost/debian:12: no container registry is needed.
+make_local_base() {
+  command -v mmdebstrap >/dev/null 2>&1 ||
+    die "no $LOCAL_BASE and no mmdebstrap to make it (apt-get install mmdebstrap), or pass --base-image=$PUBLIC_BASE"
+  local tarball="$CACHE_DIR/debian-12-minbase.tar"
+  mkdir -p "$CACHE_DIR"
+  if $refresh_base || [ ! -f "$tarball" ] || [ ! -s "$tarball" ]; then
+    say "making a Debian 12 root filesystem with mmdebstrap (about 30 s): $tarball"
+    local mirror=() partial="$CACHE_DIR/debian-12-minbase.partial.tar"
+    [ -n "${FARCALL_DEBIAN_MIRROR:-}" ] && mirror=("$FARCALL_DEBIAN_MIRROR")
+    rm -rf "$partial" "$tarball"
+    mmdebstrap --quiet --variant=minbase --format=tar \
+      --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
+      bookworm "$partial" "${mirror[@]}" </dev/null ||
+      { rm -rf "$partial"; die "mmdebstrap failed"; }
+    mv "$partial" "$tarball"
+  else
+    say "using the cached root filesystem $tarball"
+  fi
+  say "importing it as $LOCAL_BASE"
+  "$engine" import "$tarball" "$LOCAL_BASE" >/dev/null
+}
+
+pull_args=()
+if [ -z "$base_image" ]; then
+  if image_exists "$LOCAL_BASE" && ! $refresh_base; then
+    base_image=$LOCAL_BASE
+  elif command -v mmdebstrap >/dev/null 2>&1; then
+    make_local_base
+    base_image=$LOCAL_BASE
+  else
+    base_image=$PUBLIC_BASE
+  fi
+elif [ "$base_image" = "$LOCAL_BASE" ] && { $refresh_base || ! image_exists "$LOCAL_BASE"; }; then
+  make_local_base
+fi
+if [ "$base_image" = "$LOCAL_BASE" ] && [ "$engine" = podman ]; then
+  pull_args=(--pull=never)
+fi
+say "base image: $base_image"
+
+# --- where the binaries come from ---------------------------------------------
+context_args=()
+stage=""
+cleanup() { [ -n "$stage" ] && rm -rf "$stage"; return 0; }
+trap cleanup EXIT
+if [ -n "$prebuilt" ]; then
+  grep -q '^VERSION_ID="12"' /etc/os-release 2>/dev/null && grep -q '^ID=debian' /etc/os-release ||
+    die "--prebuilt takes binaries built on Debian 12 (the images' base); this host is not Debian 12"
+  router_bin=${FARCALL_ROUTER_BIN:-$prebuilt/server/farcall-router}
+  agent_bin=${FARCALL_AGENT_BIN:-$prebuilt/device_agents/farcall-agent}
+  cli_bin=${FARCALL_CLI_BIN:-$prebuilt/client/farcall}
+  for b in "$router_bin" "$agent_bin" "$cli_bin"; do
+    [ -x "$b" ] || die "--prebuilt: $b is missing; build first (bash scripts/build.sh)"
+  done
+  # A copy: the build tree may be relinked while the images build.
+  stage=$(mktemp -d "${TMPDIR:-/tmp}/farcall-images.XXXXXX")
+  mkdir -p "$stage/out/bin"
+  cp "$router_bin" "$stage/out/bin/farcall-router"
+  cp "$agent_bin" "$stage/out/bin/farcall-agent"
+  cp "$cli_bin" "$stage/out/bin/farcall"
+  chmod 0755 "$stage"/out/bin/*
+  # The Debian packages of the shared libraries the agent and CLI link
+  # (this host's agent may link HIP and OpenCL as well as the cpu backend).
+  libs=$(ldd "$stage/out/bin/farcall-agent" "$stage/out/bin/farcall" |
+    awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u)
+  pkgs=()
+  unowned=()
+  for lib in $libs; do
+    owner=$(dpkg -S "$lib" 2>/dev/null || dpkg -S "$(readlink -f "$lib")" 2>/dev/null || true)
+    if [ -z "$owner" ]; then
+      unowned+=("$lib")
+    else
+      pkgs+=("${owner%%:*}")
+    fi
+  done
+  ((${#unowned[@]} == 0)) ||
+    die "--prebuilt: no Debian package owns ${unowned[*]}; the images can only carry Debian's libraries"
+  agent_packages=$(printf '%s\n' "${pkgs[@]}" | sort -u | tr '\n' ' ')
+  say "prebuilt binaries from $(dirname "$(dirname "$agent_bin")") (agent libraries from: $agent_packages)"
+  context_args=(--build-context "binaries=$stage" --build-context "binaries-rocm=$stage"
+                --build-context "binaries-cuda=$stage"
+                --build-arg "AGENT_EXTRA_PACKAGES=$agent_packages")
+else
+  say "binaries: compiled from source in the builder stage (about 15 minutes on 2 cores the first time)"
+fi
+
+ignore_args=()
+[ "$engine" = podman ] && ignore_args=(--ignorefile "$IGNOREFILE")
+
+# --- the images ---------------------------------------------------------------
+IFS=, read -r -a wanted <<<"$images"
+built=()
+for target in "${wanted[@]}"; do
+  case ",$ALL_IMAGES," in
+    *",$target,"*) ;;
+    *) die "unknown image '$target' (known: $ALL_IMAGES)" ;;
+  esac
+  name="localhost/farcall-$target:$tag"
+  say "building $name (target $target)"
+  start=$SECONDS
+  "$engine" build "${pull_args[@]}" -f "$DOCKERFILE" "${ignore_args[@]}" \
+    --target "$target" --build-arg "BASE_IMAGE=$base_image" \
+    "${context_args[@]}" "${extra_args[@]}" -t "$name" "$ROOT"
+  say "built $name in $((SECONDS - start)) s"
+  built+=("$name")
+done
+
+# Earlier builds of these images, now untagged, would pile up in the store
+# (CI builds on every run): remove them. The base and runtime layers stay
+# cached.
+stale=$("$engine" images --filter dangling=true --filter label=org.opencontainers.image.title \
+          --format '{{.ID}} {{index .Labels "org.opencontainers.image.title"}}' 2>/dev/null |
+        awk '$2 ~ /^farcall-/ {print $1}' | sort -u)
+if [ -n "$stale" ]; then
+  say "removing $(echo "$stale" | wc -l) untagged image(s) of earlier builds"
+  # shellcheck disable=SC2086
+  "$engine" rmi $stale >/dev/null 2>&1 || true
+fi
+
+say "done: ${built[*]}"
+if [ "$engine" = podman ]; then
+  say "run them with: CONTAINERS_CONF=$CONTAINERS_CONF podman run --rm --read-only ${built[0]} --help"
+fi

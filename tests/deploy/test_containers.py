@@ -1,0 +1,273 @@
+"""The container images, built and run with podman:
+
+  - deploy/build_images.sh --prebuilt builds all five images (router,
+    agent-cpu, agent-oneapi, agent-rocm, agent-cuda) from the binaries
+    already built on this host (CI mode: no compiling inside the builder);
+  - the cuda and rocm images start as uid 65532 on a read-only root and,
+    with no GPU here, say so and exit 1;
+  - a router, a cpu agent and a oneapi (PoCL) agent run on a podman network,
+    --read-only; from the host the farcall CLI calls through the
+    containerised router (both platforms), checks grpc.health.v1 on the
+    router and the agent, and scrapes /metrics on both;
+  - `podman stop` sends SIGTERM, and every container exits 0.
+
+Run: .venv/bin/python -m pytest -q tests/deploy/test_containers.py
+  (or .venv/bin/python tests/deploy/test_containers.py)
+Needs podman, runc and mmdebstrap (scripts/install_deps.sh) and root, and
+the Debian mirror for apt inside the builds. Builds take about a minute with
+the base image cached (~/.cache/farcall), 30 s more the first time.
+Containers and the network are removed at the end, pass or fail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import deploy_testlib as lib  # noqa: E402
+
+HINT = "apt-get install podman buildah runc uidmap slirp4netns fuse-overlayfs mmdebstrap (scripts/install_deps.sh)"
+TAG = os.environ.get("FARCALL_IMAGE_TAG", "dev")
+IMAGES = ["router", "agent-cpu", "agent-oneapi", "agent-rocm", "agent-cuda"]
+DEADLINE_S = 90
+STOP_TIMEOUT_S = 40  # longer than the agents' default --drain_seconds (30)
+
+
+def image(name: str) -> str:
+    return f"localhost/farcall-{name}:{TAG}"
+
+
+class Podman:
+    def __init__(self, tool: str, env: dict):
+        self.tool, self.env = tool, env
+
+    def run(self, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
+        r = subprocess.run([self.tool, *args], capture_output=True, text=True, env=self.env,
+                           timeout=timeout)
+        if check and r.returncode != 0:
+            raise AssertionError(f"podman {' '.join(args)} exited {r.returncode}:\n{r.stdout}{r.stderr}")
+        return r
+
+    def inspect(self, what: str, fmt: str) -> str:
+        return self.run("inspect", "--format", fmt, what).stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def podman():
+    tool = lib.require_tool("podman", HINT)
+    if os.geteuid() != 0:
+        lib.unavailable("root", "this test runs podman as root, as CI does")
+    env = dict(os.environ)
+    if not env.get("CONTAINERS_CONF"):
+        r = subprocess.run(["bash", str(lib.DEPLOY / "build_images.sh"), "--containers-conf"],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        env["CONTAINERS_CONF"] = r.stdout.strip().splitlines()[-1]
+    return Podman(tool, env)
+
+
+def _dockerfile_apt_lists() -> dict[str, list[str]]:
+    """The packages each stage of the Dockerfile installs with apt-get."""
+    text = re.sub(r"\\\n", " ", (lib.DEPLOY / "docker" / "Dockerfile").read_text())
+    args = dict(re.findall(r"^ARG (\w+)=(\S*)", text, re.M))
+    lists, stage = {}, None
+    for line in text.splitlines():
+        m = re.match(r"FROM \S+ AS (\S+)", line)
+        if m:
+            stage = m.group(1)
+        for m in re.finditer(r"apt-get install -y --no-install-recommends ([^&]*)", line):
+            words = [args.get(w[2:-1], "") if w.startswith("${") else w for w in m.group(1).split()]
+            lists.setdefault(stage, []).extend(w for w in " ".join(words).split() if w)
+    return lists
+
+
+def _packages_linked(*binaries: str) -> set[str]:
+    out = subprocess.run(["ldd", *binaries], capture_output=True, text=True, check=True).stdout
+    libs = {l.split()[2] for l in out.splitlines() if "=>" in l and len(l.split()) > 2
+            and l.split()[2].startswith("/")}
+    pkgs = set()
+    for lib_path in libs:
+        for p in (lib_path, os.path.realpath(lib_path)):
+            r = subprocess.run(["dpkg", "-S", p], capture_output=True, text=True)
+            if r.returncode == 0:
+                pkgs.add(r.stdout.split(":")[0])
+                break
+        else:
+            pytest.fail(f"no Debian package owns {lib_path}")
+    return pkgs
+
+
+def _with_dependencies(pkgs: list[str]) -> set[str]:
+    out = subprocess.run(["apt-cache", "depends", "--recurse", "--no-recommends", "--no-suggests",
+                          "--no-conflicts", "--no-breaks", "--no-replaces", "--no-enhances", *pkgs],
+                         capture_output=True, text=True, check=True).stdout
+    return {l.strip().split(":")[0] for l in out.splitlines() if l and not l.startswith(" ")}
+
+
+def test_runtime_package_lists_cover_what_the_binaries_link():
+    """The images built from source rely on the Dockerfile's package lists:
+    they must name (with their dependencies) every library the binaries
+    link, so that a new dependency shows here rather than in a user's build."""
+    for tool in ("ldd", "dpkg", "apt-cache"):
+        lib.require_tool(tool, "a Debian 12 host")
+    lists = _dockerfile_apt_lists()
+    router_side = _with_dependencies(lists["runtime"])
+    missing = _packages_linked(lib.router_bin(), lib.cli_bin()) - router_side
+    assert not missing, f"the runtime stage lacks {sorted(missing)} (farcall-router, farcall)"
+    agent_side = _with_dependencies(lists["runtime"] + lists["agent-runtime"] +
+                                    lists["agent-oneapi"] + lists["agent-rocm"])
+    missing = _packages_linked(lib.agent_bin()) - agent_side
+    assert not missing, f"the agent images lack {sorted(missing)} (farcall-agent)"
+
+
+@pytest.fixture(scope="module")
+def images(podman):
+    # ctest's FARCALL_*_BIN variables reach build_images.sh through the environment.
+    for env, rel in (("FARCALL_AGENT_BIN", "device_agents/farcall-agent"),
+                     ("FARCALL_ROUTER_BIN", "server/farcall-router"),
+                     ("FARCALL_CLI_BIN", "client/farcall")):
+        path = os.environ.get(env) or str(lib.ROOT / "build" / rel)
+        if not os.access(path, os.X_OK):
+            lib.unavailable(f"{path} ({env})", "build first: bash scripts/build.sh")
+    start = time.monotonic()
+    r = subprocess.run(["bash", str(lib.DEPLOY / "build_images.sh"), "--prebuilt",
+                        "--images=" + ",".join(IMAGES), f"--tag={TAG}"],
+                       capture_output=True, text=True, env=podman.env, timeout=840)
+    progress = "\n".join(l for l in r.stderr.splitlines() if l.startswith("== build_images"))
+    assert r.returncode == 0, f"build_images.sh failed:\n{r.stdout[-6000:]}\n{r.stderr[-6000:]}"
+    print(f"{progress}\nbuilt {len(IMAGES)} images in {time.monotonic() - start:.0f} s")
+    return IMAGES
+
+
+def test_images_run_as_non_root_with_the_binary_as_entrypoint(podman, images):
+    for name in images:
+        cfg = json.loads(podman.inspect(image(name), "{{json .Config}}"))
+        assert cfg["User"] == "65532:65532", name
+        binary = "farcall-router" if name == "router" else "farcall-agent"
+        assert cfg["Entrypoint"][0] == f"/usr/local/bin/{binary}", name
+        ports = set(cfg.get("ExposedPorts", {}))
+        assert ports == ({"50050/tcp", "9150/tcp"} if name == "router" else {"50051/tcp", "9151/tcp"}), name
+        assert cfg.get("StopSignal", "SIGTERM") in ("SIGTERM", "15"), name
+
+
+@pytest.mark.parametrize("platform", ["cuda", "rocm"])
+def test_gpu_images_start_and_report_no_device(podman, images, platform):
+    r = podman.run("run", "--rm", "--read-only", image(f"agent-{platform}"), "--list_devices",
+                   check=False)
+    out = r.stdout + r.stderr
+    if r.returncode == 0:
+        print(f"{platform} devices here:\n{out}")
+        return
+    assert r.returncode == 1, out
+    assert f"{platform}: no device found" in out, out
+
+
+@pytest.fixture(scope="module")
+def stack(podman, images):
+    suffix = uuid.uuid4().hex[:8]
+    net = f"farcall-test-{suffix}"
+    names = {k: f"farcall-test-{k}-{suffix}" for k in ("agent-cpu", "agent-oneapi", "router")}
+    created = []
+    try:
+        podman.run("network", "create", net)
+        for k in ("agent-cpu", "agent-oneapi"):
+            podman.run("run", "-d", "--name", names[k], "--network", net, "--read-only",
+                       "-p", "127.0.0.1::50051", "-p", "127.0.0.1::9151", image(k))
+            created.append(names[k])
+        # The CNI network here has no DNS plugin: the router gets the agents' IPs.
+        ips = [podman.inspect(names[k], "{{(index .NetworkSettings.Networks \"%s\").IPAddress}}" % net)
+               for k in ("agent-cpu", "agent-oneapi")]
+        assert all(ips), ips
+        podman.run("run", "-d", "--name", names["router"], "--network", net, "--read-only",
+                   "-p", "127.0.0.1::50050", "-p", "127.0.0.1::9150", image("router"),
+                   "--agents=" + ",".join(f"{ip}:50051" for ip in ips))
+        created.append(names["router"])
+
+        def port(name, p):
+            return int(podman.run("port", name, f"{p}/tcp").stdout.strip().rsplit(":", 1)[1])
+        s = {"names": names, "net": net,
+             "router": f"127.0.0.1:{port(names['router'], 50050)}",
+             "router_metrics": port(names["router"], 9150),
+             "agent": f"127.0.0.1:{port(names['agent-cpu'], 50051)}",
+             "agent_metrics": port(names["agent-cpu"], 9151)}
+
+        def logs():
+            return "\n".join(f"--- {n}:\n" + podman.run("logs", n, check=False).stderr
+                             for n in created)
+
+        def agents_serving():
+            r = cli("agents", "--target=" + s["router"])
+            return r.returncode == 0 and r.stdout.count("SERVING") == 2
+        try:
+            lib.wait_for("the containerised router to see both agents SERVING",
+                         agents_serving, DEADLINE_S)
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{logs()}")
+        s["logs"] = logs
+        yield s
+    finally:
+        for n in created:
+            podman.run("rm", "-f", "-t", "0", n, check=False)
+        podman.run("network", "rm", "-f", net, check=False)
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([lib.cli_bin(), *args], capture_output=True, text=True, timeout=120)
+
+
+def test_containers_are_read_only_and_not_root(podman, stack):
+    for n in stack["names"].values():
+        assert podman.inspect(n, "{{.HostConfig.ReadonlyRootfs}}") == "true", n
+        assert podman.inspect(n, "{{.Config.User}}") == "65532:65532", n
+
+
+@pytest.mark.parametrize("platform", ["cpu", "oneapi"])
+def test_call_through_the_containerised_router(stack, platform):
+    r = cli("call", "axpy", "float32[8]:iota", "float32[8]:ones", "--results=float32[8]",
+            "--aliases=1:0", "--attr=alpha=2.0", f"--platform={platform}",
+            "--target=" + stack["router"])
+    assert r.returncode == 0, r.stdout + r.stderr + stack["logs"]()
+    assert "[1, 3, 5, 7, 9, 11, 13, 15]" in r.stdout, r.stdout
+    assert f"({platform})" in r.stdout, r.stdout
+    print(r.stdout)
+
+
+def test_grpc_health_of_router_and_agent(stack):
+    for target in (stack["router"], stack["agent"]):
+        r = cli("health", "--target=" + target)
+        assert r.returncode == 0 and "SERVING" in r.stdout, r.stdout + r.stderr
+
+
+def test_metrics_scraped_from_the_host(stack):
+    router = lib.http_get(f"http://127.0.0.1:{stack['router_metrics']}/metrics")
+    assert re.search(r'^farcall_router_calls_total\{code="OK",handler="axpy",platform="cpu"\} [1-9]',
+                     router, re.M), router
+    assert re.search(r'^farcall_router_agent_up\{[^}]*platform="oneapi"[^}]*\} 1', router, re.M), router
+    agent = lib.http_get(f"http://127.0.0.1:{stack['agent_metrics']}/metrics")
+    assert re.search(r'^farcall_agent_calls_total\{code="OK",handler="axpy",platform="cpu"\} [1-9]',
+                     agent, re.M), agent
+
+
+def test_sigterm_stops_every_container_with_status_0(podman, stack):
+    names = stack["names"]
+    order = [names["router"], names["agent-cpu"], names["agent-oneapi"]]
+    start = time.monotonic()
+    podman.run("stop", "-t", str(STOP_TIMEOUT_S), *order, timeout=STOP_TIMEOUT_S * 3 + 30)
+    took = time.monotonic() - start
+    codes = {n: podman.inspect(n, "{{.State.ExitCode}}") for n in order}
+    assert all(c == "0" for c in codes.values()), \
+        f"exit codes after SIGTERM: {codes} (137: killed after {STOP_TIMEOUT_S} s)\n{stack['logs']()}"
+    print(f"all stopped with status 0 in {took:.1f} s")
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-v", "-rs", "-p", "no:cacheprovider"]))
