@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <new>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
@@ -9,6 +10,15 @@
 
 namespace farcall::client_internal {
 namespace {
+
+// 128 random bits in hex, from a generator per thread seeded by the OS.
+std::string FreshCallId() {
+  thread_local std::mt19937_64 gen([] {
+    std::random_device rd;
+    return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  }());
+  return absl::StrCat(absl::Hex(gen(), absl::kZeroPad16), absl::Hex(gen(), absl::kZeroPad16));
+}
 
 v1::Attribute ToProto(const AttributeValue& v) {
   v1::Attribute a;
@@ -44,7 +54,9 @@ absl::StatusOr<PreparedCall> Prepare(const CallRequest& request,
   for (const auto& [name, v] : request.attributes) (*h.mutable_attributes())[name] = ToProto(v);
   h.set_has_side_effect(request.has_side_effect);
   h.set_command_buffer_compatible(request.command_buffer_compatible);
-  h.set_call_id(options.call_id);
+  // A fresh id for each call unless the caller gave one (to reuse on its
+  // retries): an agent runs a call with side effects once per id.
+  h.set_call_id(options.call_id.empty() ? FreshCallId() : options.call_id);
   // The same validation the servers run, so a bad call fails here with the
   // same code and message, without a round trip.
   absl::StatusOr<ValidatedCall> validated = ValidateCall(d);

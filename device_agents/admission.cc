@@ -78,4 +78,43 @@ void Admission::Release(int64_t bytes) {
   for (auto& r : admitted) r();
 }
 
+void BudgetWait::Admit(Admission& admission, int64_t bytes, std::function<void()> go,
+                       std::function<void()> withdrawn) {
+  if (bytes == 0 || admission.TryAcquire(bytes)) return go();
+  {
+    absl::MutexLock l(&mu_);
+    withdrawn_ = std::move(withdrawn);
+  }
+  const uint64_t t = admission.Wait(bytes, std::move(go));
+  bool asked;
+  {
+    absl::MutexLock l(&mu_);
+    ticket_ = t;
+    asked = withdraw_asked_;
+  }
+  // Withdrawn while the wait was being queued: take it out now.
+  if (asked) Cancel(admission, t);
+}
+
+void BudgetWait::Withdraw(Admission& admission) {
+  uint64_t t;
+  {
+    absl::MutexLock l(&mu_);
+    withdraw_asked_ = true;
+    t = ticket_;
+  }
+  if (t != 0) Cancel(admission, t);
+}
+
+void BudgetWait::Cancel(Admission& admission, uint64_t ticket) {
+  if (!admission.Cancel(ticket)) return;  // admitted: `go` ran, or runs
+  std::function<void()> withdrawn;
+  {
+    absl::MutexLock l(&mu_);
+    withdrawn = std::move(withdrawn_);
+    withdrawn_ = nullptr;
+  }
+  if (withdrawn) withdrawn();
+}
+
 }  // namespace farcall::agent

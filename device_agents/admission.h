@@ -49,6 +49,28 @@ class Admission {
   std::deque<Waiter> queue_ ABSL_GUARDED_BY(mu_);
 };
 
+// One call's wait for the budget, which the call may withdraw (it was
+// cancelled) at any moment, even before the wait is queued: exactly one of
+// `go` (admitted) and `withdrawn` runs, unless the call was admitted at once
+// (then `go` ran and a withdrawal does nothing).
+class BudgetWait {
+ public:
+  // Runs `go` now if the bytes fit, else once they do (on the thread that
+  // freed them), or `withdrawn` if Withdraw() comes first.
+  void Admit(Admission& admission, int64_t bytes, std::function<void()> go,
+             std::function<void()> withdrawn);
+  // The call no longer wants the bytes.
+  void Withdraw(Admission& admission);
+
+ private:
+  void Cancel(Admission& admission, uint64_t ticket);
+
+  absl::Mutex mu_;
+  uint64_t ticket_ ABSL_GUARDED_BY(mu_) = 0;
+  bool withdraw_asked_ ABSL_GUARDED_BY(mu_) = false;
+  std::function<void()> withdrawn_ ABSL_GUARDED_BY(mu_);
+};
+
 }  // namespace farcall::agent
 
 #endif  // FARCALL_DEVICE_AGENTS_ADMISSION_H_

@@ -49,3 +49,52 @@ TEST(AdmissionTest, WaitAdmitsAtOnceWhenBytesCameFree) {
 
 }  // namespace
 }  // namespace farcall::agent
+
+namespace farcall::agent {
+namespace {
+
+TEST(BudgetWaitTest, AWithdrawalBeforeTheWaitIsQueuedStillTakesItOut) {
+  Admission a(100);
+  ASSERT_TRUE(a.TryAcquire(100));  // full: the next call must wait
+  BudgetWait w;
+  // The call is cancelled before its wait exists (OnCancel racing the
+  // admission): the wait must not stay queued, and the call must end.
+  w.Withdraw(a);
+  int go = 0, withdrawn = 0;
+  w.Admit(a, 10, [&] { ++go; }, [&] { ++withdrawn; });
+  EXPECT_EQ(withdrawn, 1);
+  EXPECT_EQ(a.waiting(), 0u);
+  a.Release(100);
+  EXPECT_EQ(go, 0);
+  EXPECT_EQ(a.held(), 0);
+}
+
+TEST(BudgetWaitTest, ExactlyOneOfAdmittedAndWithdrawnRuns) {
+  Admission a(100);
+  ASSERT_TRUE(a.TryAcquire(100));
+  BudgetWait admitted, withdrawn;
+  int go = 0, gone = 0;
+  admitted.Admit(a, 10, [&] { ++go; }, [&] { ++gone; });
+  withdrawn.Admit(a, 10, [&] { ++go; }, [&] { ++gone; });
+  withdrawn.Withdraw(a);
+  withdrawn.Withdraw(a);  // twice: still once
+  EXPECT_EQ(gone, 1);
+  a.Release(100);
+  EXPECT_EQ(go, 1);
+  admitted.Withdraw(a);  // after admission: nothing
+  EXPECT_EQ(gone, 1);
+  EXPECT_EQ(a.held(), 10);
+}
+
+TEST(BudgetWaitTest, ACallAdmittedAtOnceIgnoresAWithdrawal) {
+  Admission a(100);
+  BudgetWait w;
+  int go = 0, gone = 0;
+  w.Admit(a, 10, [&] { ++go; }, [&] { ++gone; });
+  w.Withdraw(a);
+  EXPECT_EQ(go, 1);
+  EXPECT_EQ(gone, 0);
+}
+
+}  // namespace
+}  // namespace farcall::agent

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <limits>
 #include <utility>
 
@@ -134,7 +135,26 @@ AgentCall::~AgentCall() {
   }
 }
 
-void AgentCall::RecordOutcome(const absl::Status& status) {
+CallLedger::Claim AgentCall::ClaimRun() {
+  if (!header_.has_side_effect() || header_.call_id().empty() || agent_.ledger == nullptr) {
+    return {};
+  }
+  CallLedger::Claim c = agent_.ledger->Begin(header_.call_id());
+  in_ledger_ = c.run;
+  return c;
+}
+
+void AgentCall::RecordOutcome(const absl::Status& status, const grpc::ByteBuffer* answer) {
+  if (in_ledger_) {
+    in_ledger_ = false;
+    if (handler_ran_) {
+      // A shared-memory answer names places in this call's own regions,
+      // which a repeat does not share: it is never kept.
+      agent_.ledger->Ran(header_.call_id(), status, shm_ ? nullptr : answer);
+    } else {
+      agent_.ledger->Forget(header_.call_id());
+    }
+  }
   AgentMetrics& m = Metrics();
   const std::string platform(PlatformName(agent_.config.platform));
   // Only registered names become label values, so that callers cannot grow
@@ -442,6 +462,25 @@ absl::Status AgentCall::MaxCallTimeExceeded() const {
       absl::FormatDuration(agent_.config.max_call_time), " per call (--max_call_seconds)."));
 }
 
+absl::Status AgentCall::ZeroResults() {
+  // The client's own shared memory holds only its own bytes already.
+  if (shm_) return absl::OkStatus();
+  static const auto* zeros = new std::vector<uint8_t>(size_t{1} << 20, 0);
+  for (size_t o = 0; o < results_.size(); ++o) {
+    if (validated_->result_alias[o] >= 0) continue;
+    Tensor& t = results_[o];
+    if (uint8_t* host = t.memory->host_ptr()) {
+      std::memset(host, 0, static_cast<size_t>(t.size));
+      continue;
+    }
+    for (int64_t off = 0; off < t.size; off += static_cast<int64_t>(zeros->size())) {
+      const int64_t n = std::min<int64_t>(t.size - off, static_cast<int64_t>(zeros->size()));
+      FARCALL_RETURN_IF_ERROR(stream_->CopyToDevice(zeros->data(), *t.memory, off, n));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status AgentCall::Run(const CancellationToken& cancel) {
   run_start_time_ = absl::Now();
   if (cancel.deadline_passed()) return MaxCallTimeExceeded();
@@ -503,6 +542,10 @@ absl::Status AgentCall::Run(const CancellationToken& cancel) {
     // the inputs must be on the device before their code runs.
     FARCALL_RETURN_IF_ERROR(stream_->Synchronize());
   }
+  if ((handler_->traits & FARCALL_TRAIT_WRITES_ALL_RESULTS) == 0) {
+    FARCALL_RETURN_IF_ERROR(ZeroResults());
+  }
+  handler_ran_ = true;  // from here its side effects may have happened
   absl::Status s = stream_->Invoke(*handler_, inv);
   // Even after a failure: nothing of this call may still run once its
   // memory goes back to the pool.

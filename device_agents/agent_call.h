@@ -28,6 +28,7 @@
 #include "core/wire/frame_codec.h"
 #include "core/wire/header_limits.h"
 #include "device_agents/admission.h"
+#include "device_agents/call_ledger.h"
 #include "device_agents/device.h"
 #include "device_agents/handler_registry.h"
 #include "device_agents/handler_runtime.h"
@@ -39,6 +40,9 @@ namespace farcall::agent {
 struct AgentConfig {
   std::string agent_id;  // empty: PLATFORM-agent-PORT
   Platform platform = Platform::kCpu;
+  // How long, and within how many bytes of answers, call_ids of calls with
+  // side effects are remembered.
+  CallLedger::Options ledger;
   // Largest footprint (args plus non-aliased results) of one call.
   int64_t max_call_bytes = int64_t{4} << 30;
   // Tensor bytes all calls in flight may hold together; 0: three quarters
@@ -64,6 +68,9 @@ struct AgentState {
   HandlerRegistry registry;
   std::unique_ptr<ShmService> shm;  // null: no same-host path offered
   std::unique_ptr<Admission> admission;  // the in-flight byte budget
+  // call_ids of calls with side effects, so that none runs twice (null: not
+  // recorded).
+  std::unique_ptr<CallLedger> ledger;
   TokenTable tokens;  // empty: calls need no token
 
   // The id is final only once the port is bound, after serving has begun,
@@ -137,7 +144,15 @@ class AgentCall final : private FrameVisitor {
 
   // Records the call's outcome in the agent's metrics. Call once, with the
   // status the caller gets.
-  void RecordOutcome(const absl::Status& status);
+  // `answer` is a unary call's response message (kept for a repeat of a
+  // call with side effects), or null.
+  void RecordOutcome(const absl::Status& status, const grpc::ByteBuffer* answer = nullptr);
+  // After Begin(): whether this call runs, or, when its call_id names a call
+  // with side effects that ran or runs already, how it is answered instead.
+  CallLedger::Claim ClaimRun();
+  // Zeroes the results the agent allocated, before a handler that does not
+  // declare FARCALL_TRAIT_WRITES_ALL_RESULTS runs.
+  absl::Status ZeroResults();
   // Why the call was refused before it ran ("limit", "auth"), for
   // farcall_agent_refused_calls_total.
   void set_refused(const char* reason) { refused_ = reason; }
@@ -201,6 +216,8 @@ class AgentCall final : private FrameVisitor {
   std::optional<ValidatedCall> validated_;  // allocated
   int64_t footprint_ = 0;
   const char* refused_ = nullptr;
+  bool in_ledger_ = false;  // ClaimRun recorded this call's id
+  bool handler_ran_ = false;
   const RegisteredHandler* handler_ = nullptr;
   std::vector<Tensor> args_;
   std::vector<Tensor> results_;

@@ -49,6 +49,11 @@ ABSL_FLAG(int64_t, staging_block_bytes, int64_t{4} << 20,
 ABSL_FLAG(int64_t, graph_cache_bytes, int64_t{1} << 30,
           "device memory the captured graphs of command_buffer_compatible handlers may "
           "hold per device (cuda, rocm); the least recently used go first");
+ABSL_FLAG(absl::Duration, call_id_ttl, absl::Minutes(10),
+          "how long the call_ids of calls with side effects are remembered, so that a "
+          "repeat never runs them twice");
+ABSL_FLAG(int64_t, call_id_cache_bytes, int64_t{256} << 20,
+          "bytes of answers kept to replay to repeats of calls with side effects");
 ABSL_FLAG(bool, list_devices, false,
           "print the platform's devices and exit: 0 when there is one, 1 when none");
 ABSL_FLAG(absl::Duration, stream_idle_timeout, absl::Seconds(60),
@@ -85,6 +90,12 @@ absl::StatusOr<AgentServer::Options> AgentOptionsFromFlags() {
   options.config.backend.staging_bytes = absl::GetFlag(FLAGS_staging_bytes);
   options.config.backend.staging_block_bytes = absl::GetFlag(FLAGS_staging_block_bytes);
   options.config.backend.graph_cache_bytes = absl::GetFlag(FLAGS_graph_cache_bytes);
+  options.config.ledger.ttl = absl::GetFlag(FLAGS_call_id_ttl);
+  options.config.ledger.max_bytes = absl::GetFlag(FLAGS_call_id_cache_bytes);
+  if (options.config.ledger.ttl <= absl::ZeroDuration() || options.config.ledger.max_bytes < 0) {
+    return absl::InvalidArgumentError(
+        "--call_id_ttl must be positive and --call_id_cache_bytes not negative.");
+  }
   if (options.config.backend.graph_cache_bytes < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--graph_cache_bytes must be 0 or positive; got ",

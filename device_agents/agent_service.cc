@@ -72,32 +72,6 @@ absl::Status Accept(const TokenTable& tokens, const std::string& authorization,
   return absl::OkStatus();
 }
 
-// A call waiting for room in the agent's in-flight byte budget. The reactor
-// that owns it withdraws the wait if the call is cancelled first.
-class BudgetWait {
- public:
-  // Runs `go` now if the call's bytes fit, else once they do (on the thread
-  // that frees them).
-  void Admit(Admission& admission, int64_t bytes, std::function<void()> go) {
-    if (bytes == 0 || admission.TryAcquire(bytes)) return go();
-    uint64_t t = admission.Wait(bytes, std::move(go));
-    absl::MutexLock l(&mu_);
-    ticket_ = t;
-  }
-  // True if the call was still waiting: then `go` will never run.
-  bool Withdraw(Admission& admission) {
-    uint64_t t;
-    {
-      absl::MutexLock l(&mu_);
-      t = ticket_;
-    }
-    return t != 0 && admission.Cancel(t);
-  }
-
- private:
-  absl::Mutex mu_;
-  uint64_t ticket_ ABSL_GUARDED_BY(mu_) = 0;
-};
 
 // Streamed call: reads frames until half-close, runs the handler on the
 // pool, then writes the results one frame at a time.
@@ -149,15 +123,20 @@ class ExecuteReactor final
       begun_ = true;
       absl::Status s = Accept(shared_.state.tokens, authorization_, in_, *call_);
       if (!s.ok()) return FinishWith(s);
+      CallLedger::Claim claim = call_->ClaimRun();
+      if (!claim.run) return Replay(std::move(claim));
       Ref();  // released once admitted, or when the wait is withdrawn
-      return budget_.Admit(*shared_.state.admission, call_->footprint(), [this] {
-        call_->Admitted();
-        SetHoldsBudget(true);
-        absl::Status a = call_->Allocate();
-        if (a.ok()) ReadFrame();
-        if (!a.ok()) FinishWith(a);
-        Unref();
-      });
+      return budget_.Admit(
+          *shared_.state.admission, call_->footprint(),
+          [this] {
+            call_->Admitted();
+            SetHoldsBudget(true);
+            absl::Status a = call_->Allocate();
+            if (a.ok()) ReadFrame();
+            if (!a.ok()) FinishWith(a);
+            Unref();
+          },
+          [this] { Withdrawn(); });
     }
     ReadFrame();
   }
@@ -168,15 +147,13 @@ class ExecuteReactor final
       return FinishWith(absl::CancelledError(
           "the caller went away while results were being sent."));
     }
+    if (replaying_) return FinishWith(absl::OkStatus());
     WriteNext();
   }
 
   void OnCancel() override {
     cancel_.Cancel();
-    if (budget_.Withdraw(*shared_.state.admission)) {
-      FinishWith(absl::CancelledError("the call was cancelled while waiting for memory."));
-      Unref();
-    }
+    budget_.Withdraw(*shared_.state.admission);
   }
   void OnDone() override {
     if (shared_.watchdog != nullptr) shared_.watchdog->Remove(this);
@@ -193,6 +170,23 @@ class ExecuteReactor final
     if (waited == Wait::kRead) ctx_->TryCancel();
     // The pending read of a silent client ends with Finish.
     FinishWith(error);
+  }
+
+  // Cancelled while it waited for memory: it never will be admitted.
+  void Withdrawn() {
+    FinishWith(absl::CancelledError("the call was cancelled while waiting for memory."));
+    Unref();  // taken for the wait
+  }
+
+  // Answers a repeat of a call with side effects that ran already: the
+  // answer it got when that was kept (the rest of the inputs is not read),
+  // else the ledger's status.
+  void Replay(CallLedger::Claim claim) {
+    if (!claim.answer.has_value() || !claim.status.ok()) return FinishWith(claim.status);
+    replaying_ = true;
+    out_ = *claim.answer;
+    AwaitClient(Wait::kRead);
+    StartWrite(&out_);
   }
 
   // Takes the chunks of the frame in `in_`, then reads the next frame.
@@ -228,6 +222,7 @@ class ExecuteReactor final
   BudgetWait budget_;
   const std::string authorization_;  // the call's bearer token, if any
   const bool entered_;               // through the drain gate
+  bool replaying_ = false;           // answering with a kept answer
   bool begun_ = false;  // only touched by the read chain
   grpc::ByteBuffer in_;
   grpc::ByteBuffer out_;
@@ -263,34 +258,47 @@ class CallReactor final : public grpc::ServerUnaryReactor, public WatchedCall {
       FinishWith(s);
       return;
     }
+    CallLedger::Claim claim = call_->ClaimRun();
+    if (!claim.run) {
+      if (claim.answer.has_value()) *response_ = *std::move(claim.answer);
+      FinishWith(claim.status);
+      return;
+    }
+    // The call is accepted: said now, not with the answer, so that a router
+    // never takes an agent that failed while running the call for one that
+    // never had it (and runs it again).
+    StartSendInitialMetadata();
     Ref();  // released once admitted, or when the wait is withdrawn
-    budget_.Admit(*shared_.state.admission, call_->footprint(), [this, request] {
-      call_->Admitted();
-      absl::Status a = call_->Allocate();
-      if (a.ok()) a = call_->OnRequestFrame(*request);
-      if (a.ok()) a = call_->EndOfInputs();
-      if (a.ok()) a = call_->CheckFitsOneMessage();
-      if (!a.ok()) {
-        FinishWith(a);
-      } else {
-        Ref();
-        shared_.PoolFor(*call_).Submit([this] {
-          absl::Status run = call_->Run(cancel_);
-          if (run.ok()) run = call_->NextResponseFrame(0, response_).status();
-          FinishWith(run);
+    budget_.Admit(
+        *shared_.state.admission, call_->footprint(),
+        [this, request] {
+          call_->Admitted();
+          absl::Status a = call_->Allocate();
+          if (a.ok()) a = call_->OnRequestFrame(*request);
+          if (a.ok()) a = call_->EndOfInputs();
+          if (a.ok()) a = call_->CheckFitsOneMessage();
+          if (!a.ok()) {
+            FinishWith(a);
+          } else {
+            Ref();
+            shared_.PoolFor(*call_).Submit([this] {
+              absl::Status run = call_->Run(cancel_);
+              if (run.ok()) run = call_->NextResponseFrame(0, response_).status();
+              FinishWith(run);
+              Unref();
+            });
+          }
           Unref();
+        },
+        [this] {
+          FinishWith(absl::CancelledError("the call was cancelled while waiting for memory."));
+          Unref();  // taken for the wait
         });
-      }
-      Unref();
-    });
   }
 
   void OnCancel() override {
     cancel_.Cancel();
-    if (budget_.Withdraw(*shared_.state.admission)) {
-      FinishWith(absl::CancelledError("the call was cancelled while waiting for memory."));
-      Unref();
-    }
+    budget_.Withdraw(*shared_.state.admission);
   }
   void OnDone() override {
     if (shared_.watchdog != nullptr) shared_.watchdog->Remove(this);
@@ -309,7 +317,7 @@ class CallReactor final : public grpc::ServerUnaryReactor, public WatchedCall {
   }
 
   void FinishWith(const absl::Status& s) {
-    call_->RecordOutcome(s);
+    call_->RecordOutcome(s, response_);
     call_.reset();
     AwaitClient(Wait::kRead);
     Finish(ToGrpcStatus(s));
@@ -410,6 +418,7 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(Options options)
     state.config.max_inflight_bytes = MemoryLimitBytes() / 4 * 3;
   }
   state.admission = std::make_unique<Admission>(state.config.max_inflight_bytes);
+  state.ledger = std::make_unique<CallLedger>(state.config.ledger);
   FARCALL_ASSIGN_OR_RETURN(state.backend,
                            OpenBackend(state.config.platform, state.config.backend));
   ExportAgentSeries();

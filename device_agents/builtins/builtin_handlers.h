@@ -444,15 +444,17 @@ inline Status Fail(CallFrame& call) {
 template <class K>
 constexpr std::array<FarcallHandlerDef, 8> BuiltinDefs(const char* platform,
                                                        uint32_t capturable) {
+  // Every built-in writes all of its results: none needs them zeroed first.
+  constexpr uint32_t kAll = FARCALL_TRAIT_WRITES_ALL_RESULTS;
   return {{
-      FARCALL_HANDLER_DEF("copy", platform, 0, Copy<K>),
-      FARCALL_HANDLER_DEF("scale", platform, capturable, Scale<K>),
-      FARCALL_HANDLER_DEF("axpy", platform, capturable, Axpy<K>),
-      FARCALL_HANDLER_DEF("add", platform, capturable, Add<K>),
-      FARCALL_HANDLER_DEF("sum", platform, capturable, Sum<K>),
-      FARCALL_HANDLER_DEF("crc32c", platform, 0, Crc32c<K>),
-      FARCALL_HANDLER_DEF("sleep", platform, 0, Sleep),
-      FARCALL_HANDLER_DEF("fail", platform, 0, Fail),
+      FARCALL_HANDLER_DEF("copy", platform, kAll, Copy<K>),
+      FARCALL_HANDLER_DEF("scale", platform, capturable | kAll, Scale<K>),
+      FARCALL_HANDLER_DEF("axpy", platform, capturable | kAll, Axpy<K>),
+      FARCALL_HANDLER_DEF("add", platform, capturable | kAll, Add<K>),
+      FARCALL_HANDLER_DEF("sum", platform, capturable | kAll, Sum<K>),
+      FARCALL_HANDLER_DEF("crc32c", platform, kAll, Crc32c<K>),
+      FARCALL_HANDLER_DEF("sleep", platform, kAll, Sleep),
+      FARCALL_HANDLER_DEF("fail", platform, kAll, Fail),
   }};
 }
 

@@ -59,9 +59,12 @@ Status Clip(CallFrame& call) {
 }  // namespace
 
 #ifndef FARCALL_EXAMPLE_PLUGIN_ABI_MAJOR
+// Both write every element of their result: the agent need not zero it.
 FARCALL_PLUGIN("farcall_example_plugin",
-               FARCALL_HANDLER_DEF("example.negate", "cpu", 0, Negate),
-               FARCALL_HANDLER_DEF("example.clip", "cpu", 0, Clip));
+               FARCALL_HANDLER_DEF("example.negate", "cpu", FARCALL_TRAIT_WRITES_ALL_RESULTS,
+                                   Negate),
+               FARCALL_HANDLER_DEF("example.clip", "cpu", FARCALL_TRAIT_WRITES_ALL_RESULTS,
+                                   Clip));
 #else
 // Test build only: a plugin that claims another ABI major version, which an
 // agent must refuse.

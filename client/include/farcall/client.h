@@ -99,7 +99,10 @@ struct CallOptions {
   // Bytes of tensor data per message. Calls whose args and results each fit
   // in one chunk use the unary Call RPC.
   int64_t chunk_bytes = 1 << 20;
-  std::string call_id;  // idempotency key; empty: none
+  // The call's idempotency key; empty: a fresh one. An agent runs a call
+  // with has_side_effect at most once per key (it replays the answer, or
+  // answers ALREADY_EXISTS): give the same key when retrying such a call.
+  std::string call_id;
   Transport transport = Transport::kAuto;
   // With kAuto, use shared memory when the target is an agent on this host
   // that offers it.

@@ -28,7 +28,7 @@ extern "C" {
 #endif
 
 #define FARCALL_API_MAJOR 1
-#define FARCALL_API_MINOR 0
+#define FARCALL_API_MINOR 1 /* 1: FARCALL_TRAIT_WRITES_ALL_RESULTS */
 
 /* Status codes: the same numbers as absl::StatusCode and grpc::StatusCode. */
 typedef enum FarcallCode {
@@ -173,6 +173,10 @@ typedef FarcallError* (*FarcallHandlerFn)(const FarcallCallFrame* frame);
 
 /* Handler traits (bit flags). */
 #define FARCALL_TRAIT_COMMAND_BUFFER_COMPATIBLE 1u
+/* The handler writes every byte of every result it does not alias. Without
+ * it the agent zeroes those results before the handler runs, so that what a
+ * handler leaves unwritten is never an earlier call's bytes. */
+#define FARCALL_TRAIT_WRITES_ALL_RESULTS 2u
 
 typedef struct FarcallHandlerDef {
   size_t struct_size;
