@@ -1,5 +1,6 @@
 #include "server/balancer.h"
 
+#include "absl/hash/hash.h"
 #include "absl/random/random.h"
 
 namespace farcall::router {
@@ -15,6 +16,20 @@ std::shared_ptr<AgentHandle> PickAgent(
   return candidates[a]->inflight.load() <= candidates[b]->inflight.load()
              ? candidates[a]
              : candidates[b];
+}
+
+std::shared_ptr<AgentHandle> PickAgentFor(
+    absl::string_view key, const std::vector<std::shared_ptr<AgentHandle>>& candidates) {
+  std::shared_ptr<AgentHandle> best;
+  size_t best_score = 0;
+  for (const auto& c : candidates) {
+    const size_t score = absl::HashOf(key, c->address);
+    if (best == nullptr || score > best_score) {
+      best = c;
+      best_score = score;
+    }
+  }
+  return best;
 }
 
 }  // namespace farcall::router

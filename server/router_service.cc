@@ -140,6 +140,7 @@ struct Route {
   Platform platform;
   std::string handler;
   bool has_side_effect = false;  // never run twice: no retry elsewhere
+  std::string call_id;  // with side effects: picks the agent (PickAgentFor)
   std::vector<std::shared_ptr<AgentHandle>> candidates;
   std::string authorization;  // sent to the agent; empty: none
 };
@@ -177,7 +178,8 @@ absl::StatusOr<Route> RouteCall(const Shared& shared, const grpc::ByteBuffer& fi
     record.Refused("auth");
     return s;
   }
-  Route r{v->platform, header.handler(), header.has_side_effect(), {},
+  Route r{v->platform, header.handler(), header.has_side_effect(),
+          header.has_side_effect() ? header.call_id() : std::string(), {},
           shared.agent_authorization.empty() ? authorization : shared.agent_authorization};
   absl::StatusOr<std::vector<std::shared_ptr<AgentHandle>>> candidates =
       shared.pool->Candidates(v->platform, header.handler());
@@ -192,7 +194,9 @@ absl::StatusOr<Route> RouteCall(const Shared& shared, const grpc::ByteBuffer& fi
 // Takes the next agent to try out of `route`, by the balancer's choice.
 std::shared_ptr<AgentHandle> TakeAgent(Route& route) {
   if (route.candidates.empty()) return nullptr;
-  std::shared_ptr<AgentHandle> a = PickAgent(route.candidates);
+  std::shared_ptr<AgentHandle> a = route.call_id.empty()
+                                        ? PickAgent(route.candidates)
+                                        : PickAgentFor(route.call_id, route.candidates);
   std::erase(route.candidates, a);
   return a;
 }

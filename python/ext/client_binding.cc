@@ -51,7 +51,8 @@ PyCall BuildCall(const std::string& handler, const std::vector<std::string>& pla
                  const std::vector<ArgTuple>& args, const std::vector<SpecTuple>& results,
                  const std::map<uint32_t, uint32_t>& aliases, const nb::dict& attributes,
                  bool has_side_effect, double timeout, const std::string& rpc,
-                 bool validate, const std::vector<uintptr_t>& result_memory) {
+                 bool validate, const std::string& call_id,
+                 const std::vector<uintptr_t>& result_memory) {
   PyCall c;
   CallRequest& r = c.request;
   r.handler = handler;
@@ -84,6 +85,7 @@ PyCall BuildCall(const std::string& handler, const std::vector<std::string>& pla
   for (uintptr_t p : result_memory) r.result_memory.push_back(reinterpret_cast<void*>(p));
   c.options.timeout = absl::Seconds(timeout);
   c.options.validate_locally = validate;
+  c.options.call_id = call_id;
   if (rpc == "unary") c.options.transport = Transport::kUnary;
   if (rpc == "stream") c.options.transport = Transport::kStream;
   return c;
@@ -251,9 +253,9 @@ class PyClient {
                  const std::vector<ArgTuple>& args, const std::vector<SpecTuple>& results,
                  const std::map<uint32_t, uint32_t>& aliases, const nb::dict& attributes,
                  bool has_side_effect, double timeout, const std::string& rpc, bool validate,
-                 const std::vector<uintptr_t>& result_memory) {
+                 const std::string& call_id, const std::vector<uintptr_t>& result_memory) {
     PyCall c = BuildCall(handler, platform, args, results, aliases, attributes,
-                         has_side_effect, timeout, rpc, validate, result_memory);
+                         has_side_effect, timeout, rpc, validate, call_id, result_memory);
     absl::StatusOr<CallResult> r;
     {
       nb::gil_scoped_release release;
@@ -270,9 +272,9 @@ class PyClient {
                  const std::vector<ArgTuple>& args, const std::vector<SpecTuple>& results,
                  const std::map<uint32_t, uint32_t>& aliases, const nb::dict& attributes,
                  bool has_side_effect, double timeout, const std::string& rpc, bool validate,
-                 nb::object done) {
+                 const std::string& call_id, nb::object done) {
     PyCall c = BuildCall(handler, platform, args, results, aliases, attributes,
-                         has_side_effect, timeout, rpc, validate, {});
+                         has_side_effect, timeout, rpc, validate, call_id, {});
     // Dropped only with the GIL (run), or leaked once Python is going away
     // (drop): never released on a gRPC thread.
     auto fn = std::make_shared<nb::object>(std::move(done));

@@ -226,7 +226,8 @@ class Client:
     def __repr__(self) -> str:
         return f"farcall.Client({self.target!r})"
 
-    def _native_args(self, handler, platform, p: _Prepared, has_side_effect, timeout, rpc, validate):
+    def _native_args(self, handler, platform, p: _Prepared, has_side_effect, timeout, rpc, validate,
+                     call_id):
         if rpc not in ("auto", "unary", "stream"):
             raise ValueError(f"rpc must be 'auto', 'unary' or 'stream'; got {rpc!r}")
         # One platform per call, as in JAX; more are refused with the
@@ -237,13 +238,13 @@ class Client:
                 "buffer_callback needs exactly one platform; the call names none.")
         return (handler, platforms, p.args, p.results, p.aliases, p.attributes,
                 bool(has_side_effect), float(self.timeout if timeout is None else timeout),
-                rpc, bool(validate))
+                rpc, bool(validate), "" if call_id is None else str(call_id))
 
     def call(self, handler: str, *args, results: Sequence, platform: str = "cpu",
              input_output_aliases: Mapping[int, int] | None = None,
              attributes: Mapping[str, Any] | None = None, has_side_effect: bool = False,
              timeout: float | None = None, rpc: str = "auto",
-             validate: bool = True) -> list:
+             validate: bool = True, call_id: str | None = None) -> list:
         """Runs ``handler`` on an agent of ``platform``; returns the results.
 
         ``results`` lists objects with ``.shape`` and ``.dtype``. An aliased
@@ -251,6 +252,10 @@ class Client:
         released while the call runs. ``rpc`` forces the unary ``Call`` or
         the streamed ``Execute`` RPC; ``validate=False`` skips the local
         checks so that the servers answer a bad call (for tests).
+        ``call_id`` names the call (by default a fresh id each time): an
+        agent runs a call with ``has_side_effect`` at most once per id, so
+        retry such a call with the id it first had, and a repeat gets the
+        first answer or ``AlreadyExistsError``.
 
         Raises a ``farcall.Error`` subclass with the contract's code and
         message.
@@ -258,21 +263,25 @@ class Client:
         return self.call_with_info(
             handler, *args, results=results, platform=platform,
             input_output_aliases=input_output_aliases, attributes=attributes,
-            has_side_effect=has_side_effect, timeout=timeout, rpc=rpc, validate=validate)[0]
+            has_side_effect=has_side_effect, timeout=timeout, rpc=rpc, validate=validate,
+            call_id=call_id)[0]
 
     def call_with_info(self, handler: str, *args, results: Sequence, platform: str = "cpu",
                        input_output_aliases=None, attributes=None, has_side_effect=False,
-                       timeout=None, rpc="auto", validate=True) -> tuple[list, CallInfo]:
+                       timeout=None, rpc="auto", validate=True,
+                       call_id=None) -> tuple[list, CallInfo]:
         """As ``call``, and also returns a ``CallInfo``: which agent ran it,
         over which transport, and the agent's timings."""
         p = _Prepared(args, results, input_output_aliases, attributes)
         raw, info = self._native.call(
-            *self._native_args(handler, platform, p, has_side_effect, timeout, rpc, validate), [])
+            *self._native_args(handler, platform, p, has_side_effect, timeout, rpc, validate,
+                               call_id), [])
         return p.finish(raw), _info(info)
 
     def call_async(self, handler: str, *args, results: Sequence, platform: str = "cpu",
                    input_output_aliases=None, attributes=None, has_side_effect=False,
-                   timeout=None, rpc="auto", validate=True) -> concurrent.futures.Future:
+                   timeout=None, rpc="auto", validate=True,
+                   call_id=None) -> concurrent.futures.Future:
         """As ``call``, but returns at once with a ``concurrent.futures.Future``
         of the results. The args must not be changed until it is done. Bad
         arguments raise at once; the call's own errors go to the future.
@@ -293,7 +302,8 @@ class Client:
                     fut.set_exception(e)
 
         self._native.call_async(
-            *self._native_args(handler, platform, p, has_side_effect, timeout, rpc, validate),
+            *self._native_args(handler, platform, p, has_side_effect, timeout, rpc, validate,
+                               call_id),
             done)
         return fut
 

@@ -32,6 +32,17 @@ def stats(ctx, out, x):
     np.asarray(out[1])[...] = -a
 
 
+_count = 0
+
+
+@farcall.handler("py_count")
+def count(ctx, out):
+    """A side effect the tests can see: out[0] = how many times this ran."""
+    global _count
+    _count += 1
+    np.asarray(out[0])[...] = _count
+
+
 @farcall.handler("py_returns_value")
 def returns_value(ctx, out):
     return 42

@@ -1,6 +1,7 @@
 """python -m farcall.agent: Python handlers with JAX's callback signature."""
 
 import concurrent.futures
+import uuid
 
 import ml_dtypes
 import numpy as np
@@ -118,3 +119,25 @@ def test_sigterm_stops_the_agent_cleanly():
     assert farcall.Client(s.address).health() == "SERVING"
     assert s.stop() == 0
     assert "shutting down" in s.output()
+
+
+def test_a_call_with_side_effects_runs_once_per_call_id(client):
+    one = np.zeros(1, np.int64)
+
+    def count(call_id, rpc="unary"):
+        (out,) = client.call("py_count", results=[one], has_side_effect=True,
+                             call_id=call_id, rpc=rpc)
+        return int(out[0])
+
+    # Ids of this test's own: the agent outlives it (and its other param).
+    unique = uuid.uuid4().hex
+    first = count(f"retry-me-{unique}")
+    assert count(f"retry-me-{unique}") == first  # the first answer, replayed
+    assert count(f"another-{unique}") == first + 1
+    assert count(None) == first + 2  # a fresh id each time
+    assert count(None) == first + 3
+    # A streamed answer is not kept: its repeat is refused, never run.
+    n = count(f"streamed-{unique}", rpc="stream")
+    with pytest.raises(farcall.AlreadyExistsError, match="already ran on this agent"):
+        count(f"streamed-{unique}", rpc="stream")
+    assert count(None) == n + 1
