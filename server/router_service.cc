@@ -243,6 +243,13 @@ class ForwardingExecute final
       record_.Routed(route_.platform, route_.handler);
       return StartAttempt();
     }
+    {
+      absl::MutexLock l(&mu_);
+      // The agent's stream is gone: the frame has nowhere to go, and the
+      // call ends with the agent's status.
+      if (!next_frame_hold_) return;
+      next_frame_hold_ = false;
+    }
     if (ok) {
       record_.Received(up_in_.Length());
       down_->StartWrite(&up_in_);
@@ -291,10 +298,13 @@ class ForwardingExecute final
       // Keeps this reactor alive until the caller's next frame is handed
       // on, even if the agent finishes in the meantime.
       AddHold();
+      up->HoldForNextFrame();
       up->StartRead(&up->up_in_);  // next frame from the caller
     }
     void OnReadDone(bool ok) override {
-      if (!ok) return;
+      // The agent's stream ended (it finished, or died): its status comes
+      // in OnDone, which must not wait for a caller that sends no more.
+      if (!ok) return up->DownstreamEnded();
       AddHold();  // released once the caller has the frame (OnWriteDone)
       up->ForwardResult();
     }
@@ -328,6 +338,22 @@ class ForwardingExecute final
     agent->generic->PrepareBidiStreamingCall(&down_->ctx, kAgentExecute,
                                              grpc::StubOptions(), down_);
     down_->StartCall();
+  }
+
+  void HoldForNextFrame() {
+    absl::MutexLock l(&mu_);
+    next_frame_hold_ = true;
+  }
+
+  // The agent's stream ended while the caller's next frame was awaited:
+  // let the attempt finish now (its OnDone reports the status).
+  void DownstreamEnded() {
+    {
+      absl::MutexLock l(&mu_);
+      if (!next_frame_hold_) return;
+      next_frame_hold_ = false;
+    }
+    down_->RemoveHold();
   }
 
   void OnAccepted(bool ok) {
@@ -411,6 +437,8 @@ class ForwardingExecute final
   bool accepted_ ABSL_GUARDED_BY(mu_) = false;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   bool up_write_pending_ ABSL_GUARDED_BY(mu_) = false;
+  // The hold Downstream::OnWriteDone took until the caller's next frame.
+  bool next_frame_hold_ ABSL_GUARDED_BY(mu_) = false;
   bool down_done_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   grpc::Status final_ ABSL_GUARDED_BY(mu_);
