@@ -205,8 +205,13 @@ TEST(SoakTest, TenThousandCallsWithFaultsGiveNoWrongResultAndLeakNothing) {
   std::printf("soak: resident memory growth: router %lld KiB, agent %lld KiB\n",
               static_cast<long long>(router_growth >> 10),
               static_cast<long long>(agent_growth >> 10));
+#if defined(__SANITIZE_ADDRESS__)
+  // ASan holds freed memory back (its quarantine, 256 MiB by default).
+  std::printf("soak: the memory bound is not checked under AddressSanitizer\n");
+#else
   EXPECT_LT(router_growth, int64_t{64} << 20);
   EXPECT_LT(agent_growth, int64_t{64} << 20);
+#endif
 }
 
 }  // namespace

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The C++ under AddressSanitizer and UndefinedBehaviorSanitizer: builds
+# build-asan/ (gcc; no device backends, Python or fuzzers; -O1 with line
+# tables) and runs there every unit and integration test that needs neither
+# a device nor Python (ctest labels python, deploy, fuzz and gpu left out).
+# Any report fails the run. ThreadSanitizer is not run: Debian's gRPC and
+# Abseil are not built with it, so its reports would be about them.
+# ctest runs this as sanitizer_test (label sanitize).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc 2>/dev/null || echo 2)
+launcher=()
+if command -v ccache >/dev/null 2>&1; then
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+fi
+flags="-O1 -g1 -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+mkdir -p build-asan
+echo "== sanitizers: configuring build-asan"
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=None "-DCMAKE_CXX_FLAGS=$flags" \
+  "-DCMAKE_C_FLAGS=$flags" -DFARCALL_BUILD_TESTS=ON -DFARCALL_PYTHON=OFF -DFARCALL_FUZZ=OFF \
+  "-DFARCALL_DISABLE_BACKENDS=cuda;rocm;oneapi" "${launcher[@]}" >build-asan/build.log 2>&1 \
+  || { cat build-asan/build.log >&2; exit 1; }
+echo "== sanitizers: building (first time: several minutes on 2 cores)"
+cmake --build build-asan -j "$jobs" >>build-asan/build.log 2>&1 || { tail -50 build-asan/build.log >&2; exit 1; }
+echo "== sanitizers: running the tests"
+# allocator_may_return_null: an allocation too large fails as it would
+# without ASan (tests/fault asks for terabytes on purpose).
+export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:allocator_may_return_null=1"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+cd build-asan
+ctest -LE "python|deploy|fuzz|gpu|sanitize" -j "$jobs" --timeout 900 --output-on-failure
