@@ -120,6 +120,7 @@ class AgentCall final : private FrameVisitor {
   int64_t footprint() const { return footprint_; }
   // The handler the header names (after Begin()).
   const std::string& handler_name() const { return header_.handler(); }
+  bool has_side_effect() const { return header_.has_side_effect(); }
   void Admitted();
   absl::Status Allocate();
   // Feeds one request frame's chunks. No frame but the first may carry a

@@ -264,10 +264,11 @@ class CallReactor final : public grpc::ServerUnaryReactor, public WatchedCall {
       FinishWith(claim.status);
       return;
     }
-    // The call is accepted: said now, not with the answer, so that a router
-    // never takes an agent that failed while running the call for one that
-    // never had it (and runs it again).
-    StartSendInitialMetadata();
+    // A call with side effects is accepted now, not with its answer, so that
+    // a router never takes an agent that failed while running it for one
+    // that never had it (and runs it again). Other calls may run again
+    // harmlessly, and save the extra message.
+    if (call_->has_side_effect()) StartSendInitialMetadata();
     Ref();  // released once admitted, or when the wait is withdrawn
     budget_.Admit(
         *shared_.state.admission, call_->footprint(),
