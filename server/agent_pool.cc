@@ -1,9 +1,12 @@
 #include "server/agent_pool.h"
 
 #include <algorithm>
+#include <atomic>
+#include <functional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "core/tokens.h"
 #include "core/call_validation.h"
 #include "core/metrics.h"
@@ -105,81 +108,122 @@ void AgentPool::Resolve() {
 AgentPool::~AgentPool() {
   stop_.Notify();
   if (prober_.joinable()) prober_.join();
+  // Probes of a ListAgents(refresh) may still run; each ends by its
+  // deadline.
+  absl::MutexLock l(&mu_);
+  mu_.Await(absl::Condition(
+      +[](int* n) { return *n == 0; }, &probes_in_flight_));
 }
 
-void AgentPool::ProbeOne(const std::shared_ptr<AgentHandle>& h) {
+// One agent's probe: its health, then, when it serves and is not yet
+// described, its Describe; both asynchronous, so that no thread waits on an
+// agent (and a hung one delays nothing). Owns what the RPCs need until the
+// last one completes.
+struct AgentPool::Probe {
+  std::shared_ptr<AgentHandle> handle;
   bool need_describe = true;
-  {
-    absl::MutexLock l(&mu_);
-    for (const Entry& e : entries_) {
-      if (e.handle == h) {
-        need_describe = !e.described || e.health != v1::AgentEntry::SERVING;
-      }
-    }
-  }
-  auto deadline = [&] {
-    return std::chrono::system_clock::now() +
-           absl::ToChronoMilliseconds(options_.probe_timeout);
-  };
-  grpc::health::v1::Health::Stub health(h->channel);
-  grpc::ClientContext hctx;
-  hctx.set_deadline(deadline());
-  // Waiting for the connection lets a probe see an agent that has just come
-  // back, instead of failing fast on the channel's last failure.
-  hctx.set_wait_for_ready(true);
+  std::function<void()> done;
+  grpc::health::v1::Health::Stub health;
+  v1::Agent::Stub agent;
+  grpc::ClientContext hctx, dctx;
   grpc::health::v1::HealthCheckRequest hreq;
   grpc::health::v1::HealthCheckResponse hresp;
-  grpc::Status hs = health.Check(&hctx, hreq, &hresp);
-
+  grpc::Status hs, ds;
+  v1::DescribeRequest dreq;
   v1::AgentInfo info;
-  grpc::Status ds = grpc::Status::OK;
-  if (hs.ok() && hresp.status() == grpc::health::v1::HealthCheckResponse::SERVING &&
-      need_describe) {
-    v1::Agent::Stub stub(h->channel);
-    grpc::ClientContext dctx;
-    dctx.set_deadline(deadline());
-    if (!options_.authorization.empty()) {
-      dctx.AddMetadata(kAuthorizationKey, options_.authorization);
-    }
-    ds = stub.Describe(&dctx, v1::DescribeRequest(), &info);
-  }
+  explicit Probe(std::shared_ptr<AgentHandle> h)
+      : handle(std::move(h)), health(handle->channel), agent(handle->channel) {}
+};
 
-  absl::MutexLock l(&mu_);
-  auto it = std::find_if(entries_.begin(), entries_.end(),
-                         [&](const Entry& e) { return e.handle == h; });
-  if (it == entries_.end()) return;  // dropped from DNS meanwhile
-  Entry& e = *it;
-  if (!hs.ok()) {
-    e.health = v1::AgentEntry::DOWN;
-    e.last_error = absl::StrCat("health check failed: ", hs.error_message());
-  } else if (hresp.status() != grpc::health::v1::HealthCheckResponse::SERVING) {
-    e.health = v1::AgentEntry::NOT_SERVING;
-    e.last_error = "the agent reports NOT_SERVING";
-  } else if (!ds.ok()) {
-    e.health = v1::AgentEntry::DOWN;
-    e.last_error = absl::StrCat("Describe failed: ", ds.error_message());
-  } else {
-    if (need_describe) {
-      e.info = std::move(info);
-      e.described = true;
+void AgentPool::ProbeOne(const std::shared_ptr<AgentHandle>& h, std::function<void()> done) {
+  auto p = std::make_shared<Probe>(h);
+  p->done = std::move(done);
+  {
+    absl::MutexLock l(&mu_);
+    ++probes_in_flight_;
+    for (const Entry& e : entries_) {
+      if (e.handle == h) p->need_describe = !e.described || e.health != v1::AgentEntry::SERVING;
     }
-    e.health = v1::AgentEntry::SERVING;
-    e.last_error.clear();
   }
-  Publish(h->address, e.info, e.health, h->inflight.load(), e.published_platform);
+  const auto deadline = std::chrono::system_clock::now() +
+                        absl::ToChronoMilliseconds(options_.probe_timeout);
+  p->hctx.set_deadline(deadline);
+  // Waiting for the connection lets a probe see an agent that has just come
+  // back, instead of failing fast on the channel's last failure.
+  p->hctx.set_wait_for_ready(true);
+  p->dctx.set_deadline(deadline);
+  if (!options_.authorization.empty()) {
+    p->dctx.AddMetadata(kAuthorizationKey, options_.authorization);
+  }
+  p->health.async()->Check(&p->hctx, &p->hreq, &p->hresp, [this, p](grpc::Status s) {
+    p->hs = std::move(s);
+    if (p->hs.ok() && p->hresp.status() == grpc::health::v1::HealthCheckResponse::SERVING &&
+        p->need_describe) {
+      p->agent.async()->Describe(&p->dctx, &p->dreq, &p->info, [this, p](grpc::Status d) {
+        p->ds = std::move(d);
+        Record(*p);
+      });
+      return;
+    }
+    Record(*p);
+  });
 }
 
-void AgentPool::ProbeAll() {
-  Resolve();
+void AgentPool::Record(Probe& p) {
+  {
+    absl::MutexLock l(&mu_);
+    const std::shared_ptr<AgentHandle>& h = p.handle;
+    auto it = std::find_if(entries_.begin(), entries_.end(),
+                           [&](const Entry& e) { return e.handle == h; });
+    if (it != entries_.end()) {  // else dropped from DNS meanwhile
+      Entry& e = *it;
+      if (!p.hs.ok()) {
+        e.health = v1::AgentEntry::DOWN;
+        e.last_error = absl::StrCat("health check failed: ", p.hs.error_message());
+      } else if (p.hresp.status() != grpc::health::v1::HealthCheckResponse::SERVING) {
+        e.health = v1::AgentEntry::NOT_SERVING;
+        e.last_error = "the agent reports NOT_SERVING";
+      } else if (!p.ds.ok()) {
+        e.health = v1::AgentEntry::DOWN;
+        e.last_error = absl::StrCat("Describe failed: ", p.ds.error_message());
+      } else {
+        if (p.need_describe) {
+          e.info = std::move(p.info);
+          e.described = true;
+        }
+        e.health = v1::AgentEntry::SERVING;
+        e.last_error.clear();
+      }
+      Publish(h->address, e.info, e.health, h->inflight.load(), e.published_platform);
+    }
+  }
+  if (p.done) p.done();
+  absl::MutexLock l(&mu_);
+  --probes_in_flight_;
+}
+
+void AgentPool::ProbeAllAsync(std::function<void()> done) {
   std::vector<std::shared_ptr<AgentHandle>> handles;
   {
     absl::MutexLock l(&mu_);
     for (const Entry& e : entries_) handles.push_back(e.handle);
   }
-  // In parallel, so that one hung agent does not delay the others.
-  std::vector<std::thread> threads;
-  for (const auto& h : handles) threads.emplace_back([this, h] { ProbeOne(h); });
-  for (std::thread& t : threads) t.join();
+  if (handles.empty()) return done();
+  // The last probe to finish says so.
+  auto left = std::make_shared<std::atomic<size_t>>(handles.size());
+  auto all_done = std::make_shared<std::function<void()>>(std::move(done));
+  for (const auto& h : handles) {
+    ProbeOne(h, [left, all_done] {
+      if (left->fetch_sub(1) == 1) (*all_done)();
+    });
+  }
+}
+
+void AgentPool::ProbeAll() {
+  Resolve();
+  absl::Notification probed;
+  ProbeAllAsync([&probed] { probed.Notify(); });
+  probed.WaitForNotification();
 }
 
 void AgentPool::StartProbing() {

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -79,6 +80,10 @@ class AgentPool {
   // Re-resolves dns:/// sources, then probes every agent once and waits
   // for the answers.
   void ProbeAll();
+  // Probes every agent known now, without waiting: `done` runs (on a gRPC
+  // thread) once every answer is in. For callers that must not block, such
+  // as ListAgents(refresh).
+  void ProbeAllAsync(std::function<void()> done);
   // Probes in the background every probe_interval until destroyed.
   void StartProbing();
 
@@ -114,7 +119,11 @@ class AgentPool {
   };
   // Takes a rate sample of every agent (each probe round).
   void SampleRates();
-  void ProbeOne(const std::shared_ptr<AgentHandle>& h);
+  struct Probe;
+  // Health, then Describe when needed, asynchronously; `done` runs after
+  // the outcome is recorded.
+  void ProbeOne(const std::shared_ptr<AgentHandle>& h, std::function<void()> done);
+  void Record(Probe& p);
   // Adds agents that dns:/// sources now name, drops those they no longer do.
   void Resolve();
   std::shared_ptr<AgentHandle> Connect(const std::string& address) const;
@@ -123,6 +132,7 @@ class AgentPool {
   const std::vector<std::string> sources_;
   mutable absl::Mutex mu_;
   std::vector<Entry> entries_ ABSL_GUARDED_BY(mu_);
+  int probes_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Notification stop_;
   std::thread prober_;
 };

@@ -566,11 +566,18 @@ class RouterService final
       r->Finish(ToGrpcStatus(a));
       return r;
     }
-    // A refresh probes synchronously; it is rare (operators, tests), so a
-    // callback thread may block on it.
-    if (request->refresh()) shared_.pool->ProbeAll();
-    *response = shared_.pool->List();
-    r->Finish(grpc::Status::OK);
+    if (!request->refresh()) {
+      *response = shared_.pool->List();
+      r->Finish(grpc::Status::OK);
+      return r;
+    }
+    // A refresh answers once every agent has answered a probe; nothing
+    // waits for them meanwhile.
+    AgentPool* pool = shared_.pool;
+    pool->ProbeAllAsync([pool, r, response] {
+      *response = pool->List();
+      r->Finish(grpc::Status::OK);
+    });
     return r;
   }
 
