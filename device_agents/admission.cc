@@ -79,13 +79,16 @@ void Admission::Release(int64_t bytes) {
 }
 
 void BudgetWait::Admit(Admission& admission, int64_t bytes, std::function<void()> go,
-                       std::function<void()> withdrawn) {
+                       std::function<void()> withdrawn, Executor resume) {
   if (bytes == 0 || admission.TryAcquire(bytes)) return go();
   {
     absl::MutexLock l(&mu_);
     withdrawn_ = std::move(withdrawn);
   }
-  const uint64_t t = admission.Wait(bytes, std::move(go));
+  const uint64_t t = admission.Wait(
+      bytes, [go = std::move(go), resume = std::move(resume)]() mutable {
+        resume(std::move(go));
+      });
   bool asked;
   {
     absl::MutexLock l(&mu_);

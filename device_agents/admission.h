@@ -55,10 +55,13 @@ class Admission {
 // (then `go` ran and a withdrawal does nothing).
 class BudgetWait {
  public:
-  // Runs `go` now if the bytes fit, else once they do (on the thread that
-  // freed them), or `withdrawn` if Withdraw() comes first.
+  // Runs `go` now if the bytes fit, else once they do, through `resume`
+  // (which hands it to a thread of the caller's: the bytes are freed by
+  // whichever thread ends another call), or `withdrawn` if Withdraw() comes
+  // first.
+  using Executor = std::function<void(std::function<void()>)>;
   void Admit(Admission& admission, int64_t bytes, std::function<void()> go,
-             std::function<void()> withdrawn);
+             std::function<void()> withdrawn, Executor resume);
   // The call no longer wants the bytes.
   void Withdraw(Admission& admission);
 

@@ -53,6 +53,8 @@ TEST(AdmissionTest, WaitAdmitsAtOnceWhenBytesCameFree) {
 namespace farcall::agent {
 namespace {
 
+void Inline(std::function<void()> f) { f(); }
+
 TEST(BudgetWaitTest, AWithdrawalBeforeTheWaitIsQueuedStillTakesItOut) {
   Admission a(100);
   ASSERT_TRUE(a.TryAcquire(100));  // full: the next call must wait
@@ -61,7 +63,7 @@ TEST(BudgetWaitTest, AWithdrawalBeforeTheWaitIsQueuedStillTakesItOut) {
   // admission): the wait must not stay queued, and the call must end.
   w.Withdraw(a);
   int go = 0, withdrawn = 0;
-  w.Admit(a, 10, [&] { ++go; }, [&] { ++withdrawn; });
+  w.Admit(a, 10, [&] { ++go; }, [&] { ++withdrawn; }, Inline);
   EXPECT_EQ(withdrawn, 1);
   EXPECT_EQ(a.waiting(), 0u);
   a.Release(100);
@@ -74,8 +76,8 @@ TEST(BudgetWaitTest, ExactlyOneOfAdmittedAndWithdrawnRuns) {
   ASSERT_TRUE(a.TryAcquire(100));
   BudgetWait admitted, withdrawn;
   int go = 0, gone = 0;
-  admitted.Admit(a, 10, [&] { ++go; }, [&] { ++gone; });
-  withdrawn.Admit(a, 10, [&] { ++go; }, [&] { ++gone; });
+  admitted.Admit(a, 10, [&] { ++go; }, [&] { ++gone; }, Inline);
+  withdrawn.Admit(a, 10, [&] { ++go; }, [&] { ++gone; }, Inline);
   withdrawn.Withdraw(a);
   withdrawn.Withdraw(a);  // twice: still once
   EXPECT_EQ(gone, 1);
@@ -90,7 +92,7 @@ TEST(BudgetWaitTest, ACallAdmittedAtOnceIgnoresAWithdrawal) {
   Admission a(100);
   BudgetWait w;
   int go = 0, gone = 0;
-  w.Admit(a, 10, [&] { ++go; }, [&] { ++gone; });
+  w.Admit(a, 10, [&] { ++go; }, [&] { ++gone; }, Inline);
   w.Withdraw(a);
   EXPECT_EQ(go, 1);
   EXPECT_EQ(gone, 0);

@@ -121,6 +121,12 @@ class AgentCall final : private FrameVisitor {
   // The handler the header names (after Begin()).
   const std::string& handler_name() const { return header_.handler(); }
   bool has_side_effect() const { return header_.has_side_effect(); }
+  // Whether destroying the call may wait for its device (a stream of
+  // device work to synchronise): then it is destroyed on a worker, never
+  // on a gRPC thread.
+  bool release_may_block() const {
+    return stream_ != nullptr && stream_->kind() != FARCALL_STREAM_NONE;
+  }
   void Admitted();
   absl::Status Allocate();
   // Feeds one request frame's chunks. No frame but the first may carry a

@@ -43,6 +43,19 @@ struct Shared {
     WorkerPool* own = call.handler_pool();
     return own != nullptr ? *own : *pool;
   }
+  // Runs work on the shared workers: what a gRPC thread must not do (a call
+  // admitted when another freed the budget; a call whose end waits for its
+  // device).
+  BudgetWait::Executor Elsewhere() {
+    return [this](std::function<void()> work) { pool->Submit(std::move(work)); };
+  }
+  // Destroys a finished call now, or on a worker when that may wait for
+  // its device.
+  void Release(std::unique_ptr<AgentCall> call) {
+    if (call == nullptr || !call->release_may_block()) return;  // freed here
+    std::shared_ptr<AgentCall> c(std::move(call));
+    pool->Submit([c]() mutable { c.reset(); });
+  }
 };
 
 // The answer to a call that arrives while the agent drains: UNAVAILABLE,
@@ -136,7 +149,7 @@ class ExecuteReactor final
             if (!a.ok()) FinishWith(a);
             Unref();
           },
-          [this] { Withdrawn(); });
+          [this] { Withdrawn(); }, shared_.Elsewhere());
     }
     ReadFrame();
   }
@@ -210,7 +223,7 @@ class ExecuteReactor final
 
   void FinishWith(const absl::Status& s) {
     call_->RecordOutcome(s);
-    call_.reset();  // frees the call's memory now, not at OnDone
+    shared_.Release(std::move(call_));  // frees the call's memory now, not at OnDone
     SetHoldsBudget(false);
     Finish(ToGrpcStatus(s));
   }
@@ -294,7 +307,8 @@ class CallReactor final : public grpc::ServerUnaryReactor, public WatchedCall {
         [this] {
           FinishWith(absl::CancelledError("the call was cancelled while waiting for memory."));
           Unref();  // taken for the wait
-        });
+        },
+        shared_.Elsewhere());
   }
 
   void OnCancel() override {
@@ -319,7 +333,7 @@ class CallReactor final : public grpc::ServerUnaryReactor, public WatchedCall {
 
   void FinishWith(const absl::Status& s) {
     call_->RecordOutcome(s, response_);
-    call_.reset();
+    shared_.Release(std::move(call_));
     AwaitClient(Wait::kRead);
     Finish(ToGrpcStatus(s));
   }
