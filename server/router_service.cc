@@ -433,6 +433,11 @@ class ForwardingExecute final
 
   absl::Mutex mu_;
   std::vector<std::unique_ptr<Downstream>> attempts_ ABSL_GUARDED_BY(mu_);
+  // The current attempt. Written under mu_, by StartAttempt only: first
+  // from the header's read, later from the previous attempt's OnDone, and
+  // only while that attempt was never accepted, so that no other reaction
+  // of this call (they all start after acceptance) can be reading it then.
+  // OnCancel, which may come at any time, reads it under mu_.
   Downstream* down_ = nullptr;
   bool accepted_ ABSL_GUARDED_BY(mu_) = false;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
