@@ -57,6 +57,8 @@ struct AgentConfig {
   // The longest a call may run, from its header to its handler's end,
   // whatever deadline its client set (or none).
   absl::Duration max_call_time = absl::Hours(1);
+  // The longest the built-in `sleep` may sleep (--max_sleep).
+  absl::Duration max_sleep = absl::Minutes(10);
   // Which devices to serve and how much pinned staging memory each gets.
   BackendOptions backend;
 };

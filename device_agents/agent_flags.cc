@@ -62,6 +62,8 @@ ABSL_FLAG(absl::Duration, stream_idle_timeout, absl::Seconds(60),
 ABSL_FLAG(absl::Duration, stream_stall_timeout, absl::Seconds(5),
           "end a call that holds memory other calls wait for, and whose client sends or "
           "reads nothing for this long (0: only --stream_idle_timeout applies)");
+ABSL_FLAG(absl::Duration, max_sleep, absl::Minutes(10),
+          "the longest the built-in test handler sleep may be asked to sleep");
 ABSL_FLAG(double, max_call_seconds, 3600,
           "the longest a call may run, whatever deadline its client set (or none)");
 ABSL_FLAG(std::vector<std::string>, disable_handlers, {},
@@ -134,6 +136,10 @@ absl::StatusOr<AgentServer::Options> AgentOptionsFromFlags() {
         absl::StrCat("--max_call_seconds must be positive; got ", max_call_seconds, "."));
   }
   options.config.max_call_time = absl::Seconds(max_call_seconds);
+  options.config.max_sleep = absl::GetFlag(FLAGS_max_sleep);
+  if (options.config.max_sleep < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--max_sleep must not be negative.");
+  }
   options.idle_limits.idle = absl::GetFlag(FLAGS_stream_idle_timeout);
   options.idle_limits.stall = absl::GetFlag(FLAGS_stream_stall_timeout);
   if (options.idle_limits.idle < absl::ZeroDuration()) {

@@ -21,6 +21,7 @@
 #include "core/wire/grpc_status.h"
 #include "core/wire/security.h"
 #include "device_agents/agent_metrics.h"
+#include "device_agents/builtins/builtin_handlers.h"
 #include "device_agents/idle_watchdog.h"
 #include "device_agents/plugin_loader.h"
 #include "device_agents/worker_pool.h"
@@ -437,6 +438,7 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(Options options)
   FARCALL_ASSIGN_OR_RETURN(state.backend,
                            OpenBackend(state.config.platform, state.config.backend));
   ExportAgentSeries();
+  builtins::MaxSleepMs() = absl::ToInt64Milliseconds(state.config.max_sleep);
   metrics::ExportBuildInfo("farcall-agent", Version());
   Metrics().budget.With({}).Set(static_cast<double>(state.config.max_inflight_bytes));
   Metrics().draining.With({}).Set(0);

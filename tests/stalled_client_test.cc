@@ -335,5 +335,22 @@ TEST(ConnectionAgeTest, BadValuesAreRefusedAtStartUp) {
                             "--max_connection_age must be between 0 and 8760h; got -1s."));
 }
 
+TEST(MaxSleepTest, TheTestHandlerSleepHonoursItsCap) {
+  auto a = ChildProcess::Start(FARCALL_AGENT_BIN,
+                               {"--platform=cpu", "--listen=127.0.0.1:0", "--max_sleep=1s"});
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto client = Client::Connect((*a)->address());
+  ASSERT_TRUE(client.ok());
+  CallRequest sleep;
+  sleep.platform = "cpu";
+  sleep.handler = "sleep";
+  sleep.attributes["ms"] = int64_t{5000};
+  absl::Status s = (*client)->Call(sleep).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "sleep: attribute 'ms' is 5000, over this agent's limit of 1000 (--max_sleep)");
+  sleep.attributes["ms"] = int64_t{10};
+  EXPECT_TRUE((*client)->Call(sleep).ok());
+}
+
 }  // namespace
 }  // namespace farcall

@@ -28,6 +28,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <limits>
@@ -395,6 +396,13 @@ Status Crc32c(CallFrame& call) {
 // ---------------------------------------------------------------------------
 // sleep: waits `ms`, stopping early on cancellation or deadline.
 
+// The longest sleep accepted, in ms (the agent's --max_sleep, set at
+// start; one value per process).
+inline std::atomic<int64_t>& MaxSleepMs() {
+  static std::atomic<int64_t> ms{std::numeric_limits<int64_t>::max()};
+  return ms;
+}
+
 inline Status Sleep(CallFrame& call) {
   Status s = CheckCounts(call, "sleep", 0, 0);
   if (!s.ok()) return s;
@@ -403,6 +411,10 @@ inline Status Sleep(CallFrame& call) {
   if (ms < 0) {
     return InvalidArgument(
         StrCat("sleep: attribute 'ms' must be >= 0, got ", ms));
+  }
+  if (const int64_t cap = MaxSleepMs().load(); ms > cap) {
+    return InvalidArgument(StrCat("sleep: attribute 'ms' is ", ms,
+                                  ", over this agent's limit of ", cap, " (--max_sleep)"));
   }
   // Waiting on the call's cancellation, never a plain sleep, is what lets a
   // cancelled or timed-out sleep free its slot at once.
