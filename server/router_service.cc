@@ -18,6 +18,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "server/balancer.h"
+#include "server/call_record.h"
 #include "server/status_page.h"
 
 namespace farcall::router {
@@ -44,96 +45,6 @@ grpc::Status Draining() {
   return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                       "this router is draining for shutdown and takes no new calls.");
 }
-
-// The router's call metrics, declared once here where they are counted.
-struct RouterMetrics {
-  metrics::CounterFamily calls{"farcall_router_calls_total",
-                               "Calls finished by the router, by handler and status code.",
-                               {"platform", "handler", "code"}};
-  metrics::HistogramFamily latency{"farcall_router_call_seconds",
-                                   "Whole-call latency as the router sees it.",
-                                   {"platform"}};
-  metrics::CounterFamily retries{"farcall_router_retries_total",
-                                 "Calls retried on another agent because the first "
-                                 "could not be reached.",
-                                 {"platform"}};
-  metrics::CounterFamily received{"farcall_router_received_bytes_total",
-                                  "Bytes of call messages received from callers and passed "
-                                  "on to agents.",
-                                  {"platform"}};
-  metrics::CounterFamily sent{"farcall_router_sent_bytes_total",
-                              "Bytes of answer messages passed from agents to callers.",
-                              {"platform"}};
-  metrics::CounterFamily refused{
-      "farcall_router_refused_calls_total",
-      "Calls refused before reaching an agent: limit (a header or size limit), auth (no, "
-      "unknown or insufficient token), platform (not a supported backend), no_agent (no "
-      "live agent serves the platform and handler), draining (the router is shutting down).",
-      {"reason"}};
-  metrics::GaugeFamily draining{"farcall_router_draining",
-                                "1 while the router drains for shutdown, else 0.", {}};
-
-  // Every series without per-call labels, at zero from start-up.
-  void ExportAtStart() {
-    for (const char* r : {"limit", "auth", "platform", "no_agent", "draining"}) {
-      refused.With({r});
-    }
-    for (const char* p : {"cpu", "cuda", "rocm", "oneapi"}) {
-      received.With({p});
-      sent.With({p});
-      retries.With({p});
-    }
-    draining.With({}).Set(0);
-  }
-};
-
-RouterMetrics& Metrics() {
-  static auto* m = new RouterMetrics;
-  return *m;
-}
-
-// Labels, timing, bytes and the last agent of one routed call.
-class CallRecord {
- public:
-  void Routed(Platform p, const std::string& handler) {
-    platform_ = std::string(PlatformName(p));
-    handler_ = handler;  // the pool found it registered: bounded label set
-  }
-  void Refused(const char* reason) { Metrics().refused.With({reason}).Increment(); }
-  void Attempt(std::shared_ptr<AgentHandle> agent) {
-    absl::MutexLock l(&mu_);
-    agent_ = std::move(agent);
-  }
-  void Retried() { Metrics().retries.With({platform_}).Increment(); }
-  void Received(size_t bytes) {
-    Metrics().received.With({platform_}).Increment(static_cast<double>(bytes));
-  }
-  void Sent(size_t bytes) { Metrics().sent.With({platform_}).Increment(static_cast<double>(bytes)); }
-  void Finished(const grpc::Status& s) {
-    Metrics()
-        .calls.With({platform_, handler_,
-                     absl::StatusCodeToString(static_cast<absl::StatusCode>(s.error_code()))})
-        .Increment();
-    Metrics().latency.With({platform_}).Observe(absl::ToDoubleSeconds(absl::Now() - start_));
-    std::shared_ptr<AgentHandle> agent;
-    {
-      absl::MutexLock l(&mu_);
-      agent = agent_;
-    }
-    if (!s.ok() && agent != nullptr) {
-      agent->RecordError(absl::StrCat(
-          absl::StatusCodeToString(static_cast<absl::StatusCode>(s.error_code())), ": ",
-          s.error_message()));
-    }
-  }
-
- private:
-  absl::Time start_ = absl::Now();
-  std::string platform_ = "-";
-  std::string handler_ = "-";
-  absl::Mutex mu_;
-  std::shared_ptr<AgentHandle> agent_ ABSL_GUARDED_BY(mu_);  // the last one tried
-};
 
 // Where a call may go, decided from its header alone.
 struct Route {
@@ -613,7 +524,7 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(Options option
     return absl::InvalidArgumentError("the router needs at least one agent (--agents).");
   }
   auto impl = std::make_unique<Impl>();
-  Metrics().ExportAtStart();
+  ExportRouterSeries();
   metrics::ExportBuildInfo("farcall-router", Version());
   impl->tokens = std::move(options.tokens);
   impl->pool = std::make_unique<AgentPool>(options.agents, options.pool);
@@ -655,7 +566,7 @@ AgentPool& RouterServer::pool() { return *impl_->pool; }
 
 void RouterServer::Shutdown() {
   if (impl_->server == nullptr) return;
-  Metrics().draining.With({}).Set(1);
+  SetRouterDraining(true);
   StopGrpcServer(impl_->server.get(), impl_->gate, impl_->drain);
   impl_->server.reset();
 }

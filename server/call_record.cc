@@ -1,0 +1,102 @@
+#include "server/call_record.h"
+
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "core/metrics.h"
+
+namespace farcall::router {
+namespace {
+
+// The router's call metrics, declared once here where they are counted.
+struct RouterMetrics {
+  metrics::CounterFamily calls{"farcall_router_calls_total",
+                               "Calls finished by the router, by handler and status code.",
+                               {"platform", "handler", "code"}};
+  metrics::HistogramFamily latency{"farcall_router_call_seconds",
+                                   "Whole-call latency as the router sees it.",
+                                   {"platform"}};
+  metrics::CounterFamily retries{"farcall_router_retries_total",
+                                 "Calls retried on another agent because the first "
+                                 "could not be reached.",
+                                 {"platform"}};
+  metrics::CounterFamily received{"farcall_router_received_bytes_total",
+                                  "Bytes of call messages received from callers and passed "
+                                  "on to agents.",
+                                  {"platform"}};
+  metrics::CounterFamily sent{"farcall_router_sent_bytes_total",
+                              "Bytes of answer messages passed from agents to callers.",
+                              {"platform"}};
+  metrics::CounterFamily refused{
+      "farcall_router_refused_calls_total",
+      "Calls refused before reaching an agent: limit (a header or size limit), auth (no, "
+      "unknown or insufficient token), platform (not a supported backend), no_agent (no "
+      "live agent serves the platform and handler), draining (the router is shutting down).",
+      {"reason"}};
+  metrics::GaugeFamily draining{"farcall_router_draining",
+                                "1 while the router drains for shutdown, else 0.", {}};
+
+  // Every series without per-call labels, at zero from start-up.
+  void ExportAtStart() {
+    for (const char* r : {"limit", "auth", "platform", "no_agent", "draining"}) {
+      refused.With({r});
+    }
+    for (const char* p : {"cpu", "cuda", "rocm", "oneapi"}) {
+      received.With({p});
+      sent.With({p});
+      retries.With({p});
+    }
+    draining.With({}).Set(0);
+  }
+};
+
+RouterMetrics& Metrics() {
+  static auto* m = new RouterMetrics;
+  return *m;
+}
+
+}  // namespace
+
+void CallRecord::Routed(Platform p, const std::string& handler) {
+  platform_ = std::string(PlatformName(p));
+  handler_ = handler;  // the pool found it registered: bounded label set
+}
+
+void CallRecord::Refused(const char* reason) { Metrics().refused.With({reason}).Increment(); }
+
+void CallRecord::Attempt(std::shared_ptr<AgentHandle> agent) {
+  absl::MutexLock l(&mu_);
+  agent_ = std::move(agent);
+}
+
+void CallRecord::Retried() { Metrics().retries.With({platform_}).Increment(); }
+
+void CallRecord::Received(size_t bytes) {
+  Metrics().received.With({platform_}).Increment(static_cast<double>(bytes));
+}
+
+void CallRecord::Sent(size_t bytes) {
+  Metrics().sent.With({platform_}).Increment(static_cast<double>(bytes));
+}
+
+void CallRecord::Finished(const grpc::Status& s) {
+  const std::string code =
+      absl::StatusCodeToString(static_cast<absl::StatusCode>(s.error_code()));
+  Metrics().calls.With({platform_, handler_, code}).Increment();
+  Metrics().latency.With({platform_}).Observe(absl::ToDoubleSeconds(absl::Now() - start_));
+  std::shared_ptr<AgentHandle> agent;
+  {
+    absl::MutexLock l(&mu_);
+    agent = agent_;
+  }
+  if (!s.ok() && agent != nullptr) {
+    agent->RecordError(absl::StrCat(code, ": ", s.error_message()));
+  }
+}
+
+void ExportRouterSeries() { Metrics().ExportAtStart(); }
+
+void SetRouterDraining(bool draining) { Metrics().draining.With({}).Set(draining ? 1 : 0); }
+
+}  // namespace farcall::router

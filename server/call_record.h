@@ -1,0 +1,50 @@
+// The record of one routed call, and the router's call metrics it counts
+// (declared once, in call_record.cc): labels, timing, bytes in and out,
+// refusals by reason, and the last agent tried, whose error counts for the
+// status page when the call fails.
+//
+// Thread safety: a CallRecord may be used from any of its call's threads.
+#ifndef FARCALL_SERVER_CALL_RECORD_H_
+#define FARCALL_SERVER_CALL_RECORD_H_
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "core/platform.h"
+#include "grpcpp/support/status.h"
+#include "server/agent_pool.h"
+
+namespace farcall::router {
+
+class CallRecord {
+ public:
+  void Routed(Platform p, const std::string& handler);
+  // Refused before reaching an agent: limit, auth, platform, no_agent or
+  // draining.
+  void Refused(const char* reason);
+  void Attempt(std::shared_ptr<AgentHandle> agent);
+  void Retried();
+  void Received(size_t bytes);
+  void Sent(size_t bytes);
+  void Finished(const grpc::Status& s);
+
+ private:
+  absl::Time start_ = absl::Now();
+  std::string platform_ = "-";
+  std::string handler_ = "-";
+  absl::Mutex mu_;
+  std::shared_ptr<AgentHandle> agent_ ABSL_GUARDED_BY(mu_);  // the last one tried
+};
+
+// Creates the router's series that have no per-call labels, at zero.
+void ExportRouterSeries();
+// farcall_router_draining.
+void SetRouterDraining(bool draining);
+
+}  // namespace farcall::router
+
+#endif  // FARCALL_SERVER_CALL_RECORD_H_
