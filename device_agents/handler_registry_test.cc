@@ -1,5 +1,7 @@
 #include "device_agents/handler_registry.h"
 
+#include <unistd.h>
+
 #include "device_agents/handler_runtime.h"
 #include "device_agents/plugin_loader.h"
 #include "gmock/gmock.h"
@@ -118,6 +120,23 @@ TEST(PluginLoaderTest, RefusesOtherAbiMajor) {
   EXPECT_THAT(s.message(), HasSubstr("was built for farcall handler ABI 99.0"));
   EXPECT_THAT(s.message(), HasSubstr("this agent speaks ABI 1.1"));
   EXPECT_EQ(r.Find("example.negate", "cpu"), nullptr);
+}
+
+TEST(PluginLoaderTest, ABareNameIsFoundInTheWorkingDirectory) {
+  const std::string path = FARCALL_EXAMPLE_PLUGIN;
+  const size_t slash = path.rfind('/');
+  ASSERT_NE(slash, std::string::npos);
+  char cwd[4096];
+  ASSERT_NE(getcwd(cwd, sizeof(cwd)), nullptr);
+  ASSERT_EQ(chdir(path.substr(0, slash).c_str()), 0);
+  HandlerRegistry r;
+  absl::Status s = LoadPlugin(path.substr(slash + 1), r);
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_NE(r.Find("example.negate", "cpu"), nullptr);
+  absl::Status missing = LoadPlugin("no_such_plugin.so", r);
+  EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(missing.message(), HasSubstr("looked for in the working directory"));
+  ASSERT_EQ(chdir(cwd), 0);
 }
 
 TEST(PluginLoaderTest, MissingFileIsNotFound) {

@@ -1,6 +1,7 @@
 #include "device_agents/plugin_loader.h"
 
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <cstddef>
 
@@ -10,11 +11,18 @@
 namespace farcall::agent {
 
 absl::Status LoadPlugin(const std::string& path, HandlerRegistry& registry) {
+  // dlopen looks for a name without a slash on the library search path
+  // only; a plugin file in the working directory is what a user means.
+  const bool bare = path.find('/') == std::string::npos;
+  const std::string to_open = bare && access(path.c_str(), F_OK) == 0 ? "./" + path : path;
   // RTLD_LOCAL keeps one plugin's symbols from resolving another's.
-  void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  void* lib = dlopen(to_open.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (lib == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat("cannot load plugin '", path, "': ", dlerror()));
+    return absl::NotFoundError(absl::StrCat(
+        "cannot load plugin '", path, "': ", dlerror(),
+        bare ? " (a name without '/' is looked for in the working directory, then on the "
+               "library search path)"
+             : ""));
   }
   auto get = reinterpret_cast<FarcallPluginGetFn>(
       dlsym(lib, FARCALL_PLUGIN_ENTRY_SYMBOL));

@@ -1,5 +1,7 @@
 // End to end: the `farcall` command-line tool against real servers.
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -43,7 +45,8 @@ ChildProcess* CliTest::agent_ = nullptr;
 ChildProcess* CliTest::router_ = nullptr;
 
 TEST_F(CliTest, AxpyInPlacePrintsInputsAndResult) {
-  std::string dir = ::testing::TempDir();
+  // A directory that does not exist yet: the CLI makes it.
+  std::string dir = absl::StrCat(::testing::TempDir(), "/cli_out_", getpid(), "/a/b");
   CommandResult r = Farcall(absl::StrCat("call axpy 'float32[4]:iota' 'float32[4]:ones' ",
                                "--results='float32[4]' --aliases=1:0 --attr=alpha=2.0 ",
                                "--out_dir=", dir, " ", Target()));

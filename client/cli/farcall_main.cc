@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -134,6 +135,16 @@ int RunCall(const std::vector<char*>& pos) {
     return Fail(absl::InvalidArgumentError("--transport must be auto, unary or stream"));
   }
 
+  const std::string out_dir = absl::GetFlag(FLAGS_out_dir);
+  if (!out_dir.empty()) {
+    // Made before the call, so that a bad directory costs no call.
+    std::error_code ec;
+    std::filesystem::create_directories(out_dir, ec);
+    if (ec) {
+      return Fail(absl::InvalidArgumentError(
+          absl::StrCat("--out_dir: cannot create ", out_dir, ": ", ec.message())));
+    }
+  }
   const int n = absl::GetFlag(FLAGS_print);
   std::fflush(stdout);
   std::printf("farcall call %s on %s via %s\n", req.handler.c_str(),
@@ -153,13 +164,15 @@ int RunCall(const std::vector<char*>& pos) {
   absl::Time start = absl::Now();
   absl::StatusOr<farcall::CallResult> r = (*client)->Call(req, opts);
   absl::Duration took = absl::Now() - start;
+  if (!r.ok() && r.status().code() == absl::StatusCode::kInvalidArgument && req.results.empty()) {
+    std::fprintf(stderr, "(the call declared no results: --results='float32[8]' declares one)\n");
+  }
   if (!r.ok()) return Fail(r.status());
   std::printf("  -> agent %s (%s), %s, %s (queue %s, transfer %s, execute %s)\n",
               r->agent_id.c_str(), r->platform.c_str(),
               r->transport == farcall::Transport::kUnary ? "unary Call" : "streamed Execute",
               Ms(took).c_str(), Ms(r->queue_time).c_str(),
               Ms(r->transfer_time).c_str(), Ms(r->execute_time).c_str());
-  const std::string out_dir = absl::GetFlag(FLAGS_out_dir);
   for (size_t o = 0; o < r->results.size(); ++o) {
     const farcall::ResultTensor& t = r->results[o];
     std::string note;
