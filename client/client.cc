@@ -9,6 +9,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "client/call_codec.h"
+#include "core/wire/protocol.h"
 #include "core/tokens.h"
 #include "core/wire/grpc_status.h"
 #include "core/wire/security.h"
@@ -386,9 +387,11 @@ absl::StatusOr<Client::Plan> Client::MakePlan(const CallRequest& request,
       }
     }
   }
-  plan.method = absl::StrCat(
-      *service == Service::kAgent ? "/farcall.v1.Agent/" : "/farcall.v1.Router/",
-      plan.unary ? "Call" : "Execute");
+  if (*service == Service::kAgent) {
+    plan.method = plan.unary ? kAgentCallMethod : kAgentExecuteMethod;
+  } else {
+    plan.method = plan.unary ? kRouterCallMethod : kRouterExecuteMethod;
+  }
   plan.prepared = *std::move(prepared);
   return plan;
 }

@@ -14,6 +14,7 @@
 #include "device_agents/agent_metrics.h"
 #include "core/status_macros.h"
 #include "core/wire/proto_convert.h"
+#include "core/wire/protocol.h"
 
 namespace farcall::agent {
 namespace {
@@ -190,9 +191,7 @@ absl::Status AgentCall::Begin(const grpc::ByteBuffer& first) {
       bool found,
       DecodeMessageField(first, kHeaderField, &header_, &agent_.config.header_limits));
   if (!found) {
-    // The router words this the same way (router_service.cc).
-    return absl::InvalidArgumentError(
-        "the first request message must carry the call header.");
+    return MissingHeaderError();
   }
   const AgentConfig& cfg = agent_.config;
   FARCALL_ASSIGN_OR_RETURN(
@@ -360,8 +359,7 @@ absl::Status AgentCall::PlaceInRegion(const ValidatedCall& v) {
 absl::Status AgentCall::OnChunk(uint32_t index, uint64_t offset,
                                 const ChunkBytes& data) {
   if (!validated_) {
-    return absl::InvalidArgumentError(
-        "the first request message must carry the call header.");
+    return MissingHeaderError();
   }
   if (shm_) {
     return absl::InvalidArgumentError(

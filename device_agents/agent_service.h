@@ -19,15 +19,12 @@
 
 #include "absl/status/statusor.h"
 #include "core/wire/grpc_server.h"
+#include "core/wire/protocol.h"
 #include "device_agents/agent_call.h"
 #include "device_agents/idle_watchdog.h"
 #include "grpcpp/security/server_credentials.h"
 
 namespace farcall::agent {
-
-// Initial metadata key on every Execute and Call response: the agent's id.
-// The router uses it to tell "the agent answered" from "never reached it".
-inline constexpr char kAgentIdMetadataKey[] = "farcall-agent-id";
 
 class AgentServer {
  public:

@@ -15,6 +15,7 @@
 #include "core/wire/grpc_status.h"
 #include "core/wire/security.h"
 #include "core/wire/proto_convert.h"
+#include "core/wire/protocol.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "server/balancer.h"
@@ -23,11 +24,6 @@
 
 namespace farcall::router {
 namespace {
-
-constexpr char kAgentExecute[] = "/farcall.v1.Agent/Execute";
-constexpr char kAgentCall[] = "/farcall.v1.Agent/Call";
-// Set by every agent on its answers (device_agents/agent_service.h).
-constexpr char kAgentIdMetadataKey[] = "farcall-agent-id";
 
 struct Shared {
   AgentPool* pool;
@@ -72,8 +68,7 @@ absl::StatusOr<Route> RouteCall(const Shared& shared, const grpc::ByteBuffer& fi
     return found.status();
   }
   if (!*found) {
-    return absl::InvalidArgumentError(
-        "the first request message must carry the call header.");
+    return MissingHeaderError();
   }
   absl::StatusOr<ValidatedCall> v =
       ValidateCall(DescriptorFromProto(header), shared.max_call_bytes, "router");
@@ -246,7 +241,7 @@ class ForwardingExecute final
       }
       if (cancelled_) down_->ctx.TryCancel();
     }
-    agent->generic->PrepareBidiStreamingCall(&down_->ctx, kAgentExecute,
+    agent->generic->PrepareBidiStreamingCall(&down_->ctx, kAgentExecuteMethod,
                                              grpc::StubOptions(), down_);
     down_->StartCall();
   }
@@ -418,7 +413,7 @@ class ForwardingCall final : public grpc::ServerUnaryReactor, public RefCounted 
     }
     Ref();
     agent->generic->UnaryCall(
-        ctx, kAgentCall, grpc::StubOptions(), request_, response_,
+        ctx, kAgentCallMethod, grpc::StubOptions(), request_, response_,
         [this, agent, ctx](grpc::Status s) {
           agent->inflight.fetch_sub(1);
           bool retry;

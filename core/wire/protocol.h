@@ -1,0 +1,29 @@
+// Facts of farcall's wire protocol that more than one side must agree on,
+// in one place (the messages themselves are proto/farcall/v1/farcall.proto;
+// the contract is docs/architecture.md).
+#ifndef FARCALL_CORE_WIRE_PROTOCOL_H_
+#define FARCALL_CORE_WIRE_PROTOCOL_H_
+
+#include "absl/status/status.h"
+
+namespace farcall {
+
+// The RPCs' full method names, for the generic (raw-frame) stubs.
+inline constexpr char kAgentExecuteMethod[] = "/farcall.v1.Agent/Execute";
+inline constexpr char kAgentCallMethod[] = "/farcall.v1.Agent/Call";
+inline constexpr char kRouterExecuteMethod[] = "/farcall.v1.Router/Execute";
+inline constexpr char kRouterCallMethod[] = "/farcall.v1.Router/Call";
+
+// Metadata on every Execute and Call answer of an agent: its id. The router
+// tells "the agent answered" from "never reached it" by it.
+inline constexpr char kAgentIdMetadataKey[] = "farcall-agent-id";
+
+// The answer to a call whose first message carries no header, the same
+// from agents and routers.
+inline absl::Status MissingHeaderError() {
+  return absl::InvalidArgumentError("the first request message must carry the call header.");
+}
+
+}  // namespace farcall
+
+#endif  // FARCALL_CORE_WIRE_PROTOCOL_H_
