@@ -9,9 +9,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "client/call_codec.h"
-#include "core/wire/protocol.h"
 #include "core/tokens.h"
 #include "core/wire/grpc_status.h"
+#include "core/wire/protocol.h"
 #include "core/wire/security.h"
 #include "farcall/v1/farcall.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -31,6 +31,11 @@ using client_internal::ResponseReader;
 
 std::chrono::system_clock::time_point DeadlineAfter(absl::Duration d) {
   return std::chrono::system_clock::now() + absl::ToChronoNanoseconds(d);
+}
+
+// The caller's token on a call, when it has one ("Bearer TOKEN").
+void AddAuthorization(grpc::ClientContext& ctx, const std::string& authorization) {
+  if (!authorization.empty()) ctx.AddMetadata(kAuthorizationKey, authorization);
 }
 
 // After a failed call the agent may still be writing into the call's
@@ -55,7 +60,7 @@ class StreamCall final
         reader_(call_) {
     ctx_.set_deadline(DeadlineAfter(options.timeout));
     ctx_.set_wait_for_ready(options.wait_for_ready);
-    if (!authorization.empty()) ctx_.AddMetadata(kAuthorizationKey, authorization);
+    AddAuthorization(ctx_, authorization);
   }
 
   void Start(grpc::GenericStub& stub, const std::string& method) {
@@ -140,7 +145,7 @@ class UnaryCall {
         reader_(call_) {
     ctx_.set_deadline(DeadlineAfter(options.timeout));
     ctx_.set_wait_for_ready(options.wait_for_ready);
-    if (!authorization.empty()) ctx_.AddMetadata(kAuthorizationKey, authorization);
+    AddAuthorization(ctx_, authorization);
     RequestWriter writer(call_, 0, completion_);
     writer.Next(&request_);
   }
@@ -223,7 +228,7 @@ struct Client::Impl {
 
   // Every call's context: its token, when there is one.
   void Prepare(grpc::ClientContext& ctx) const {
-    if (!authorization.empty()) ctx.AddMetadata(kAuthorizationKey, authorization);
+    AddAuthorization(ctx, authorization);
   }
   std::unique_ptr<grpc::GenericStub> generic;
   std::unique_ptr<v1::Agent::Stub> agent;

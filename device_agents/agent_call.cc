@@ -10,11 +10,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "core/log.h"
-#include "core/metrics.h"
-#include "device_agents/agent_metrics.h"
 #include "core/status_macros.h"
 #include "core/wire/proto_convert.h"
 #include "core/wire/protocol.h"
+#include "device_agents/agent_metrics.h"
 
 namespace farcall::agent {
 namespace {
@@ -535,13 +534,14 @@ absl::Status AgentCall::Run(const CancellationToken& cancel) {
     }
     inv.attrs.push_back(a);
   }
+  if ((handler_->traits & FARCALL_TRAIT_WRITES_ALL_RESULTS) == 0) {
+    FARCALL_RETURN_IF_ERROR(ZeroResults());  // enqueued on the call's stream
+  }
   if (handler_->invoke) {
     // In-process (Python) handlers may use any stream of their library's:
-    // the inputs must be on the device before their code runs.
+    // the inputs (and zeroed results) must be on the device before their
+    // code runs.
     FARCALL_RETURN_IF_ERROR(stream_->Synchronize());
-  }
-  if ((handler_->traits & FARCALL_TRAIT_WRITES_ALL_RESULTS) == 0) {
-    FARCALL_RETURN_IF_ERROR(ZeroResults());
   }
   handler_ran_ = true;  // from here its side effects may have happened
   absl::Status s = stream_->Invoke(*handler_, inv);

@@ -67,6 +67,11 @@ grpc::Status Draining() {
                       "this agent is draining for shutdown and takes no new calls.");
 }
 
+// The answer to a call cancelled while it waited for memory.
+absl::Status CancelledWhileWaiting() {
+  return absl::CancelledError("the call was cancelled while waiting for memory.");
+}
+
 // Checks the caller's token, parses the call's first frame, and checks that
 // the token may call its handler; a refusal is counted by its reason.
 absl::Status Accept(const TokenTable& tokens, const std::string& authorization,
@@ -188,7 +193,7 @@ class ExecuteReactor final
 
   // Cancelled while it waited for memory: it never will be admitted.
   void Withdrawn() {
-    FinishWith(absl::CancelledError("the call was cancelled while waiting for memory."));
+    FinishWith(CancelledWhileWaiting());
     Unref();  // taken for the wait
   }
 
@@ -306,7 +311,7 @@ class CallReactor final : public grpc::ServerUnaryReactor, public WatchedCall {
           Unref();
         },
         [this] {
-          FinishWith(absl::CancelledError("the call was cancelled while waiting for memory."));
+          FinishWith(CancelledWhileWaiting());
           Unref();  // taken for the wait
         },
         shared_.Elsewhere());

@@ -1,6 +1,5 @@
 #include "server/router_service.h"
 
-#include <atomic>
 #include <map>
 #include <utility>
 

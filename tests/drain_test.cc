@@ -31,6 +31,13 @@ CallRequest Sleep(int64_t ms) {
   return req;
 }
 
+// A sleep of `ms` through `client`, in the background.
+std::future<absl::StatusOr<CallResult>> SleepInBackground(Client& client, int64_t ms) {
+  CallOptions o;
+  o.timeout = absl::Seconds(60);
+  return client.CallFuture(Sleep(ms), o);
+}
+
 // Waits, bounded, until `agent` holds `calls` calls (its own gauge).
 bool HoldsCalls(const ChildProcess& agent, double calls) {
   const absl::Time end = absl::Now() + absl::Seconds(20);
@@ -73,9 +80,7 @@ absl::StatusOr<BusyAgent> StartBusyAgent(const std::string& drain, int64_t ms) {
   auto client = Client::Connect(b.agent->address());
   if (!client.ok()) return client.status();
   b.client = *std::move(client);
-  CallOptions o;
-  o.timeout = absl::Seconds(60);
-  b.held = b.client->CallFuture(Sleep(ms), o);
+  b.held = SleepInBackground(*b.client, ms);
   if (!HoldsCalls(*b.agent, 1)) return absl::InternalError("the agent never held the call");
   return b;
 }
@@ -134,9 +139,7 @@ TEST(DrainTest, TheRouterSendsNewCallsToTheAgentsThatRemain) {
   ASSERT_TRUE(router.ok()) << router.status();
   auto client = Client::Connect((*router)->address());
   ASSERT_TRUE(client.ok());
-  CallOptions o;
-  o.timeout = absl::Seconds(20);
-  auto held = (*client)->CallFuture(Sleep(1500), o);
+  auto held = SleepInBackground(**client, 1500);
   // Which agent took it: that one is told to stop.
   int busy = -1;
   const absl::Time end = absl::Now() + absl::Seconds(20);
@@ -151,6 +154,8 @@ TEST(DrainTest, TheRouterSendsNewCallsToTheAgentsThatRemain) {
   ASSERT_GE(busy, 0);
   auto exit_code = std::async(std::launch::async, [&] { return agents[busy]->Terminate(); });
   // Every call from now on lands on the other agent and succeeds.
+  CallOptions o;
+  o.timeout = absl::Seconds(20);
   for (int i = 0; i < 20; ++i) {
     auto r = testing::CallOnFour(**client, "copy", o);
     ASSERT_TRUE(r.ok()) << "call " << i << ": " << r.status();
@@ -171,9 +176,7 @@ TEST(DrainTest, ARouterFinishesTheCallsItCarriesAndExitsZero) {
   ASSERT_TRUE(router.ok()) << router.status();
   auto client = Client::Connect((*router)->address());
   ASSERT_TRUE(client.ok());
-  CallOptions o;
-  o.timeout = absl::Seconds(20);
-  auto held = (*client)->CallFuture(Sleep(1500), o);
+  auto held = SleepInBackground(**client, 1500);
   ASSERT_TRUE(HoldsCalls(**agent, 1));
   EXPECT_EQ((*router)->Terminate(), 0);  // returns once drained
   absl::StatusOr<CallResult> r = held.get();

@@ -113,28 +113,59 @@ TEST(GrpcLimitsTest, CallsPastTheStreamLimitOfAConnectionWait) {
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
 }
 
-TEST(StreamIdleTest, ACallerThatStopsSendingIsEndedAndItsBudgetFreed) {
-  constexpr int64_t kN = 2 << 20;  // footprint 4 MiB; the budget holds one
-  auto a = ChildProcess::Start(FARCALL_AGENT_BIN,
-                               {"--platform=cpu", "--listen=127.0.0.1:0",
-                                "--max_inflight_bytes=6291456", "--stream_idle_timeout=1s"});
-  ASSERT_TRUE(a.ok()) << a.status();
-  auto channel = grpc::CreateChannel((*a)->address(), grpc::InsecureChannelCredentials());
-  auto stub = v1::Agent::NewStub(channel);
+// An agent started with `flags` whose budget holds one copy of u8[kStalledN],
+// and a streamed call to it that sent its header and 1 KiB, then stalls
+// holding that budget. Null, with the failure reported, if it cannot start.
+constexpr int64_t kStalledN = 2 << 20;  // footprint 4 MiB
+struct StalledUpload {
+  std::unique_ptr<ChildProcess> agent;
+  std::unique_ptr<v1::Agent::Stub> stub;
   grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-  auto stream = stub->Execute(&ctx);
+  std::unique_ptr<grpc::ClientReaderWriter<v1::ExecuteRequest, v1::ExecuteResponse>> stream;
+
+  // What the agent ended the stalled call with.
+  grpc::Status Finish() {
+    v1::ExecuteResponse resp;
+    while (stream->Read(&resp)) {
+    }
+    return stream->Finish();
+  }
+};
+
+std::unique_ptr<StalledUpload> StartStalledUpload(std::vector<std::string> flags) {
+  flags.insert(flags.begin(), {"--platform=cpu", "--listen=127.0.0.1:0",
+                               "--max_inflight_bytes=6291456"});
+  auto a = ChildProcess::Start(FARCALL_AGENT_BIN, flags);
+  if (!a.ok()) {
+    ADD_FAILURE() << a.status();
+    return nullptr;
+  }
+  auto u = std::make_unique<StalledUpload>();
+  u->agent = *std::move(a);
+  u->stub = v1::Agent::NewStub(
+      grpc::CreateChannel(u->agent->address(), grpc::InsecureChannelCredentials()));
+  u->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  u->stream = u->stub->Execute(&u->ctx);
   // The header and the first KiB, then nothing: no more chunks, no half-close.
-  ASSERT_TRUE(stream->Write(CopyRequestU8(kN, 1024)));
-  ASSERT_TRUE(BudgetHeld((*a)->address(), kN)) << "the stalled call never held the budget";
+  if (!u->stream->Write(CopyRequestU8(kStalledN, 1024))) {
+    ADD_FAILURE() << "the agent took no request";
+    return nullptr;
+  }
+  if (!BudgetHeld(u->agent->address(), kStalledN)) {
+    ADD_FAILURE() << "the stalled call never held the budget";
+    return nullptr;
+  }
+  return u;
+}
+
+TEST(StreamIdleTest, ACallerThatStopsSendingIsEndedAndItsBudgetFreed) {
+  std::unique_ptr<StalledUpload> u = StartStalledUpload({"--stream_idle_timeout=1s"});
+  ASSERT_NE(u, nullptr);
   // The agent ends the stalled call after a second, freeing its memory, so
   // this one gets it well before its own deadline.
-  absl::Status next = CopyCall((*a)->address(), kN, absl::Seconds(20));
+  absl::Status next = CopyCall(u->agent->address(), kStalledN, absl::Seconds(20));
   EXPECT_TRUE(next.ok()) << next;
-  v1::ExecuteResponse resp;
-  while (stream->Read(&resp)) {
-  }
-  grpc::Status s = stream->Finish();
+  grpc::Status s = u->Finish();
   EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
   EXPECT_EQ(s.error_message(),
             "the caller sent nothing for 1s (--stream_idle_timeout); the call was ended.");
@@ -262,29 +293,16 @@ class RawHttp2 {
 };
 
 TEST(StreamStallTest, AStalledCallHoldingMemoryOthersWaitForIsEndedSooner) {
-  constexpr int64_t kN = 2 << 20;  // footprint 4 MiB; the budget holds one
-  auto a = ChildProcess::Start(FARCALL_AGENT_BIN,
-                               {"--platform=cpu", "--listen=127.0.0.1:0",
-                                "--max_inflight_bytes=6291456", "--stream_idle_timeout=60s",
-                                "--stream_stall_timeout=1s"});
-  ASSERT_TRUE(a.ok()) << a.status();
-  auto channel = grpc::CreateChannel((*a)->address(), grpc::InsecureChannelCredentials());
-  auto stub = v1::Agent::NewStub(channel);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-  auto stream = stub->Execute(&ctx);
-  ASSERT_TRUE(stream->Write(CopyRequestU8(kN, 1024)));
-  ASSERT_TRUE(BudgetHeld((*a)->address(), kN)) << "the stalled call never held the budget";
+  std::unique_ptr<StalledUpload> u =
+      StartStalledUpload({"--stream_idle_timeout=60s", "--stream_stall_timeout=1s"});
+  ASSERT_NE(u, nullptr);
   // Alone, the stalled call would hold the memory for a minute; with this
   // call waiting for it, it is ended after a second.
   const absl::Time start = absl::Now();
-  absl::Status next = CopyCall((*a)->address(), kN, absl::Seconds(20));
+  absl::Status next = CopyCall(u->agent->address(), kStalledN, absl::Seconds(20));
   EXPECT_TRUE(next.ok()) << next;
   EXPECT_LT(absl::Now() - start, absl::Seconds(15));
-  v1::ExecuteResponse resp;
-  while (stream->Read(&resp)) {
-  }
-  grpc::Status s = stream->Finish();
+  grpc::Status s = u->Finish();
   EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
   EXPECT_EQ(s.error_message(),
             "the caller sent nothing for 1s while other calls waited for its memory "
