@@ -23,6 +23,7 @@ namespace {
     GTEST_SKIP() << "SKIPPED: no " << api::kName << " device here: " << backend.status(); \
   }
 
+// The buffer points to `dims`, which must outlive it.
 FarcallBuffer Buf(int32_t dtype, const std::vector<int64_t>& dims, void* data,
                   uint64_t bytes, int64_t alias = -1) {
   FarcallBuffer b{};
@@ -153,10 +154,12 @@ TEST(GraphCacheTest, TheLeastRecentlyUsedGraphIsDroppedToStayWithinItsBytes) {
     inv.platform = api::kName;
     inv.stream_kind = (*stream)->kind();
     inv.stream = (*stream)->native();
-    inv.args = {Buf(FARCALL_DTYPE_F32, {1000}, (*in)->device_ptr(), 4000)};
-    inv.results = {Buf(FARCALL_DTYPE_F32, {1000}, (*out)->device_ptr(), 4000)};
+    const std::vector<int64_t> dims = {1000};  // outlives inv, which points to it
+    inv.args = {Buf(FARCALL_DTYPE_F32, dims, (*in)->device_ptr(), 4000)};
+    inv.results = {Buf(FARCALL_DTYPE_F32, dims, (*out)->device_ptr(), 4000)};
     inv.attrs = {F64Attr("alpha", alpha)};
-    ASSERT_TRUE(cache.Run(h, inv, **stream).ok());
+    absl::Status ran = cache.Run(h, inv, **stream);
+    ASSERT_TRUE(ran.ok()) << ran;
     std::vector<float> y(1000);
     ASSERT_TRUE((*stream)->CopyToHost(**out, 0, 4000, y.data()).ok());
     ASSERT_TRUE((*stream)->Synchronize().ok());

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <utility>
+#include <vector>
 
 #include "absl/base/casts.h"
 #include "absl/strings/str_cat.h"
@@ -53,8 +54,10 @@ std::string GraphSignature(const RegisteredHandler& handler,
   return key;
 }
 
-GraphCache::Entry::~Entry() {
-  absl::MutexLock l(&mu);
+// Runs when the last call holding the entry let go of it, so nothing else
+// can hold its mutex: taking it here would only teach Abseil's deadlock
+// detector a false lock order (the entry dropped while another's is held).
+GraphCache::Entry::~Entry() ABSL_NO_THREAD_SAFETY_ANALYSIS {
   if (exec != nullptr) (void)api::GraphExecDestroy(exec);
 }
 
@@ -64,6 +67,9 @@ GraphCache::~GraphCache() {
 }
 
 void GraphCache::Account(const std::string& key, Entry& keep, int64_t bytes) {
+  // Dropped entries are destroyed (their graphs and buffers freed) after
+  // the cache's mutex is released.
+  std::vector<std::shared_ptr<Entry>> dropped;
   absl::MutexLock l(&mu_);
   auto it = entries_.find(key);
   if (it == entries_.end() || it->second.get() != &keep) return;  // dropped meanwhile
@@ -74,7 +80,8 @@ void GraphCache::Account(const std::string& key, Entry& keep, int64_t bytes) {
     bytes_ -= e->second->bytes;
     Metrics().graph_bytes.With({}).Decrement(static_cast<double>(e->second->bytes));
     Metrics().graph_evictions.With({}).Increment();
-    entries_.erase(e);  // freed when the last call using it lets go
+    dropped.push_back(std::move(e->second));  // freed when the last call using it lets go
+    entries_.erase(e);
   };
   while (bytes_ > max_bytes_) {
     auto oldest = entries_.end();
