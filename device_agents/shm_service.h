@@ -8,6 +8,7 @@
 #define FARCALL_DEVICE_AGENTS_SHM_SERVICE_H_
 
 #include <cstdint>
+#include <atomic>
 #include <map>
 #include <memory>
 #include <string>
@@ -58,6 +59,9 @@ class ShmService {
   absl::StatusOr<std::shared_ptr<ShmRegion>> Find(const std::string& token,
                                                  const std::string& peer);
   int64_t region_count() const;
+  // The agent's gRPC port, once it serves: a call's socket must be connected
+  // to it (LoopbackPeerUid).
+  void set_server_port(int port) { server_port_.store(port); }
 
  private:
   ShmService(std::string address, int listen_fd, Options options);
@@ -83,7 +87,7 @@ class ShmService {
     std::shared_ptr<ShmRegion> region;
   };
   std::map<std::string, Registered> regions_ ABSL_GUARDED_BY(mu_);  // by token id
-  PeerUidCache peer_uids_;
+  std::atomic<int> server_port_{0};
 };
 
 }  // namespace farcall::agent
