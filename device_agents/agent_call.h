@@ -30,6 +30,7 @@
 #include "device_agents/admission.h"
 #include "device_agents/call_ledger.h"
 #include "device_agents/device.h"
+#include "device_agents/fault_injection.h"
 #include "device_agents/handler_registry.h"
 #include "device_agents/handler_runtime.h"
 #include "device_agents/shm_service.h"
@@ -61,6 +62,8 @@ struct AgentConfig {
   absl::Duration max_sleep = absl::Minutes(10);
   // Which devices to serve and how much pinned staging memory each gets.
   BackendOptions backend;
+  // Faults to inject into the devices (--inject_faults; tests only).
+  FaultPlan faults;
 };
 
 // What every call of one agent shares. Read-only while serving.

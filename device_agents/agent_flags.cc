@@ -16,6 +16,7 @@
 #include "core/status_macros.h"
 #include "core/version.h"
 #include "core/process.h"
+#include "device_agents/fault_injection.h"
 
 ABSL_FLAG(std::string, platform, "cpu", "cpu, cuda, rocm or oneapi");
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
@@ -68,6 +69,10 @@ ABSL_FLAG(double, max_call_seconds, 3600,
           "the longest a call may run, whatever deadline its client set (or none)");
 ABSL_FLAG(std::vector<std::string>, disable_handlers, {},
           "handlers not to serve, e.g. sleep,fail (the test built-ins) in production");
+ABSL_FLAG(std::string, inject_faults, "",
+          "for testing only: make the devices fail as real ones do, e.g. allocate=3 (every "
+          "3rd allocation is out of memory), run=10 (every 10th launch fails), "
+          "lose_device=5 (the 5th launch loses the device for good)");
 ABSL_FLAG(int, ready_fd, -1,
           "write the bound port to this file descriptor once serving");
 
@@ -151,6 +156,8 @@ absl::StatusOr<AgentServer::Options> AgentOptionsFromFlags() {
   FARCALL_ASSIGN_OR_RETURN(options.config.header_limits, HeaderLimitsFromFlags());
   options.config.max_inflight_bytes = absl::GetFlag(FLAGS_max_inflight_bytes);
   options.config.response_chunk_bytes = absl::GetFlag(FLAGS_response_chunk_bytes);
+  FARCALL_ASSIGN_OR_RETURN(options.config.faults,
+                           ParseFaultPlan(absl::GetFlag(FLAGS_inject_faults)));
   return options;
 }
 

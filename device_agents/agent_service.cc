@@ -50,6 +50,22 @@ struct Shared {
   BudgetWait::Executor Elsewhere() {
     return [this](std::function<void()> work) { pool->Submit(std::move(work)); };
   }
+  // On a device that is not the host's memory (cuda, rocm, oneapi), the
+  // steps that move a call's bytes may wait for the device: an allocation
+  // (cudaMalloc synchronises), a staging block whose last copy still runs, a
+  // result block's copy to the host. Those steps run on the shared workers
+  // there, one at a time per call, never on a gRPC thread. On cpu they are
+  // memcpys into host memory, and run where the frame arrived.
+  bool device_steps_on_workers = false;
+  // Runs `step` of `call` (a reactor, kept alive meanwhile) as said above.
+  void DeviceStep(RefCounted& call, std::function<void()> step) {
+    if (!device_steps_on_workers) return step();
+    call.Ref();
+    pool->Submit([&call, step = std::move(step)] {
+      step();
+      call.Unref();
+    });
+  }
   // Destroys a finished call now, or on a worker when that may wait for
   // its device.
   void Release(std::unique_ptr<AgentCall> call) {
@@ -150,14 +166,16 @@ class ExecuteReactor final
           [this] {
             call_->Admitted();
             SetHoldsBudget(true);
-            absl::Status a = call_->Allocate();
-            if (a.ok()) ReadFrame();
-            if (!a.ok()) FinishWith(a);
+            shared_.DeviceStep(*this, [this] {
+              absl::Status a = call_->Allocate();
+              if (a.ok()) return TakeFrame();
+              FinishWith(a);
+            });
             Unref();
           },
           [this] { Withdrawn(); }, shared_.Elsewhere());
     }
-    ReadFrame();
+    shared_.DeviceStep(*this, [this] { TakeFrame(); });
   }
 
   void OnWriteDone(bool ok) override {
@@ -167,7 +185,7 @@ class ExecuteReactor final
           "the caller went away while results were being sent."));
     }
     if (replaying_) return FinishWith(absl::OkStatus());
-    WriteNext();
+    shared_.DeviceStep(*this, [this] { WriteNext(); });
   }
 
   void OnCancel() override {
@@ -209,7 +227,7 @@ class ExecuteReactor final
   }
 
   // Takes the chunks of the frame in `in_`, then reads the next frame.
-  void ReadFrame() {
+  void TakeFrame() {
     absl::Status s = call_->OnRequestFrame(in_);
     in_.Clear();  // drop the slices now: the bytes are in the tensors
     if (!s.ok()) return FinishWith(s);
@@ -293,21 +311,7 @@ class CallReactor final : public grpc::ServerUnaryReactor, public WatchedCall {
         *shared_.state.admission, call_->footprint(),
         [this, request] {
           call_->Admitted();
-          absl::Status a = call_->Allocate();
-          if (a.ok()) a = call_->OnRequestFrame(*request);
-          if (a.ok()) a = call_->EndOfInputs();
-          if (a.ok()) a = call_->CheckFitsOneMessage();
-          if (!a.ok()) {
-            FinishWith(a);
-          } else {
-            Ref();
-            shared_.PoolFor(*call_).Submit([this] {
-              absl::Status run = call_->Run(cancel_);
-              if (run.ok()) run = call_->NextResponseFrame(0, response_).status();
-              FinishWith(run);
-              Unref();
-            });
-          }
+          shared_.DeviceStep(*this, [this, request] { TakeRequest(*request); });
           Unref();
         },
         [this] {
@@ -335,6 +339,22 @@ class CallReactor final : public grpc::ServerUnaryReactor, public WatchedCall {
   // --max_message_bytes) is dropped with the call. Only ever after Finish.
   void EndIdle(Wait, const absl::Status&) override {
     grpc_call_cancel(grpc_call_, nullptr);
+  }
+
+  // Places the request's tensors, then runs the handler on its pool.
+  void TakeRequest(const grpc::ByteBuffer& request) {
+    absl::Status a = call_->Allocate();
+    if (a.ok()) a = call_->OnRequestFrame(request);
+    if (a.ok()) a = call_->EndOfInputs();
+    if (a.ok()) a = call_->CheckFitsOneMessage();
+    if (!a.ok()) return FinishWith(a);
+    Ref();
+    shared_.PoolFor(*call_).Submit([this] {
+      absl::Status run = call_->Run(cancel_);
+      if (run.ok()) run = call_->NextResponseFrame(0, response_).status();
+      FinishWith(run);
+      Unref();
+    });
   }
 
   void FinishWith(const absl::Status& s) {
@@ -442,6 +462,11 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(Options options)
   state.ledger = std::make_unique<CallLedger>(state.config.ledger);
   FARCALL_ASSIGN_OR_RETURN(state.backend,
                            OpenBackend(state.config.platform, state.config.backend));
+  if (!state.config.faults.empty()) {
+    log::Warning("injecting device faults (--inject_faults=" + state.config.faults.ToString() +
+              "): calls will fail on purpose");
+    InjectFaults(state.config.faults, state.backend);
+  }
   ExportAgentSeries();
   builtins::MaxSleepMs() = absl::ToInt64Milliseconds(state.config.max_sleep);
   metrics::ExportBuildInfo("farcall-agent", Version());
@@ -487,6 +512,7 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(Options options)
                     ? options.workers
                     : static_cast<int>(std::thread::hardware_concurrency());
   impl->shared.pool = std::make_unique<WorkerPool>(workers);
+  impl->shared.device_steps_on_workers = state.config.platform != Platform::kCpu;
   if (options.idle_limits.idle > absl::ZeroDuration() ||
       options.idle_limits.stall > absl::ZeroDuration()) {
     Admission* admission = state.admission.get();
@@ -505,6 +531,7 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(Options options)
       }(), "farcall-agent", options.credentials));
   impl->server = std::move(running.server);
   impl->port = running.port;
+  if (state.shm != nullptr) state.shm->set_server_port(running.port);
   impl->drain = options.grpc_limits.drain;
   // A sticky device error: stop being picked by routers; serve nothing new.
   grpc::Server* server = impl->server.get();

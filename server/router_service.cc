@@ -120,6 +120,14 @@ bool Unreachable(const grpc::Status& s, const grpc::ClientContext& ctx) {
 
 // Router.Execute: header first, then raw frames both ways, never more than
 // one message per direction held here.
+//
+// The agent's stream (one Downstream per attempt) is driven from both sides:
+// its reactions start writes to the caller, and the caller's reactions start
+// writes and reads on it. gRPC asks for a hold on the stream for each flow
+// of operations started outside its own reactions, taken before StartCall:
+// one for the caller's frames going up (the write flow) and one for the
+// agent's frames coming back (the read flow). Each is removed once, when
+// its flow can start nothing more; the attempt's OnDone comes after both.
 class ForwardingExecute final
     : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
       public RefCounted {
@@ -148,35 +156,40 @@ class ForwardingExecute final
       record_.Routed(route_.platform, route_.handler);
       return StartAttempt();
     }
+    Downstream* down;
     {
       absl::MutexLock l(&mu_);
-      // The agent's stream is gone: the frame has nowhere to go, and the
-      // call ends with the agent's status.
-      if (!next_frame_hold_) return;
-      next_frame_hold_ = false;
+      // The agent's stream ended while this frame was awaited: the frame
+      // has nowhere to go, and the call ends with the agent's status.
+      if (!awaiting_caller_) return;
+      awaiting_caller_ = false;
+      down = down_;
+      // Until the write started below completes, only this thread may end
+      // the write flow: its hold keeps the stream for the write.
+      if (!ok) writes_held_ = false;
     }
     if (ok) {
       record_.Received(up_in_.Length());
-      down_->StartWrite(&up_in_);
+      down->StartWrite(&up_in_);
     } else {
-      down_->StartWritesDone();
+      down->StartWritesDone();
+      down->RemoveHold();  // the write flow: nothing more goes up
     }
-    down_->RemoveHold();  // taken in Downstream::OnWriteDone
   }
 
   void OnWriteDone(bool ok) override {
+    Downstream* down;
     {
       absl::MutexLock l(&mu_);
       up_write_pending_ = false;
+      down = down_;
     }
     if (ok) {
-      down_->StartRead(&down_in_);
+      down->StartRead(&down_in_);  // the read flow's hold keeps the stream
     } else {
-      down_->ctx.TryCancel();
+      down->ctx.TryCancel();
+      ReleaseHold(&ForwardingExecute::reads_held_);
     }
-    // Taken in Downstream::OnReadDone: until here the agent's reactor could
-    // not finish, so starting the read above was safe.
-    down_->RemoveHold();
     MaybeFinish();
   }
 
@@ -198,19 +211,11 @@ class ForwardingExecute final
     Downstream(ForwardingExecute* up, std::shared_ptr<AgentHandle> agent)
         : up(up), agent(std::move(agent)) {}
     void OnReadInitialMetadataDone(bool ok) override { up->OnAccepted(ok); }
-    void OnWriteDone(bool ok) override {
-      if (!ok) return;
-      // Keeps this reactor alive until the caller's next frame is handed
-      // on, even if the agent finishes in the meantime.
-      AddHold();
-      up->HoldForNextFrame();
-      up->StartRead(&up->up_in_);  // next frame from the caller
-    }
+    void OnWriteDone(bool ok) override { up->OnFrameForwarded(ok); }
     void OnReadDone(bool ok) override {
       // The agent's stream ended (it finished, or died): its status comes
       // in OnDone, which must not wait for a caller that sends no more.
       if (!ok) return up->DownstreamEnded();
-      AddHold();  // released once the caller has the frame (OnWriteDone)
       up->ForwardResult();
     }
     void OnDone(const grpc::Status& s) override { up->OnAttemptDone(s); }
@@ -230,46 +235,79 @@ class ForwardingExecute final
     agent->calls_total.fetch_add(1);
     record_.Attempt(agent);
     Ref();  // released in OnAttemptDone
+    Downstream* down;
     {
       absl::MutexLock l(&mu_);
       attempts_.push_back(std::make_unique<Downstream>(this, agent));
-      down_ = attempts_.back().get();
-      down_->ctx.set_deadline(server_ctx_->deadline());
+      down = down_ = attempts_.back().get();
+      down->ctx.set_deadline(server_ctx_->deadline());
       if (!route_.authorization.empty()) {
-        down_->ctx.AddMetadata(kAuthorizationKey, route_.authorization);
+        down->ctx.AddMetadata(kAuthorizationKey, route_.authorization);
       }
-      if (cancelled_) down_->ctx.TryCancel();
+      if (cancelled_) down->ctx.TryCancel();
+      writes_held_ = reads_held_ = true;
+      awaiting_caller_ = down_reads_ended_ = false;
     }
-    agent->generic->PrepareBidiStreamingCall(&down_->ctx, kAgentExecuteMethod,
-                                             grpc::StubOptions(), down_);
-    down_->StartCall();
+    agent->generic->PrepareBidiStreamingCall(&down->ctx, kAgentExecuteMethod,
+                                             grpc::StubOptions(), down);
+    down->AddMultipleHolds(2);  // the write flow and the read flow
+    down->StartCall();
   }
 
-  void HoldForNextFrame() {
-    absl::MutexLock l(&mu_);
-    next_frame_hold_ = true;
-  }
-
-  // The agent's stream ended while the caller's next frame was awaited:
-  // let the attempt finish now (its OnDone reports the status).
-  void DownstreamEnded() {
+  // Removes the hold that `held` stands for, if it is still there.
+  void ReleaseHold(bool ForwardingExecute::*held) {
+    Downstream* down;
     {
       absl::MutexLock l(&mu_);
-      if (!next_frame_hold_) return;
-      next_frame_hold_ = false;
+      if (!(this->*held)) return;
+      this->*held = false;
+      down = down_;
     }
-    down_->RemoveHold();
+    down->RemoveHold();
   }
 
   void OnAccepted(bool ok) {
-    if (!ok) return;  // OnAttemptDone follows with the reason
+    if (!ok) {  // nothing will be started; OnAttemptDone follows with the reason
+      ReleaseHold(&ForwardingExecute::writes_held_);
+      ReleaseHold(&ForwardingExecute::reads_held_);
+      return;
+    }
+    Downstream* down;
     {
       absl::MutexLock l(&mu_);
       accepted_ = true;
+      down = down_;
     }
     record_.Received(up_in_.Length());
-    down_->StartWrite(&up_in_);  // the first frame, header included
-    down_->StartRead(&down_in_);
+    down->StartWrite(&up_in_);  // the first frame, header included
+    down->StartRead(&down_in_);
+  }
+
+  // A frame of the caller's reached the agent (or the stream broke).
+  void OnFrameForwarded(bool ok) {
+    bool more;
+    {
+      absl::MutexLock l(&mu_);
+      // Go on reading the caller while the agent still listens.
+      more = ok && !down_reads_ended_;
+      awaiting_caller_ = more;
+    }
+    if (!more) return ReleaseHold(&ForwardingExecute::writes_held_);
+    StartRead(&up_in_);  // the caller's next frame
+  }
+
+  // The agent's stream has no more frames: the read flow is over, and so is
+  // the write flow if it only waits for the caller.
+  void DownstreamEnded() {
+    ReleaseHold(&ForwardingExecute::reads_held_);
+    bool end_writes;
+    {
+      absl::MutexLock l(&mu_);
+      down_reads_ended_ = true;
+      end_writes = awaiting_caller_;
+      awaiting_caller_ = false;  // a frame still read from the caller is dropped
+    }
+    if (end_writes) ReleaseHold(&ForwardingExecute::writes_held_);
   }
 
   void ForwardResult() {
@@ -282,11 +320,11 @@ class ForwardingExecute final
   }
 
   void OnAttemptDone(const grpc::Status& s) {
-    std::shared_ptr<AgentHandle> agent = down_->agent;
-    agent->inflight.fetch_sub(1);
     bool retry;
+    std::shared_ptr<AgentHandle> agent;
     {
       absl::MutexLock l(&mu_);
+      agent = down_->agent;
       // Nothing reached the agent: safe to try another one.
       retry = !accepted_ && !cancelled_ && !route_.has_side_effect &&
               Unreachable(s, down_->ctx);
@@ -295,6 +333,7 @@ class ForwardingExecute final
         final_ = s;
       }
     }
+    agent->inflight.fetch_sub(1);
     if (retry) {
       shared_.pool->MarkDown(*agent, absl::StrCat("unreachable: ", s.error_message()));
       record_.Retried();
@@ -338,17 +377,19 @@ class ForwardingExecute final
 
   absl::Mutex mu_;
   std::vector<std::unique_ptr<Downstream>> attempts_ ABSL_GUARDED_BY(mu_);
-  // The current attempt. Written under mu_, by StartAttempt only: first
-  // from the header's read, later from the previous attempt's OnDone, and
-  // only while that attempt was never accepted, so that no other reaction
-  // of this call (they all start after acceptance) can be reading it then.
-  // OnCancel, which may come at any time, reads it under mu_.
-  Downstream* down_ = nullptr;
+  // The current attempt (owned by attempts_, so a pointer read under mu_
+  // stays valid for the call's life).
+  Downstream* down_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // The two holds StartAttempt put on the current attempt, while held.
+  bool writes_held_ ABSL_GUARDED_BY(mu_) = false;
+  bool reads_held_ ABSL_GUARDED_BY(mu_) = false;
+  // A read of the caller's next frame is out, and the frame goes to the
+  // agent; cleared by whoever takes that frame or ends the write flow.
+  bool awaiting_caller_ ABSL_GUARDED_BY(mu_) = false;
+  bool down_reads_ended_ ABSL_GUARDED_BY(mu_) = false;
   bool accepted_ ABSL_GUARDED_BY(mu_) = false;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   bool up_write_pending_ ABSL_GUARDED_BY(mu_) = false;
-  // The hold Downstream::OnWriteDone took until the caller's next frame.
-  bool next_frame_hold_ ABSL_GUARDED_BY(mu_) = false;
   bool down_done_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   grpc::Status final_ ABSL_GUARDED_BY(mu_);

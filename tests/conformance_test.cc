@@ -14,6 +14,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "farcall/client.h"
 #include "farcall/v1/farcall.grpc.pb.h"
 #include "gmock/gmock.h"
@@ -79,6 +80,13 @@ std::vector<std::string> AgentArgs() {
                                    "--listen=127.0.0.1:0",
                                    absl::StrCat("--max_call_bytes=", kAgentMaxCallBytes)};
   if (!TestPlugin().empty()) args.push_back(absl::StrCat("--plugins=", TestPlugin()));
+  // More agent flags, space-separated: FARCALL_TEST_AGENT_FLAGS (a GPU run
+  // shrinks the staging pool with them, so that calls run out of blocks).
+  if (const char* e = std::getenv("FARCALL_TEST_AGENT_FLAGS"); e != nullptr) {
+    for (absl::string_view f : absl::StrSplit(e, ' ', absl::SkipEmpty())) {
+      args.emplace_back(f);
+    }
+  }
   return args;
 }
 

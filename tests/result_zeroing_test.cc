@@ -2,7 +2,12 @@
 // earlier call's bytes: the agent zeroes the results of handlers that do
 // not declare FARCALL_TRAIT_WRITES_ALL_RESULTS (test.half of
 // tests/plugins/side_effect_plugin.cc writes the first half only).
+//
+// On cpu by default. FARCALL_TEST_PLATFORM=cuda with FARCALL_TEST_PLUGIN set
+// to tests/plugins/half_cuda_plugin's build checks device memory the same
+// way (tests/gpu/run_device_checks.sh does).
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -13,13 +18,15 @@
 namespace farcall {
 namespace {
 
+using ::farcall::testing::BinaryPath;
 using ::farcall::testing::ChildProcess;
 
 TEST(ResultZeroingTest, WhatAHandlerLeavesUnwrittenIsZeroNotAnEarlierCallsBytes) {
+  const std::string platform = BinaryPath("FARCALL_TEST_PLATFORM", "cpu");
   auto agent = ChildProcess::Start(
       FARCALL_AGENT_BIN,
-      {"--listen=127.0.0.1:0", "--workers=1",
-       absl::StrCat("--plugins=", FARCALL_SIDE_EFFECT_PLUGIN)});
+      {"--listen=127.0.0.1:0", "--workers=1", "--platform=" + platform,
+       "--plugins=" + BinaryPath("FARCALL_TEST_PLUGIN", FARCALL_SIDE_EFFECT_PLUGIN)});
   ASSERT_TRUE(agent.ok()) << agent.status();
   auto client = Client::Connect((*agent)->address());
   ASSERT_TRUE(client.ok());
@@ -32,12 +39,14 @@ TEST(ResultZeroingTest, WhatAHandlerLeavesUnwrittenIsZeroNotAnEarlierCallsBytes)
     // A call that leaves 0xAB in memory the agent frees...
     CallRequest copy;
     copy.handler = "copy";
+    copy.platform = platform;
     copy.args = {Arg::In(spec, secret.data())};
     copy.results = {spec};
     ASSERT_TRUE((*client)->Call(copy, o).ok());
     // ...then one whose handler writes half of a result of the same size.
     CallRequest half;
     half.handler = "test.half";
+    half.platform = platform;
     half.results = {spec};
     absl::StatusOr<CallResult> r = (*client)->Call(half, o);
     ASSERT_TRUE(r.ok()) << r.status();

@@ -219,6 +219,71 @@ TEST(FaultTest, OutOfDeviceMemoryIsResourceExhaustedAndTheAgentServesOn) {
   EXPECT_TRUE(testing::CallOnFour(**client).ok());
 }
 
+TEST(FaultTest, AnInjectedOutOfMemoryFailsOnlyItsCallAndTheRouterPassesItOn) {
+  // Every 3rd allocation of the device fails (a call allocates an arg and a
+  // result), as a real device out of memory does.
+  auto agent = Start(FARCALL_AGENT_BIN, {"--inject_faults=allocate=3"});
+  ASSERT_TRUE(agent);
+  auto router = Start(FARCALL_ROUTER_BIN, {"--agents=" + agent->address()});
+  ASSERT_TRUE(router);
+  auto client = Client::Connect(router->address());
+  ASSERT_TRUE(client.ok());
+  int ok = 0, exhausted = 0;
+  for (int i = 0; i < 6; ++i) {
+    absl::StatusOr<CallResult> r = testing::CallOnFour(**client);
+    if (r.ok()) {
+      ++ok;
+      continue;
+    }
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
+    EXPECT_THAT(r.status().message(), ::testing::HasSubstr("out of device memory"));
+    ++exhausted;
+  }
+  // A call asks for its arg, then its result: the 2nd, 4th and 6th calls
+  // find no room (allocations 3, 6 and 9), the others run.
+  EXPECT_EQ(exhausted, 3);
+  EXPECT_EQ(ok, 3);
+  // The agent answered each failure itself, and is still up.
+  EXPECT_EQ(Gauge(*router, absl::StrCat("farcall_router_agent_up{agent=\"", agent->address(),
+                                        "\",platform=\"cpu\"}")),
+            1);
+  ExpectIdle(*agent);
+  ExpectRouterIdle(*router, *agent);
+}
+
+TEST(FaultTest, ALostDeviceTakesItsAgentOutOfTheRoutersChoice) {
+  auto lost = Start(FARCALL_AGENT_BIN, {"--inject_faults=lose_device=1"});
+  auto healthy = Start(FARCALL_AGENT_BIN, {});
+  ASSERT_TRUE(lost && healthy);
+  auto router =
+      Start(FARCALL_ROUTER_BIN, {"--agents=" + lost->address() + "," + healthy->address()});
+  ASSERT_TRUE(router);
+  // Straight to the agent, so that the first launch is its own.
+  auto direct = Client::Connect(lost->address());
+  ASSERT_TRUE(direct.ok());
+  absl::Status s = testing::CallOnFour(**direct).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
+  EXPECT_EQ(s.message(), "device 0 was lost (injected by --inject_faults=lose_device=1).");
+  // For good: the agent has no device left to run anything on.
+  absl::Status again = testing::CallOnFour(**direct).status();
+  EXPECT_EQ(again.code(), absl::StatusCode::kUnavailable) << again;
+  EXPECT_EQ(again.message(),
+            "every cpu device of this agent has failed; the last error: device 0 was lost "
+            "(injected by --inject_faults=lose_device=1).");
+  EXPECT_EQ((*direct)->Health().code(), absl::StatusCode::kUnavailable);
+  // The router's next probe takes it out; every call then goes to the other.
+  EXPECT_TRUE(Reaches(*router,
+                      absl::StrCat("farcall_router_agent_up{agent=\"", lost->address(),
+                                   "\",platform=\"cpu\"}"),
+                      0));
+  auto client = Client::Connect(router->address());
+  ASSERT_TRUE(client.ok());
+  for (int i = 0; i < 10; ++i) EXPECT_TRUE(testing::CallOnFour(**client).ok()) << i;
+  ExpectIdle(*lost);
+  ExpectIdle(*healthy);
+  ExpectRouterIdle(*router, *lost);
+}
+
 TEST(FaultTest, ClientsOfARestartedRouterReconnectByThemselves) {
   auto agent = Start(FARCALL_AGENT_BIN, {});
   ASSERT_TRUE(agent);

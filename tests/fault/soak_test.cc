@@ -1,6 +1,8 @@
 // A soak: 10,000 mixed calls through a router to three agents, with about 1%
 // of them faulted (deadlines that cut calls short, a handler outliving its
-// caller) while agents are killed and restarted under the load. Asserts:
+// caller) and the agents' devices failing now and then (a launch that fails,
+// memory that runs out: --inject_faults) while agents are killed and
+// restarted under the load. Asserts:
 // not one wrong result; failures only with the codes such faults give; and
 // afterwards nothing held in flight anywhere, and the memory of the router
 // and of the agent never killed back near where it was after warm-up.
@@ -13,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "farcall/client.h"
@@ -32,7 +35,8 @@ constexpr int kCallsPerThread = 2500;
 std::unique_ptr<ChildProcess> StartAgent(int port = 0) {
   auto a = ChildProcess::Start(FARCALL_AGENT_BIN,
                                {absl::StrCat("--listen=127.0.0.1:", port),
-                                "--metrics_listen=127.0.0.1:0", "--drain_seconds=1"});
+                                "--metrics_listen=127.0.0.1:0", "--drain_seconds=1",
+                                "--inject_faults=run=211,allocate=307"});
   EXPECT_TRUE(a.ok()) << a.status();
   return a.ok() ? *std::move(a) : nullptr;
 }
@@ -92,9 +96,13 @@ void OneCall(Client& client, std::mt19937_64& rng, bool fault, Tally& t) {
   r = client.Call(req, o);
   if (!r.ok()) {
     const absl::StatusCode c = r.status().code();
-    // A deadline that cut it short, or an agent killed under it.
+    // A deadline that cut it short, an agent killed under it, or a device
+    // fault injected.
+    const bool injected = absl::StrContains(r.status().message(), "injected by --inject_faults");
     if (c == absl::StatusCode::kDeadlineExceeded || c == absl::StatusCode::kUnavailable ||
-        c == absl::StatusCode::kCancelled) {
+        c == absl::StatusCode::kCancelled ||
+        (injected && (c == absl::StatusCode::kInternal ||
+                      c == absl::StatusCode::kResourceExhausted))) {
       ++t.expected_failures;
     } else {
       ++t.unexpected_failures;

@@ -9,11 +9,13 @@ out=${1:-.gpu-bundle}
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DFARCALL_BUILD_TESTS=ON \
   -DFARCALL_DISABLE_BACKENDS="rocm;oneapi" -DFARCALL_REQUIRE_BACKENDS=cuda >/dev/null
 cmake --build build-gpu -j "$(nproc)" --target farcall-agent farcall-router farcall \
-  cuda_backend_test conformance_test farcall_example_cuda_plugin cuda_memcpy
+  cuda_backend_test conformance_test farcall_example_cuda_plugin cuda_memcpy \
+  result_zeroing_test farcall_half_cuda_plugin
 rm -rf "$out"; mkdir -p "$out/bin" "$out/lib"
 for f in device_agents/farcall-agent server/farcall-router client/farcall \
          device_agents/cuda_backend_test tests/conformance_test \
-         device_agents/farcall_example_cuda_plugin.so bench/cuda_memcpy; do
+         device_agents/farcall_example_cuda_plugin.so bench/cuda_memcpy \
+         tests/result_zeroing_test tests/farcall_half_cuda_plugin.so; do
   cp "build-gpu/$f" "$out/bin/"
   strip --strip-unneeded "$out/bin/$(basename "$f")" 2>/dev/null || true
 done

@@ -5,10 +5,15 @@
 #      capture and replay: a command-buffer-compatible handler's host code
 #      runs once per signature);
 #   2. the conformance suite against a cuda agent, directly and through the
-#      router, with the example CUDA plugin;
+#      router, with the example CUDA plugin; then again with a staging pool of
+#      two 1 MiB blocks, so that calls run out of blocks and wait for their
+#      own copies (or fall back to plain memory);
+#   2b. results a handler leaves unwritten are zero in device memory too
+#      (result_zeroing_test with a cuda test.half);
 #   3. a short benchmark: host-to-device and device-to-host throughput through
-#      the agent (256 MiB calls over loopback gRPC), next to cudaMemcpy on
-#      pinned memory measured in the same run.
+#      the agent (256 MiB calls over loopback gRPC, median of 3 runs), next to
+#      cudaMemcpy on pinned memory measured in the same run;
+#   4. a 64-byte call's p50 on the cuda agent next to a cpu agent.
 # It prints a summary table last and exits non-zero if a check failed.
 #
 #   bash tests/gpu/run_device_checks.sh                 # builds build-gpu/ first
@@ -27,16 +32,19 @@ if [ -n "$bundle" ]; then
   agent=$bin/farcall-agent; router=$bin/farcall-router; cli=$bin/farcall
   unit=$bin/cuda_backend_test; conformance=$bin/conformance_test
   plugin=$bin/farcall_example_cuda_plugin.so; memcpy_bin=$bin/cuda_memcpy
+  zeroing=$bin/result_zeroing_test; half_plugin=$bin/farcall_half_cuda_plugin.so
 else
   echo "== building the cuda pieces in build-gpu/"
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DFARCALL_BUILD_TESTS=ON \
     -DFARCALL_DISABLE_BACKENDS="rocm;oneapi" -DFARCALL_REQUIRE_BACKENDS=cuda >/dev/null || exit 1
   cmake --build build-gpu -j "$(nproc)" --target farcall-agent farcall-router farcall \
-    cuda_backend_test conformance_test farcall_example_cuda_plugin cuda_memcpy || exit 1
+    cuda_backend_test conformance_test farcall_example_cuda_plugin cuda_memcpy \
+    result_zeroing_test farcall_half_cuda_plugin || exit 1
   b=build-gpu
   agent=$b/device_agents/farcall-agent; router=$b/server/farcall-router; cli=$b/client/farcall
   unit=$b/device_agents/cuda_backend_test; conformance=$b/tests/conformance_test
   plugin=$b/device_agents/farcall_example_cuda_plugin.so; memcpy_bin=$b/bench/cuda_memcpy
+  zeroing=$b/tests/result_zeroing_test; half_plugin=$b/tests/farcall_half_cuda_plugin.so
 fi
 
 declare -a rows
@@ -71,12 +79,32 @@ else
   row "graph replay: host code once per signature" "FAILED" "see the unit test log above"; failed=1
 fi
 
+if grep -q "\[       OK \] GraphCacheTest.TheLeastRecentlyUsedGraphIsDropped" "$log"; then
+  row "graph cache: LRU within --graph_cache_bytes" "ok" "the least recently used graph goes first"
+else
+  row "graph cache: LRU within --graph_cache_bytes" "FAILED" "see the unit test log above"; failed=1
+fi
+
+# The conformance suite against cuda agents with extra agent flags ($2),
+# as row $1.
+conformance_run() {
+  if FARCALL_TEST_PLATFORM=cuda FARCALL_TEST_PLUGIN="$plugin" FARCALL_AGENT_BIN="$agent" \
+     FARCALL_ROUTER_BIN="$router" FARCALL_CLI_BIN="$cli" FARCALL_TEST_AGENT_FLAGS="$2" \
+     timeout 240 "$conformance" 2>&1 | tee "$log" | grep -E '^\[ +(OK|FAILED|SKIPPED) +\]|Failure' ; then :; fi
+  if grep -q '\[  PASSED  \]' "$log" && ! grep -q 'FAILED TEST' "$log"; then status=ok; else status=FAILED; failed=1; fi
+  row "$1" "$status" "$(gtest_summary "$log")"
+}
 echo "== 2. conformance suite against a cuda agent"
-if FARCALL_TEST_PLATFORM=cuda FARCALL_TEST_PLUGIN="$plugin" FARCALL_AGENT_BIN="$agent" \
-   FARCALL_ROUTER_BIN="$router" FARCALL_CLI_BIN="$cli" \
-   timeout 240 "$conformance" 2>&1 | tee "$log" | grep -E '^\[ +(OK|FAILED|SKIPPED) +\]|Failure' ; then :; fi
-if grep -q '\[  PASSED  \]' "$log" && ! grep -q 'FAILED TEST' "$log"; then status=ok; else status=FAILED; failed=1; fi
-row "conformance (agent, router; Call, Execute)" "$status" "$(gtest_summary "$log")"
+conformance_run "conformance (agent, router; Call, Execute)" ""
+echo "== 2a. again, with two 1 MiB staging blocks per device"
+conformance_run "conformance, staging pool of 2 blocks" \
+  "--staging_bytes=2097152 --staging_block_bytes=1048576"
+
+echo "== 2b. unwritten results are zero in device memory"
+if FARCALL_TEST_PLATFORM=cuda FARCALL_TEST_PLUGIN="$half_plugin" FARCALL_AGENT_BIN="$agent" \
+   timeout 120 "$zeroing" 2>&1 | tee "$log" | tail -3; then status=ok; else status=FAILED; failed=1; fi
+grep -q '\[  PASSED  \] 1 test' "$log" || { status=FAILED; failed=1; }
+row "result zeroing on device memory" "$status" "$(gtest_summary "$log")"
 
 echo "== 3. throughput: through the agent vs cudaMemcpy (pinned), 256 MiB"
 bytes=$((256 << 20))
@@ -86,14 +114,32 @@ fifo=$(mktemp -u); mkfifo "$fifo"
 "$agent" --platform=cuda --listen=127.0.0.1:0 --ready_fd=3 3>"$fifo" >/dev/null 2>&1 &
 agent_pid=$!
 read -r port _ <"$fifo"; rm -f "$fifo"
-bench() {  # handler, extra flags: prints GB/s (payload bytes one way per second)
-  timeout 120 "$cli" bench --target=127.0.0.1:$port --platform=cuda --bytes=$bytes \
-    --calls=8 --warmup=2 --json "$@" 2>/dev/null | tail -1 |
-    python3 -c 'import json,sys; print(json.load(sys.stdin)["gbps"])' 2>/dev/null || echo 0
+bench() {  # handler, extra flags: the median of 3 runs' GB/s (payload bytes one way per second)
+  for _ in 1 2 3; do
+    timeout 120 "$cli" bench --target=127.0.0.1:$port --platform=cuda --bytes=$bytes \
+      --calls=8 --warmup=2 --json "$@" 2>/dev/null | tail -1 |
+      python3 -c 'import json,sys; print(json.load(sys.stdin)["gbps"])' 2>/dev/null || echo 0
+  done | sort -g | sed -n 2p
 }
 up=$(bench --handler=sum)            # the bytes go up; a 1-byte result comes back
 round=$(bench --handler=copy --alias) # up and back down, updated in place
-kill "$agent_pid" 2>/dev/null; wait "$agent_pid" 2>/dev/null
+
+echo "== 4. a 64-byte call: cuda agent next to a cpu agent, p50 of 2000 calls, 3 runs each"
+fifo=$(mktemp -u); mkfifo "$fifo"
+"$agent" --platform=cpu --listen=127.0.0.1:0 --shm_socket= --ready_fd=3 3>"$fifo" >/dev/null 2>&1 &
+cpu_pid=$!
+read -r cpu_port _ <"$fifo"; rm -f "$fifo"
+small() {  # port, platform: the p50s of 3 runs, in us
+  for _ in 1 2 3; do
+    timeout 60 "$cli" bench --target=127.0.0.1:$1 --platform=$2 --bytes=64 --calls=2000 \
+      --warmup=200 --json 2>/dev/null | tail -1 |
+      python3 -c 'import json,sys; print("%.0f" % json.load(sys.stdin)["p50_us"])' 2>/dev/null || echo 0
+  done | tr '\n' ' '
+}
+small_cuda=$(small "$port" cuda)
+small_cpu=$(small "$cpu_port" cpu)
+row "64 B copy, p50 us (3 runs)" "ok" "cuda: ${small_cuda}; cpu: ${small_cpu}"
+kill "$agent_pid" "$cpu_pid" 2>/dev/null; wait "$agent_pid" "$cpu_pid" 2>/dev/null
 summary=$(python3 - "$base" "$up" "$round" <<'PY'
 import json, sys
 base = json.loads(sys.argv[1]); up = float(sys.argv[2]); rt = float(sys.argv[3])
