@@ -1,6 +1,13 @@
 #include "device_agents/admission.h"
 
+#include <atomic>
+#include <memory>
+#include <random>
+#include <thread>
 #include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "device_agents/worker_pool.h"
 
 #include "gtest/gtest.h"
 
@@ -96,6 +103,57 @@ TEST(BudgetWaitTest, ACallAdmittedAtOnceIgnoresAWithdrawal) {
   w.Withdraw(a);
   EXPECT_EQ(go, 1);
   EXPECT_EQ(gone, 0);
+}
+
+// Many calls at once: each waits for its bytes, is admitted on the pool (as
+// the agent resumes calls) and gives them back, or is withdrawn by another
+// thread at any moment. Every call ends exactly once, and no byte is lost.
+TEST(BudgetWaitTest, ManyCallsAdmittedAndWithdrawnAtOnceLoseNoByte) {
+  constexpr int kThreads = 6, kCalls = 400;
+  Admission a(100);
+  std::vector<std::atomic<int>> ended(kThreads * kCalls);  // 1: ran, 2: withdrawn
+  std::atomic<int> finished{0};
+  absl::Notification all_ended;
+  auto end_one = [&] {
+    if (++finished == kThreads * kCalls) all_ended.Notify();
+  };
+  {
+    WorkerPool pool(3);
+    auto on_pool = [&](std::function<void()> f) { pool.Submit(std::move(f)); };
+    std::vector<std::thread> callers;
+    for (int t = 0; t < kThreads; ++t) {
+      callers.emplace_back([&, t] {
+        std::mt19937 rng(t);
+        for (int i = 0; i < kCalls; ++i) {
+          const int k = t * kCalls + i;
+          const int64_t bytes = 1 + static_cast<int64_t>(rng() % 60);
+          auto w = std::make_shared<BudgetWait>();
+          w->Admit(
+              a, bytes,
+              [&, k, bytes] {
+                ended[k] += 1;
+                a.Release(bytes);
+                end_one();
+              },
+              [&, k] {
+                ended[k] += 2;
+                end_one();
+              },
+              on_pool);
+          // A third of the calls are cancelled, from another thread.
+          if (rng() % 3 == 0) pool.Submit([&a, w] { w->Withdraw(a); });
+        }
+      });
+    }
+    for (auto& c : callers) c.join();
+    ASSERT_TRUE(all_ended.WaitForNotificationWithTimeout(absl::Seconds(60)))
+        << finished.load() << " of " << kThreads * kCalls << " calls ended";
+  }
+  for (size_t k = 0; k < ended.size(); ++k) {
+    ASSERT_TRUE(ended[k] == 1 || ended[k] == 2) << "call " << k << " ended " << ended[k] << " times";
+  }
+  EXPECT_EQ(a.held(), 0);
+  EXPECT_EQ(a.waiting(), 0u);
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 #include "device_agents/fault_injection.h"
 
+#include <atomic>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -25,7 +27,7 @@ class HostMemory final : public DeviceMemory {
 // A stream whose launches count and always succeed.
 class CountingStream final : public Stream {
  public:
-  explicit CountingStream(int* launches) : launches_(launches) {}
+  explicit CountingStream(std::atomic<int>* launches) : launches_(launches) {}
   FarcallStreamKind kind() const override { return FARCALL_STREAM_NONE; }
   void* native() override { return nullptr; }
   absl::Status CopyToDevice(const void*, DeviceMemory&, int64_t, int64_t) override {
@@ -41,7 +43,7 @@ class CountingStream final : public Stream {
   absl::Status Synchronize() override { return absl::OkStatus(); }
 
  private:
-  int* launches_;
+  std::atomic<int>* launches_;
 };
 
 class HealthyDevice final : public Device {
@@ -58,7 +60,7 @@ class HealthyDevice final : public Device {
   absl::StatusOr<std::unique_ptr<Stream>> AcquireStream() override {
     return std::make_unique<CountingStream>(&launches);
   }
-  int launches = 0;
+  std::atomic<int> launches{0};
 
  private:
   const int ordinal_;
@@ -142,6 +144,21 @@ TEST(FaultInjectionTest, ALostDeviceFailsEveryLaterLaunchAndReportsItInHealth) {
   EXPECT_EQ(b.devices[0]->health(), lost);
   EXPECT_TRUE(b.devices[1]->health().ok());  // only the device that was lost
   EXPECT_TRUE(Launch(*b.devices[1]).ok());
+}
+
+TEST(FaultInjectionTest, CountsHoldWhenCallsRunAtOnce) {
+  Backend b = TwoDevices("run=10");
+  std::atomic<int> failed{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 100; ++i) {
+        if (!Launch(*b.devices[t % 2]).ok()) ++failed;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failed.load(), 80);  // every 10th of 800 launches
 }
 
 }  // namespace

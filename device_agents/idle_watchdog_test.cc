@@ -1,6 +1,9 @@
 #include "device_agents/idle_watchdog.h"
 
+#include <atomic>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
@@ -90,6 +93,42 @@ TEST(IdleWatchdogTest, ItsThreadEndsAnIdleCall) {
     w.Remove(c);
   }
   c->Unref();
+}
+
+TEST(IdleWatchdogTest, CallsComingAndGoingWhileItScansAreEndedAtMostOnce) {
+  class Counting final : public WatchedCall {
+   public:
+    using WatchedCall::AwaitClient;
+    using WatchedCall::Resume;
+    std::atomic<int> ends{0};
+
+   private:
+    void EndIdle(Wait, const absl::Status&) override { ++ends; }
+  };
+  // A limit so short that the watchdog ends some of the calls mid-wait.
+  IdleWatchdog w(IdleLimits{absl::Microseconds(200), absl::ZeroDuration()},
+                 [] { return false; });
+  std::atomic<int> ended{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 300; ++i) {
+        auto* c = new Counting;
+        w.Add(c);
+        c->AwaitClient(Counting::Wait::kSend);
+        if (c->Resume()) {  // not ended: it may wait again
+          c->AwaitClient(Counting::Wait::kRead);
+          c->Resume();
+        }
+        w.Remove(c);
+        EXPECT_LE(c->ends.load(), 1);
+        ended += c->ends.load();
+        c->Unref();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_LE(ended.load(), 1200);
 }
 
 }  // namespace

@@ -3,7 +3,11 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <random>
 #include <set>
+#include <thread>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -98,6 +102,39 @@ TEST(CachingAllocatorTest, KeepsNoMoreThanItsCacheLimitAndFreesAllAtTheEnd) {
     EXPECT_EQ(a.cached_bytes(), 4 << 20);  // the second block went back
     EXPECT_EQ(dev.live.size(), 1u);
   }
+  EXPECT_TRUE(dev.live.empty());
+}
+
+TEST(CachingAllocatorTest, ThreadsAllocatingAndFreeingAtOnceGiveEveryByteBack) {
+  std::mutex mu;  // the fake device's own state
+  FakeDevice dev{int64_t{1} << 30};
+  CachingAllocator::RawOps raw = dev.Ops();
+  CachingAllocator::RawOps locked{
+      [&](int64_t n) {
+        std::lock_guard<std::mutex> l(mu);
+        return raw.allocate(n);
+      },
+      [&](void* p) {
+        std::lock_guard<std::mutex> l(mu);
+        raw.free(p);
+      }};
+  {
+    CachingAllocator a("fake device 0", locked, 8 << 20);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([&, t] {
+        std::mt19937 rng(t);
+        for (int i = 0; i < 500; ++i) {
+          auto m = a.Allocate(512 * (1 + static_cast<int64_t>(rng() % 64)));
+          ASSERT_TRUE(m.ok()) << m.status();
+          static_cast<char*>((*m)->device_ptr())[0] = static_cast<char>(t);
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(a.in_use_bytes(), 0);
+  }
+  EXPECT_EQ(dev.used, 0);  // the cache was given back at the end
   EXPECT_TRUE(dev.live.empty());
 }
 

@@ -1,6 +1,8 @@
 #include "device_agents/staging_pool.h"
 
+#include <atomic>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -98,6 +100,47 @@ TEST(StagingPoolTest, FailedPinningIsNoBlockAndNoLeak) {
   });
   EXPECT_EQ(pool->TryAcquire(), nullptr);
   EXPECT_EQ(pool->free_blocks(), 2);
+}
+
+// A block whose bytes the holder writes and checks: two holders at once
+// would see each other's writes.
+class OwnedBlock final : public StagingBlock {
+ public:
+  explicit OwnedBlock(int64_t size) : data_(size) {}
+  uint8_t* data() override { return data_.data(); }
+  int64_t size() const override { return static_cast<int64_t>(data_.size()); }
+  absl::Status Record(Stream&) override { return absl::OkStatus(); }
+  absl::Status Wait() override { return absl::OkStatus(); }
+
+ private:
+  std::vector<uint8_t> data_;
+};
+
+TEST(StagingPoolTest, ThreadsTakingAndReturningBlocksNeverShareOne) {
+  std::atomic<int> made{0};
+  auto pool = StagingPool::Create(4 * 4096, 4096, [&](int64_t n) {
+    ++made;
+    return absl::StatusOr<std::unique_ptr<StagingBlock>>(std::make_unique<OwnedBlock>(n));
+  });
+  std::atomic<int> shared{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 6; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 2000; ++i) {
+        std::unique_ptr<StagingBlock> b = pool->TryAcquire();
+        if (b == nullptr) continue;  // all out: the caller would use its own
+        const auto mark = static_cast<uint8_t>(t + 1);
+        for (int j = 0; j < 64; ++j) b->data()[j] = mark;
+        for (int j = 0; j < 64; ++j) {
+          if (b->data()[j] != mark) ++shared;
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(shared.load(), 0);
+  EXPECT_LE(made.load(), 4);
+  EXPECT_EQ(pool->free_blocks(), 4);
 }
 
 }  // namespace

@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DEBS=(
-  build-essential cmake ninja-build ccache pkg-config git
+  build-essential cmake ninja-build ccache pkg-config git curl
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler openssl
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev prometheus-cpp-dev libcivetweb-dev
   libspdlog-dev

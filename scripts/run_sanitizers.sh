@@ -3,8 +3,9 @@
 # build-asan/ (gcc; no device backends, Python or fuzzers; -O1 with line
 # tables) and runs there every unit and integration test that needs neither
 # a device nor Python (ctest labels python, deploy, fuzz and gpu left out).
-# Any report fails the run. ThreadSanitizer is not run: Debian's gRPC and
-# Abseil are not built with it, so its reports would be about them.
+# Any report fails the run. ThreadSanitizer runs separately, on the code
+# that needs no gRPC (scripts/run_tsan.sh): Debian's gRPC is not built with
+# it, so its reports would be about gRPC.
 # ctest runs this as sanitizer_test (label sanitize).
 set -euo pipefail
 cd "$(dirname "$0")/.."
