@@ -1,13 +1,18 @@
 #include "absl/strings/string_view.h"
 #include "core/call_validation.h"
 
+#include <algorithm>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "core/status_macros.h"
 
 namespace farcall {
 namespace {
 
-absl::StatusOr<Platform> ValidatePlatforms(
+// The platform, and whether the call named "gpu" for it.
+absl::StatusOr<std::pair<Platform, bool>> ValidatePlatforms(
     const std::vector<std::string>& platforms) {
   if (platforms.empty()) {
     return absl::InvalidArgumentError(
@@ -17,12 +22,13 @@ absl::StatusOr<Platform> ValidatePlatforms(
     return absl::UnimplementedError(
         "multi-platform lowering for buffer_callback");
   }
+  if (IsGpuAlias(platforms[0])) return std::make_pair(Platform::kCuda, true);
   std::optional<Platform> p = ParsePlatform(platforms[0]);
   if (!p) {
     return absl::InvalidArgumentError(absl::StrCat(
         "`buffer_callback` not supported on ", platforms[0], " backend."));
   }
-  return *p;
+  return std::make_pair(*p, false);
 }
 
 absl::Status ValidateSpecs(const std::vector<TensorSpec>& specs,
@@ -77,7 +83,9 @@ absl::StatusOr<ValidatedCall> ValidateCall(const CallDescriptor& call,
                                            int64_t max_call_bytes,
                                            absl::string_view limit_owner) {
   ValidatedCall v;
-  FARCALL_ASSIGN_OR_RETURN(v.platform, ValidatePlatforms(call.platforms));
+  FARCALL_ASSIGN_OR_RETURN(auto platform, ValidatePlatforms(call.platforms));
+  v.platform = platform.first;
+  v.any_gpu = platform.second;
   if (call.handler.empty()) {
     return absl::InvalidArgumentError("the call names no handler.");
   }
@@ -102,11 +110,20 @@ absl::StatusOr<ValidatedCall> ValidateCall(const CallDescriptor& call,
   return v;
 }
 
-absl::Status HandlerNotFoundError(absl::string_view handler,
-                                  absl::string_view platform) {
-  return absl::NotFoundError(absl::StrCat("handler '", handler,
-                                          "' is not registered for platform '",
-                                          platform, "'."));
+absl::Status HandlerNotFoundError(absl::string_view handler, absl::string_view platform,
+                                  std::vector<std::string> registered) {
+  std::string message =
+      absl::StrCat("handler '", handler, "' is not registered for platform '", platform, "'.");
+  if (!registered.empty()) {
+    constexpr size_t kNamed = 24;
+    std::sort(registered.begin(), registered.end());
+    registered.erase(std::unique(registered.begin(), registered.end()), registered.end());
+    const size_t more = registered.size() > kNamed ? registered.size() - kNamed : 0;
+    registered.resize(registered.size() - more);
+    absl::StrAppend(&message, " Registered there: ", absl::StrJoin(registered, ", "),
+                    more > 0 ? absl::StrCat(" and ", more, " more") : "", ".");
+  }
+  return absl::NotFoundError(message);
 }
 
 absl::Status NoLiveAgentError(absl::string_view platform) {

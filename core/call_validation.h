@@ -29,7 +29,10 @@ struct CallDescriptor {
 
 // What a valid header implies.
 struct ValidatedCall {
+  // kCuda for a call that names "gpu" (any_gpu then says so).
   Platform platform;
+  // The call named "gpu": cuda or rocm, whichever serves it (IsGpuAlias).
+  bool any_gpu = false;
   std::vector<int64_t> arg_bytes;
   std::vector<int64_t> result_bytes;
   // Bytes the agent holds for the call: args plus non-aliased results.
@@ -47,8 +50,10 @@ absl::StatusOr<ValidatedCall> ValidateCall(const CallDescriptor& call,
                                            absl::string_view limit_owner = "agent");
 
 // The contract's messages for conditions found outside ValidateCall.
-absl::Status HandlerNotFoundError(absl::string_view handler,
-                                  absl::string_view platform);
+// `registered`: the handlers the platform has there, named after the
+// contract's sentence (the first few, in order), or none.
+absl::Status HandlerNotFoundError(absl::string_view handler, absl::string_view platform,
+                                  std::vector<std::string> registered = {});
 absl::Status NoLiveAgentError(absl::string_view platform);
 absl::Status PlatformNotServedError(absl::string_view served,
                                     absl::string_view requested);

@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -107,6 +108,19 @@ TEST(ValidateCallTest, PlatformCheckedBeforeEverythingElse) {
   c.aliases = {{7, 7}};
   ExpectError(ValidateCall(c), absl::StatusCode::kInvalidArgument,
               "`buffer_callback` not supported on tpu backend.");
+}
+
+TEST(ValidateCallTest, GpuIsAcceptedAsCudaOrRocm) {
+  for (const char* name : {"gpu", "GPU", "Gpu"}) {
+    CallDescriptor c = GoodCall();
+    c.platforms = {name};
+    absl::StatusOr<ValidatedCall> v = ValidateCall(c);
+    ASSERT_TRUE(v.ok()) << name << ": " << v.status();
+    EXPECT_TRUE(v->any_gpu);
+  }
+  CallDescriptor c = GoodCall();
+  c.platforms = {"cuda"};
+  EXPECT_FALSE(ValidateCall(c)->any_gpu);
 }
 
 TEST(ValidateCallTest, SupportedPlatformsCaseInsensitive) {
@@ -370,6 +384,13 @@ TEST(ContractErrorsTest, HandlerNotFound) {
   EXPECT_THAT(s.message(), HasSubstr("cuda"));
   EXPECT_EQ(s.message(),
             "handler 'my_handler' is not registered for platform 'cuda'.");
+  // With what is registered: sorted, once each, the first 24 named.
+  EXPECT_EQ(HandlerNotFoundError("x", "cpu", {"sum", "copy", "sum"}).message(),
+            "handler 'x' is not registered for platform 'cpu'. Registered there: copy, sum.");
+  std::vector<std::string> many;
+  for (int i = 10; i < 40; ++i) many.push_back(absl::StrCat("h", i));
+  EXPECT_THAT(std::string(HandlerNotFoundError("x", "cpu", many).message()),
+              ::testing::EndsWith("h32, h33 and 6 more."));
 }
 
 TEST(ContractErrorsTest, NoLiveAgent) {

@@ -30,4 +30,6 @@ std::optional<Platform> ParsePlatform(absl::string_view name) {
   return std::nullopt;
 }
 
+bool IsGpuAlias(absl::string_view name) { return absl::EqualsIgnoreCase(name, "gpu"); }
+
 }  // namespace farcall

@@ -197,11 +197,16 @@ absl::Status AgentCall::Begin(const grpc::ByteBuffer& first) {
       ValidatedCall v,
       ValidateCall(DescriptorFromProto(header_), cfg.max_call_bytes, "agent"));
   const absl::string_view served = PlatformName(cfg.platform);
-  if (v.platform != cfg.platform) {
-    return PlatformNotServedError(served, PlatformName(v.platform));
+  const bool gpu = cfg.platform == Platform::kCuda || cfg.platform == Platform::kRocm;
+  if (v.any_gpu ? !gpu : v.platform != cfg.platform) {
+    return PlatformNotServedError(served, v.any_gpu ? "gpu" : PlatformName(v.platform));
   }
   handler_ = agent_.registry.Find(header_.handler(), served);
-  if (handler_ == nullptr) return HandlerNotFoundError(header_.handler(), served);
+  if (handler_ == nullptr) {
+    std::vector<std::string> registered;
+    for (const RegisteredHandler* h : agent_.registry.List(served)) registered.push_back(h->name);
+    return HandlerNotFoundError(header_.handler(), served, std::move(registered));
+  }
   FARCALL_ASSIGN_OR_RETURN(device_, PickDevice());
   ++device_->active_calls;
   // Shared-memory tensors live in the client's region, but the agent maps

@@ -291,6 +291,7 @@ absl::StatusOr<std::vector<std::shared_ptr<AgentHandle>>> AgentPool::Candidates(
   const absl::string_view name = PlatformName(platform);
   std::vector<std::shared_ptr<AgentHandle>> out;
   bool any_live = false;
+  std::vector<std::string> registered;  // by the live agents, for the error
   absl::MutexLock l(&mu_);
   for (const Entry& e : entries_) {
     if (e.health != v1::AgentEntry::SERVING || !e.described ||
@@ -299,6 +300,7 @@ absl::StatusOr<std::vector<std::shared_ptr<AgentHandle>>> AgentPool::Candidates(
     }
     any_live = true;
     for (const v1::HandlerInfo& h : e.info.handlers()) {
+      registered.push_back(h.name());
       if (h.name() == handler) {
         out.push_back(e.handle);
         break;
@@ -306,7 +308,7 @@ absl::StatusOr<std::vector<std::shared_ptr<AgentHandle>>> AgentPool::Candidates(
     }
   }
   if (!any_live) return NoLiveAgentError(name);
-  if (out.empty()) return HandlerNotFoundError(handler, name);
+  if (out.empty()) return HandlerNotFoundError(handler, name, std::move(registered));
   return out;
 }
 

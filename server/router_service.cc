@@ -88,6 +88,12 @@ absl::StatusOr<Route> RouteCall(const Shared& shared, const grpc::ByteBuffer& fi
           shared.agent_authorization.empty() ? authorization : shared.agent_authorization};
   absl::StatusOr<std::vector<std::shared_ptr<AgentHandle>>> candidates =
       shared.pool->Candidates(v->platform, header.handler());
+  if (v->any_gpu && absl::IsUnavailable(candidates.status())) {
+    // "gpu": cuda agents when any are live, else rocm ones.
+    r.platform = Platform::kRocm;
+    candidates = shared.pool->Candidates(Platform::kRocm, header.handler());
+    if (absl::IsUnavailable(candidates.status())) candidates = NoLiveAgentError("gpu");
+  }
   if (!candidates.ok()) {
     record.Refused("no_agent");
     return candidates.status();

@@ -5,6 +5,7 @@
 // Status rows are checked with the generated protobuf stubs, as an outside
 // client would send them (the C++ client validates locally first); data
 // paths are checked with the farcall client library.
+#include <cmath>
 #include <cstring>
 #include <future>
 #include <memory>
@@ -444,9 +445,39 @@ TEST_P(ConformanceTest, CallOverByteLimit) {
 TEST_P(ConformanceTest, HandlerNotRegistered) {
   v1::CallHeader h = CopyHeader(4);
   h.set_handler("no_such_handler");
-  ExpectStatus(RawHeaderOnly(h), grpc::StatusCode::NOT_FOUND,
-               absl::StrCat("handler 'no_such_handler' is not registered for platform '",
-                            TestPlatform(), "'."));
+  RawAnswer a = RawHeaderOnly(h);
+  // The contract's sentence, then the handlers the platform has (the same
+  // from the agent and through the router: both agents have the same).
+  ExpectStatusHas(a, grpc::StatusCode::NOT_FOUND,
+                  absl::StrCat("handler 'no_such_handler' is not registered for platform '",
+                               TestPlatform(), "'. Registered there: "));
+  EXPECT_THAT(a.status.error_message(), HasSubstr(", copy, "));
+  EXPECT_EQ(a.status.error_message().back(), '.');
+}
+
+TEST_P(ConformanceTest, GpuMeansCudaOrRocm) {
+  // JAX's "gpu": whichever GPU platform has agents; any case.
+  if (TestPlatform() == "cuda" || TestPlatform() == "rocm") {
+    auto client = NewClient();
+    std::vector<float> x = {1, 2, 3, 4};
+    CallRequest req;
+    req.platform = "GPU";
+    req.handler = "copy";
+    req.args = {Arg::In(TensorSpec{DType::kF32, {4}}, x.data())};
+    req.results = {TensorSpec{DType::kF32, {4}}};
+    absl::StatusOr<CallResult> r = client->Call(req, Opts());
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->results[0].as<float>()[3], 4.0f);
+    return;
+  }
+  RawAnswer a = RawHeaderOnly(CopyHeader(4, "GPU"));
+  if (via_router()) {
+    ExpectStatus(a, grpc::StatusCode::UNAVAILABLE, "no live agent serves platform 'gpu'.");
+  } else {
+    ExpectStatus(a, grpc::StatusCode::FAILED_PRECONDITION,
+                 absl::StrCat("this agent serves platform '", TestPlatform(),
+                              "', but the call asks for platform 'gpu'."));
+  }
 }
 
 TEST_P(ConformanceTest, SupportedPlatformNotServed) {
@@ -541,6 +572,57 @@ TEST_P(ConformanceTest, AxpyUpdatesYInPlace) {
   EXPECT_TRUE(r->results[0].aliased);
   EXPECT_EQ(r->results[0].data, reinterpret_cast<uint8_t*>(y.data()));
   for (int i = 0; i < 16; ++i) EXPECT_EQ(y[i], 2 * i + 100 + i);
+}
+
+// Sums over many elements: on devices they reduce in two stages, in an
+// order fixed by the element count, so a sum is exact where the values
+// allow and the same on every run.
+TEST_P(ConformanceTest, SumsAreExactAndTheSameEveryRun) {
+  auto client = NewClient();
+  auto sum = [&](DType d, int64_t n, const void* x, TensorSpec result, void* out) {
+    CallRequest req;
+    req.platform = TestPlatform();
+    req.handler = "sum";
+    req.args = {Arg::In(TensorSpec{d, {n}}, x)};
+    req.results = {result};
+    absl::StatusOr<CallResult> r = client->Call(req, Opts());
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (r.ok()) std::memcpy(out, r->results[0].data, static_cast<size_t>(r->results[0].size));
+  };
+  constexpr int64_t kN = 1000003;  // many groups of the first stage, and a ragged end
+  std::vector<float> f(kN);
+  double exact = 0;
+  for (int64_t i = 0; i < kN; ++i) exact += f[i] = static_cast<float>(i % 7);
+  float got = -1;
+  sum(DType::kF32, kN, f.data(), TensorSpec{DType::kF32, {}}, &got);
+  EXPECT_EQ(got, static_cast<float>(exact));
+  // Values whose sum depends on the order: the same bits on each run.
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> mixed(-1e6f, 1e6f);
+  double reference = 0;
+  for (float& v : f) reference += v = mixed(rng) * (rng() % 2 ? 1e-6f : 1.0f);
+  float first = 0;
+  sum(DType::kF32, kN, f.data(), TensorSpec{DType::kF32, {}}, &first);
+  EXPECT_NEAR(first, reference, 1e-3 * std::abs(reference) + 1);
+  for (int run = 0; run < 3; ++run) {
+    float again = 0;
+    sum(DType::kF32, kN, f.data(), TensorSpec{DType::kF32, {}}, &again);
+    EXPECT_EQ(std::memcmp(&again, &first, sizeof(float)), 0) << again << " vs " << first;
+  }
+  // Integers wrap as their type does; complex numbers sum each part.
+  std::vector<uint8_t> bytes(kN, 255);
+  uint8_t byte_sum = 0;
+  sum(DType::kU8, kN, bytes.data(), TensorSpec{DType::kU8, {}}, &byte_sum);
+  EXPECT_EQ(byte_sum, static_cast<uint8_t>(255 * kN));
+  std::vector<float> c(2 * kN);
+  for (int64_t i = 0; i < kN; ++i) {
+    c[2 * i] = 1;
+    c[2 * i + 1] = 2;
+  }
+  float complex_sum[2] = {0, 0};
+  sum(DType::kC64, kN, c.data(), TensorSpec{DType::kC64, {}}, complex_sum);
+  EXPECT_EQ(complex_sum[0], static_cast<float>(kN));
+  EXPECT_EQ(complex_sum[1], static_cast<float>(2 * kN));
 }
 
 TEST_P(ConformanceTest, PluginHandlerRuns) {

@@ -2,6 +2,7 @@
 // (builtins/builtin_handlers.h) with OpenCL C kernels (builtin_kernels.cl).
 // Tensors are cl_mem objects. crc32c is computed on the host: the bytes are
 // read back, which is correct but not fast.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -105,19 +106,26 @@ class Launch {
     ++index_;
     return *this;
   }
-  // `n` items over a grid-stride loop, or one work-group for reductions.
-  Status Run(int64_t n, bool one_group = false) {
+  // `n` items over a grid-stride loop.
+  Status Run(int64_t n) {
     if (!status_.ok()) return status_;
-    constexpr size_t kGroup = 256;  // SUM_WG in builtin_kernels.cl
-    size_t global = one_group ? kGroup
-                              : std::min<size_t>((static_cast<size_t>(n) + kGroup - 1) /
-                                                     kGroup * kGroup,
-                                                 size_t{1} << 20);
-    const size_t local = kGroup;
-    return FromCl(clEnqueueNDRangeKernel(queue_, kernel_, 1, nullptr, &global,
-                                         one_group ? &local : nullptr, 0, nullptr, nullptr),
+    size_t global = std::min<size_t>((static_cast<size_t>(n) + kGroup - 1) / kGroup * kGroup,
+                                     size_t{1} << 20);
+    return FromCl(clEnqueueNDRangeKernel(queue_, kernel_, 1, nullptr, &global, nullptr, 0,
+                                         nullptr, nullptr),
                   "clEnqueueNDRangeKernel");
   }
+  // `groups` work-groups of kGroup items (the sums' stages).
+  Status RunGroups(size_t groups) {
+    if (!status_.ok()) return status_;
+    size_t global = groups * kGroup;
+    const size_t local = kGroup;
+    return FromCl(clEnqueueNDRangeKernel(queue_, kernel_, 1, nullptr, &global, &local, 0,
+                                         nullptr, nullptr),
+                  "clEnqueueNDRangeKernel");
+  }
+  static constexpr size_t kGroup = 256;      // SUM_WG in builtin_kernels.cl
+  static constexpr size_t kSumGroups = 256;  // SUM_GROUPS there
 
  private:
   cl_command_queue queue_;
@@ -185,14 +193,41 @@ struct OpenClKernels {
     Launch k(call, "add", d);
     return k.Arg(Mem(a)).Arg(Mem(b)).Arg(Mem(out)).Arg(static_cast<cl_ulong>(n)).Run(n);
   }
+  // Two stages (builtin_kernels.cl): the work-groups of the first are
+  // picked from the element count alone, so the order of the additions is.
   static Status Sum(CallFrame& call, DType d, const void* x, int64_t n, int64_t lanes,
                     void* out) {
-    Launch k(call, "sum", d);
-    return k.Arg(Mem(x))
-        .Arg(static_cast<cl_ulong>(n))
-        .Arg(static_cast<cl_ulong>(lanes))
-        .Arg(Mem(out))
-        .Run(n, /*one_group=*/true);
+    const auto count = static_cast<size_t>(n / lanes);
+    const size_t groups = std::clamp<size_t>((count + Launch::kGroup - 1) / Launch::kGroup, 1,
+                                             Launch::kSumGroups);
+    cl_command_queue q = QueueOf(call);
+    cl_context ctx = nullptr;
+    Status status = FromCl(
+        clGetCommandQueueInfo(q, CL_QUEUE_CONTEXT, sizeof(ctx), &ctx, nullptr), "sum");
+    if (!status.ok()) return status;
+    cl_int err = CL_SUCCESS;
+    // Room for a double (or ulong) per group and lane.
+    cl_mem partials = clCreateBuffer(ctx, CL_MEM_READ_WRITE, 2 * Launch::kSumGroups * 8,
+                                     nullptr, &err);
+    status = FromCl(err, "sum: partials");
+    if (!status.ok()) return status;
+    status = Launch(call, "sum_part", d)
+                 .Arg(Mem(x))
+                 .Arg(static_cast<cl_ulong>(n))
+                 .Arg(static_cast<cl_ulong>(lanes))
+                 .Arg(partials)
+                 .RunGroups(groups);
+    if (status.ok()) {
+      status = Launch(call, "sum_final", d)
+                   .Arg(partials)
+                   .Arg(static_cast<cl_uint>(groups))
+                   .Arg(static_cast<cl_ulong>(lanes))
+                   .Arg(Mem(out))
+                   .RunGroups(1);
+    }
+    // Released once the queue no longer uses it.
+    clReleaseMemObject(partials);
+    return status;
   }
   static Status Crc32c(CallFrame& call, const void* x, uint64_t bytes, void* out) {
     cl_command_queue q = QueueOf(call);

@@ -110,6 +110,30 @@ ushort bf16_store(float f) {
 #define E4M3FNUZ_LOAD(v) mini_decode((v), 4, 3, 8, 2)
 #define E4M3FNUZ_STORE(v) ((uchar)mini_encode((v), 4, 3, 8, 2))
 
+// ---- Sums: two stages, in an order fixed by the element count. -----------
+// Up to SUM_GROUPS work-groups each sum a grid-stride share of the elements
+// into a partial (sum_part_*), then one work-group sums the partials
+// (sum_final_*). Each group adds its items' values in a fixed tree; the host
+// picks the groups from the count alone, so a sum is the same on every run.
+#define SUM_GROUPS 256
+
+// The work-group's total of `v` (one per item), in the tree's order.
+#define GROUP_SUM(NAME, A)                                                      \
+  A group_sum_##NAME(A v, __local A* part) {                                    \
+    const size_t t = get_local_id(0);                                           \
+    part[t] = v;                                                                \
+    barrier(CLK_LOCAL_MEM_FENCE);                                               \
+    for (uint s = SUM_WG / 2; s > 0; s >>= 1) {                                 \
+      if (t < s) part[t] += part[t + s];                                        \
+      barrier(CLK_LOCAL_MEM_FENCE);                                             \
+    }                                                                           \
+    const A total = part[0];                                                    \
+    barrier(CLK_LOCAL_MEM_FENCE);                                               \
+    return total;                                                               \
+  }
+GROUP_SUM(acc, acc_t)
+GROUP_SUM(ulong, ulong)
+
 // ---- Float kernels: scale, axpy, add, sum for one storage type. ----------
 #define FLOAT_KERNELS(NAME, T, C, LOAD, STORE)                                   \
   __kernel void scale_##NAME(__global const T* x, __global T* out, ulong n,     \
@@ -128,29 +152,32 @@ ushort bf16_store(float f) {
       out[i] = STORE(LOAD(a[i]) + LOAD(b[i]));                                  \
   }                                                                             \
   __kernel __attribute__((reqd_work_group_size(SUM_WG, 1, 1)))                  \
-  void sum_##NAME(__global const T* x, ulong n, ulong lanes, __global T* out) { \
-    __local acc_t part0[SUM_WG];                                                \
-    __local acc_t part1[SUM_WG];                                                \
-    const size_t t = get_local_id(0);                                           \
+  void sum_part_##NAME(__global const T* x, ulong n, ulong lanes,               \
+                       __global acc_t* partials) {                              \
+    __local acc_t part[SUM_WG];                                                 \
     const ulong count = n / lanes;                                              \
     acc_t acc0 = 0, acc1 = 0;                                                   \
-    for (ulong i = t; i < count; i += SUM_WG) {                                 \
+    for (ulong i = get_global_id(0); i < count; i += get_global_size(0)) {      \
       acc0 += (acc_t)LOAD(x[i * lanes]);                                        \
       if (lanes == 2) acc1 += (acc_t)LOAD(x[i * lanes + 1]);                    \
     }                                                                           \
-    part0[t] = acc0;                                                            \
-    part1[t] = acc1;                                                            \
-    barrier(CLK_LOCAL_MEM_FENCE);                                               \
-    for (uint s = SUM_WG / 2; s > 0; s >>= 1) {                                 \
-      if (t < s) {                                                              \
-        part0[t] += part0[t + s];                                               \
-        part1[t] += part1[t + s];                                               \
-      }                                                                         \
-      barrier(CLK_LOCAL_MEM_FENCE);                                             \
+    acc0 = group_sum_acc(acc0, part);                                           \
+    acc1 = group_sum_acc(acc1, part);                                           \
+    if (get_local_id(0) == 0) {                                                 \
+      partials[2 * get_group_id(0)] = acc0;                                     \
+      partials[2 * get_group_id(0) + 1] = acc1;                                 \
     }                                                                           \
+  }                                                                             \
+  __kernel __attribute__((reqd_work_group_size(SUM_WG, 1, 1)))                  \
+  void sum_final_##NAME(__global const acc_t* partials, uint groups,            \
+                        ulong lanes, __global T* out) {                         \
+    __local acc_t part[SUM_WG];                                                 \
+    const size_t t = get_local_id(0);                                           \
+    acc_t total0 = group_sum_acc(t < groups ? partials[2 * t] : 0, part);       \
+    acc_t total1 = group_sum_acc(t < groups ? partials[2 * t + 1] : 0, part);   \
     if (t == 0) {                                                               \
-      out[0] = STORE((C)part0[0]);                                              \
-      if (lanes == 2) out[1] = STORE((C)part1[0]);                              \
+      out[0] = STORE((C)total0);                                                \
+      if (lanes == 2) out[1] = STORE((C)total1);                                \
     }                                                                           \
   }
 
@@ -174,18 +201,21 @@ FLOAT_KERNELS(f8e4m3fnuz, uchar, float, E4M3FNUZ_LOAD, E4M3FNUZ_STORE)
       out[i] = (U)(a[i] + b[i]);                                                \
   }                                                                             \
   __kernel __attribute__((reqd_work_group_size(SUM_WG, 1, 1)))                  \
-  void sum_##NAME(__global const U* x, ulong n, ulong lanes, __global U* out) { \
+  void sum_part_##NAME(__global const U* x, ulong n, ulong lanes,               \
+                       __global ulong* partials) {                              \
+    __local ulong part[SUM_WG];                                                 \
+    ulong acc = 0;                                                              \
+    for (ulong i = get_global_id(0); i < n; i += get_global_size(0)) acc += x[i]; \
+    acc = group_sum_ulong(acc, part);                                           \
+    if (get_local_id(0) == 0) partials[get_group_id(0)] = acc;                  \
+  }                                                                             \
+  __kernel __attribute__((reqd_work_group_size(SUM_WG, 1, 1)))                  \
+  void sum_final_##NAME(__global const ulong* partials, uint groups,            \
+                        ulong lanes, __global U* out) {                         \
     __local ulong part[SUM_WG];                                                 \
     const size_t t = get_local_id(0);                                           \
-    ulong acc = 0;                                                              \
-    for (ulong i = t; i < n; i += SUM_WG) acc += x[i];                          \
-    part[t] = acc;                                                              \
-    barrier(CLK_LOCAL_MEM_FENCE);                                               \
-    for (uint s = SUM_WG / 2; s > 0; s >>= 1) {                                 \
-      if (t < s) part[t] += part[t + s];                                        \
-      barrier(CLK_LOCAL_MEM_FENCE);                                             \
-    }                                                                           \
-    if (t == 0) out[0] = (U)part[0];                                            \
+    const ulong total = group_sum_ulong(t < groups ? partials[t] : 0, part);    \
+    if (t == 0) out[0] = (U)total;                                              \
   }
 
 INT_KERNELS(u8, uchar)

@@ -75,7 +75,9 @@ def _check_platform(platform) -> str:
         if not platform:
             raise ValueError("buffer_callback needs exactly one platform; got none.")
         platform = platform[0]
-    if str(platform).lower() not in _PLATFORMS:
+    # "gpu" is JAX's name for whichever of cuda and rocm a job has; farcall
+    # sends it to whichever has live agents.
+    if str(platform).lower() not in _PLATFORMS + ("gpu",):
         raise ValueError(f"`buffer_callback` not supported on {platform} backend.")
     return str(platform)
 

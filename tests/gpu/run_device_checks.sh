@@ -90,7 +90,8 @@ fi
 conformance_run() {
   if FARCALL_TEST_PLATFORM=cuda FARCALL_TEST_PLUGIN="$plugin" FARCALL_AGENT_BIN="$agent" \
      FARCALL_ROUTER_BIN="$router" FARCALL_CLI_BIN="$cli" FARCALL_TEST_AGENT_FLAGS="$2" \
-     timeout 240 "$conformance" 2>&1 | tee "$log" | grep -E '^\[ +(OK|FAILED|SKIPPED) +\]|Failure' ; then :; fi
+     timeout 240 "$conformance" 2>&1 | tee "$log" |
+     grep -E -A4 '^\[ +(FAILED|SKIPPED) +\]|Failure' ; then :; fi
   if grep -q '\[  PASSED  \]' "$log" && ! grep -q 'FAILED TEST' "$log"; then status=ok; else status=FAILED; failed=1; fi
   row "$1" "$status" "$(gtest_summary "$log")"
 }
