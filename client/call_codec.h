@@ -12,6 +12,7 @@
 #include "core/chunk_assembler.h"
 #include "core/wire/frame_codec.h"
 #include "client/shm_channel.h"
+#include "farcall/v1/farcall.pb.h"
 #include "farcall/client.h"
 
 namespace farcall::client_internal {

@@ -220,6 +220,25 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> SharedChannel(const std::string& 
   return c;
 }
 
+
+// The wire's AgentInfo as the public API's struct.
+AgentDescription DescriptionFromProto(const v1::AgentInfo& info) {
+  AgentDescription d;
+  d.agent_id = info.agent_id();
+  d.platform = info.platform();
+  d.version = info.version();
+  for (const v1::DeviceInfo& dev : info.devices()) {
+    d.devices.push_back({dev.ordinal(), dev.name(), dev.memory_bytes()});
+  }
+  for (const v1::HandlerInfo& h : info.handlers()) {
+    d.handlers.push_back({h.name(), h.command_buffer_compatible(), h.source()});
+  }
+  d.max_call_bytes = info.max_call_bytes();
+  d.shm_socket = info.shm_socket();
+  d.shm_regions = info.shm_regions();
+  return d;
+}
+
 }  // namespace
 
 struct Client::Impl {
@@ -502,18 +521,32 @@ absl::StatusOr<SharedBuffer> Client::AllocateShared(size_t bytes) {
   return b;
 }
 
-absl::StatusOr<v1::AgentInfo> Client::Describe(absl::Duration timeout) {
+const char* HealthName(AgentStatus::Health health) {
+  switch (health) {
+    case AgentStatus::Health::kServing:
+      return "SERVING";
+    case AgentStatus::Health::kNotServing:
+      return "NOT_SERVING";
+    case AgentStatus::Health::kDown:
+      return "DOWN";
+    case AgentStatus::Health::kUnknown:
+      break;
+  }
+  return "UNKNOWN";
+}
+
+absl::StatusOr<AgentDescription> Client::Describe(absl::Duration timeout) {
   grpc::ClientContext ctx;
   ctx.set_deadline(DeadlineAfter(timeout));
   impl_->Prepare(ctx);
   v1::AgentInfo info;
   grpc::Status s = impl_->agent->Describe(&ctx, v1::DescribeRequest(), &info);
   if (!s.ok()) return FromGrpcStatus(s);
-  return info;
+  return DescriptionFromProto(info);
 }
 
-absl::StatusOr<v1::ListAgentsResponse> Client::ListAgents(bool refresh,
-                                                          absl::Duration timeout) {
+absl::StatusOr<std::vector<AgentStatus>> Client::ListAgents(bool refresh,
+                                                            absl::Duration timeout) {
   grpc::ClientContext ctx;
   ctx.set_deadline(DeadlineAfter(timeout));
   impl_->Prepare(ctx);
@@ -522,7 +555,31 @@ absl::StatusOr<v1::ListAgentsResponse> Client::ListAgents(bool refresh,
   v1::ListAgentsResponse resp;
   grpc::Status s = impl_->router->ListAgents(&ctx, req, &resp);
   if (!s.ok()) return FromGrpcStatus(s);
-  return resp;
+  std::vector<AgentStatus> out;
+  for (const v1::AgentEntry& e : resp.agents()) {
+    AgentStatus a;
+    a.address = e.address();
+    a.info = DescriptionFromProto(e.info());
+    switch (e.health()) {
+      case v1::AgentEntry::SERVING:
+        a.health = AgentStatus::Health::kServing;
+        break;
+      case v1::AgentEntry::NOT_SERVING:
+        a.health = AgentStatus::Health::kNotServing;
+        break;
+      case v1::AgentEntry::DOWN:
+        a.health = AgentStatus::Health::kDown;
+        break;
+      default:
+        a.health = AgentStatus::Health::kUnknown;
+        break;
+    }
+    a.inflight_calls = e.inflight_calls();
+    a.last_error = e.last_error();
+    a.calls_total = e.calls_total();
+    out.push_back(std::move(a));
+  }
+  return out;
 }
 
 absl::Status Client::Health(absl::Duration timeout) {

@@ -6,7 +6,9 @@ set(FARCALL_WARNINGS -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-init
 function(farcall_cc_library)
   cmake_parse_arguments(A "" "NAME" "HDRS;SRCS;DEPS" ${ARGN})
   add_library(${A_NAME} STATIC ${A_SRCS} ${A_HDRS})
-  target_include_directories(${A_NAME} PUBLIC ${PROJECT_SOURCE_DIR})
+  # The source tree, while building; an installed library has its public
+  # headers under include/ instead.
+  target_include_directories(${A_NAME} PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>)
   # Warnings for C++ sources only: nvcc takes host flags another way.
   target_compile_options(${A_NAME} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${FARCALL_WARNINGS}>)
   target_link_libraries(${A_NAME} PUBLIC ${A_DEPS})

@@ -16,6 +16,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/dtype.h"
 #include "farcall/client.h"
 #include "farcall/v1/farcall.grpc.pb.h"
 #include "gmock/gmock.h"
@@ -521,8 +522,8 @@ TEST_P(ConformanceTest, DeadlineStopsSleep) {
     // A deadline says nothing about the agents: none was marked down.
     auto list = (*Client::Connect(address()))->ListAgents(/*refresh=*/false);
     ASSERT_TRUE(list.ok());
-    for (const auto& e : list->agents()) {
-      EXPECT_EQ(e.health(), v1::AgentEntry::SERVING) << e.address() << ": " << e.last_error();
+    for (const AgentStatus& e : *list) {
+      EXPECT_EQ(e.health, AgentStatus::Health::kServing) << e.address << ": " << e.last_error;
     }
   }
 }
@@ -796,10 +797,10 @@ TEST(RouterFailoverTest, KeepsServingWhenAnAgentDiesAndUsesItAgainWhenBack) {
   }
   auto list = (*client)->ListAgents(/*refresh=*/true);
   ASSERT_TRUE(list.ok()) << list.status();
-  ASSERT_EQ(list->agents_size(), 2);
-  EXPECT_EQ(list->agents(0).address(), a_addr);
-  EXPECT_EQ(list->agents(0).health(), v1::AgentEntry::DOWN);
-  EXPECT_EQ(list->agents(1).health(), v1::AgentEntry::SERVING);
+  ASSERT_EQ(list->size(), 2u);
+  EXPECT_EQ((*list)[0].address, a_addr);
+  EXPECT_EQ((*list)[0].health, AgentStatus::Health::kDown);
+  EXPECT_EQ((*list)[1].health, AgentStatus::Health::kServing);
 
   // The agent comes back on the same port and is used again.
   std::vector<std::string> args = AgentArgs();
@@ -812,7 +813,7 @@ TEST(RouterFailoverTest, KeepsServingWhenAnAgentDiesAndUsesItAgainWhenBack) {
   for (int round = 0; round < 20 && !serving; ++round) {
     list = (*client)->ListAgents(/*refresh=*/true);
     ASSERT_TRUE(list.ok());
-    serving = list->agents(0).health() == v1::AgentEntry::SERVING;
+    serving = (*list)[0].health == AgentStatus::Health::kServing;
   }
   EXPECT_TRUE(serving);
   (*b)->Kill();
@@ -921,13 +922,13 @@ TEST(RouterDiscoveryTest, DnsSourceNamesEveryAgentItResolvesTo) {
   auto list = (*client)->ListAgents(/*refresh=*/true);
   ASSERT_TRUE(list.ok()) << list.status();
   bool found = false;
-  for (const auto& e : list->agents()) {
-    if (e.address() == (*a)->address()) {
+  for (const AgentStatus& e : *list) {
+    if (e.address == (*a)->address()) {
       found = true;
-      EXPECT_EQ(e.health(), v1::AgentEntry::SERVING);
+      EXPECT_EQ(e.health, AgentStatus::Health::kServing);
     }
   }
-  EXPECT_TRUE(found) << list->DebugString();
+  EXPECT_TRUE(found) << list->size() << " agents listed";
 
   std::vector<float> x = {1, 2};
   TensorSpec spec{DType::kF32, {2}};

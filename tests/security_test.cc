@@ -163,8 +163,8 @@ TEST(SecurityTest, TlsAndTokensThroughTheRouter) {
   ASSERT_TRUE(client.ok());
   auto agents = (*client)->ListAgents(/*refresh=*/true);
   ASSERT_TRUE(agents.ok()) << agents.status();
-  ASSERT_EQ(agents->agents_size(), 1);
-  EXPECT_EQ(agents->agents(0).health(), v1::AgentEntry::SERVING);
+  ASSERT_EQ(agents->size(), 1u);
+  EXPECT_EQ((*agents)[0].health, AgentStatus::Health::kServing);
 }
 
 TEST(SecurityTest, AgentsSharingOneCertificateAreCheckedAgainstItsName) {

@@ -43,7 +43,7 @@ class ShmTest : public ::testing::Test {
   static std::unique_ptr<Client> AgentClient() {
     return *Client::Connect(agent_->address());
   }
-  static v1::AgentInfo Describe() { return *AgentClient()->Describe(); }
+  static AgentDescription Describe() { return *AgentClient()->Describe(); }
 
  public:
   static testing::AgentAndRouter* procs_;
@@ -63,7 +63,7 @@ CallRequest CopyRequest(const TensorSpec& spec, const void* data) {
 }
 
 TEST_F(ShmTest, AgentOffersASocket) {
-  EXPECT_THAT(Describe().shm_socket(), HasSubstr("@farcall-agent-"));
+  EXPECT_THAT(Describe().shm_socket, HasSubstr("@farcall-agent-"));
 }
 
 TEST_F(ShmTest, LocalAgentCallsUseSharedMemoryByteExact) {
@@ -247,7 +247,7 @@ TEST_F(ShmTest, OtherUsersAreRefusedAndTheirCallsGoOverGrpc) {
 }
 
 TEST_F(ShmTest, RegionsOfFailedCallsAreNeverReused) {
-  auto channel = client_internal::ShmChannel::Connect(Describe().shm_socket());
+  auto channel = client_internal::ShmChannel::Connect(Describe().shm_socket);
   ASSERT_TRUE(channel.ok()) << channel.status();
   std::string first;
   {
@@ -293,7 +293,7 @@ TEST_F(ShmTest, UnknownRegionIsNotFoundAndTheTokenIsNotEchoed) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_EQ(s.error_message(), kNotHeld);
   // A right id with a wrong secret, and a token of the wrong length.
-  auto sock = shm::Connect(Describe().shm_socket());
+  auto sock = shm::Connect(Describe().shm_socket);
   ASSERT_TRUE(sock.ok()) << sock.status();
   std::string token = RegisterRegion(*sock, /*seal=*/true);
   ASSERT_EQ(token.size(), shm::kTokenSize);
@@ -320,7 +320,7 @@ TEST(ShmChild, CallNamingAToken) {
 
 TEST_F(ShmTest, AnotherUserCannotUseARegionsToken) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to run a client as another user";
-  auto sock = shm::Connect(Describe().shm_socket());
+  auto sock = shm::Connect(Describe().shm_socket);
   ASSERT_TRUE(sock.ok()) << sock.status();
   std::string token = RegisterRegion(*sock, /*seal=*/true);
   ASSERT_EQ(token.size(), shm::kTokenSize);
@@ -340,7 +340,7 @@ TEST_F(ShmTest, AnotherUserCannotUseARegionsToken) {
 }
 
 TEST_F(ShmTest, OffsetsOutsideTheRegionAndChunksAreRefused) {
-  auto sock = shm::Connect(Describe().shm_socket());
+  auto sock = shm::Connect(Describe().shm_socket);
   ASSERT_TRUE(sock.ok()) << sock.status();
   std::string token = RegisterRegion(*sock, /*seal=*/true);
   ASSERT_EQ(token.size(), shm::kTokenSize);
@@ -356,7 +356,7 @@ TEST_F(ShmTest, OffsetsOutsideTheRegionAndChunksAreRefused) {
 }
 
 TEST_F(ShmTest, UnsealedMemfdIsRefused) {
-  auto sock = shm::Connect(Describe().shm_socket());
+  auto sock = shm::Connect(Describe().shm_socket);
   ASSERT_TRUE(sock.ok());
   shm::Reply reply;
   EXPECT_EQ(RegisterRegion(*sock, /*seal=*/false, &reply), "");
@@ -369,18 +369,18 @@ TEST_F(ShmTest, UnsealedMemfdIsRefused) {
 }
 
 TEST_F(ShmTest, RegionsGoAwayWithTheClient) {
-  const int64_t before = Describe().shm_regions();
-  auto sock = shm::Connect(Describe().shm_socket());
+  const int64_t before = Describe().shm_regions;
+  auto sock = shm::Connect(Describe().shm_socket);
   ASSERT_TRUE(sock.ok());
   ASSERT_FALSE(RegisterRegion(*sock, true).empty());
-  EXPECT_EQ(Describe().shm_regions(), before + 1);
+  EXPECT_EQ(Describe().shm_regions, before + 1);
   close(*sock);
   // The agent notices the closed socket on its own thread; wait for it by
   // asking, with a bound, rather than sleeping a fixed time.
   absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (Describe().shm_regions() != before && absl::Now() < deadline) {
+  while (Describe().shm_regions != before && absl::Now() < deadline) {
   }
-  EXPECT_EQ(Describe().shm_regions(), before);
+  EXPECT_EQ(Describe().shm_regions, before);
 }
 
 TEST(ShmLimitTest, AConnectionRegistersAtMostShmMaxBytes) {
@@ -391,7 +391,7 @@ TEST(ShmLimitTest, AConnectionRegistersAtMostShmMaxBytes) {
   ASSERT_TRUE(client.ok());
   auto info = (*client)->Describe();
   ASSERT_TRUE(info.ok()) << info.status();
-  auto sock = shm::Connect(info->shm_socket());
+  auto sock = shm::Connect(info->shm_socket);
   ASSERT_TRUE(sock.ok()) << sock.status();
   EXPECT_EQ(RegisterRegion(*sock, /*seal=*/true).size(), shm::kTokenSize);  // 1 MiB
   shm::Reply reply;

@@ -198,16 +198,14 @@ int RunAgents() {
   if (!list.ok()) return Fail(list.status());
   std::printf("%-22s %-20s %-8s %-12s %8s %8s  %s\n", "ADDRESS", "AGENT", "PLATFORM",
               "HEALTH", "INFLIGHT", "CALLS", "HANDLERS / LAST ERROR");
-  for (const farcall::v1::AgentEntry& a : list->agents()) {
+  for (const farcall::AgentStatus& a : *list) {
     std::vector<std::string> handlers;
-    for (const auto& h : a.info().handlers()) handlers.push_back(h.name());
-    std::string tail = a.last_error().empty() ? absl::StrJoin(handlers, ",")
-                                              : a.last_error();
-    std::printf("%-22s %-20s %-8s %-12s %8lld %8llu  %s\n", a.address().c_str(),
-                a.info().agent_id().c_str(), a.info().platform().c_str(),
-                farcall::v1::AgentEntry::Health_Name(a.health()).c_str(),
-                static_cast<long long>(a.inflight_calls()),
-                static_cast<unsigned long long>(a.calls_total()), tail.c_str());
+    for (const auto& h : a.info.handlers) handlers.push_back(h.name);
+    std::string tail = a.last_error.empty() ? absl::StrJoin(handlers, ",") : a.last_error;
+    std::printf("%-22s %-20s %-8s %-12s %8lld %8llu  %s\n", a.address.c_str(),
+                a.info.agent_id.c_str(), a.info.platform.c_str(), farcall::HealthName(a.health),
+                static_cast<long long>(a.inflight_calls),
+                static_cast<unsigned long long>(a.calls_total), tail.c_str());
   }
   return 0;
 }
@@ -227,15 +225,15 @@ int RunDescribe() {
   auto info = (*client)->Describe();
   if (!info.ok()) return Fail(info.status());
   std::printf("agent %s, platform %s, version %s, max call %lld bytes\n",
-              info->agent_id().c_str(), info->platform().c_str(),
-              info->version().c_str(), static_cast<long long>(info->max_call_bytes()));
-  for (const auto& d : info->devices()) {
-    std::printf("  device %d: %s, %lld bytes\n", d.ordinal(), d.name().c_str(),
-                static_cast<long long>(d.memory_bytes()));
+              info->agent_id.c_str(), info->platform.c_str(), info->version.c_str(),
+              static_cast<long long>(info->max_call_bytes));
+  for (const auto& d : info->devices) {
+    std::printf("  device %d: %s, %lld bytes\n", d.ordinal, d.name.c_str(),
+                static_cast<long long>(d.memory_bytes));
   }
-  for (const auto& h : info->handlers()) {
-    std::printf("  handler %-20s %s%s\n", h.name().c_str(), h.source().c_str(),
-                h.command_buffer_compatible() ? " (command_buffer_compatible)" : "");
+  for (const auto& h : info->handlers) {
+    std::printf("  handler %-20s %s%s\n", h.name.c_str(), h.source.c_str(),
+                h.command_buffer_compatible ? " (command_buffer_compatible)" : "");
   }
   return 0;
 }

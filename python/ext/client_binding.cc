@@ -127,30 +127,30 @@ nb::tuple ToPython(CallResult result) {
   return nb::make_tuple(out, info);
 }
 
-nb::dict AgentInfoToDict(const v1::AgentInfo& a) {
+nb::dict AgentInfoToDict(const AgentDescription& a) {
   nb::dict d;
-  d["agent_id"] = a.agent_id();
-  d["platform"] = a.platform();
-  d["version"] = a.version();
+  d["agent_id"] = a.agent_id;
+  d["platform"] = a.platform;
+  d["version"] = a.version;
   nb::list devices, handlers;
-  for (const auto& dev : a.devices()) {
+  for (const auto& dev : a.devices) {
     nb::dict x;
-    x["ordinal"] = dev.ordinal();
-    x["name"] = dev.name();
-    x["memory_bytes"] = dev.memory_bytes();
+    x["ordinal"] = dev.ordinal;
+    x["name"] = dev.name;
+    x["memory_bytes"] = dev.memory_bytes;
     devices.append(x);
   }
-  for (const auto& h : a.handlers()) {
+  for (const auto& h : a.handlers) {
     nb::dict x;
-    x["name"] = h.name();
-    x["command_buffer_compatible"] = h.command_buffer_compatible();
-    x["source"] = h.source();
+    x["name"] = h.name;
+    x["command_buffer_compatible"] = h.command_buffer_compatible;
+    x["source"] = h.source;
     handlers.append(x);
   }
   d["devices"] = devices;
   d["handlers"] = handlers;
-  d["max_call_bytes"] = a.max_call_bytes();
-  d["shm_socket"] = a.shm_socket();
+  d["max_call_bytes"] = a.max_call_bytes;
+  d["shm_socket"] = a.shm_socket;
   return d;
 }
 
@@ -316,7 +316,7 @@ class PyClient {
   }
 
   nb::dict Describe(double timeout) {
-    absl::StatusOr<v1::AgentInfo> info;
+    absl::StatusOr<AgentDescription> info;
     {
       nb::gil_scoped_release release;
       info = client_->Describe(absl::Seconds(timeout));
@@ -326,21 +326,21 @@ class PyClient {
   }
 
   nb::list Agents(bool refresh, double timeout) {
-    absl::StatusOr<v1::ListAgentsResponse> resp;
+    absl::StatusOr<std::vector<AgentStatus>> agents;
     {
       nb::gil_scoped_release release;
-      resp = client_->ListAgents(refresh, absl::Seconds(timeout));
+      agents = client_->ListAgents(refresh, absl::Seconds(timeout));
     }
-    if (!resp.ok()) RaiseStatus(resp.status());
+    if (!agents.ok()) RaiseStatus(agents.status());
     nb::list out;
-    for (const v1::AgentEntry& e : resp->agents()) {
+    for (const AgentStatus& e : *agents) {
       nb::dict d;
-      d["address"] = e.address();
-      d["info"] = AgentInfoToDict(e.info());
-      d["health"] = v1::AgentEntry::Health_Name(e.health());
-      d["inflight_calls"] = e.inflight_calls();
-      d["last_error"] = e.last_error();
-      d["calls_total"] = e.calls_total();
+      d["address"] = e.address;
+      d["info"] = AgentInfoToDict(e.info);
+      d["health"] = HealthName(e.health);
+      d["inflight_calls"] = e.inflight_calls;
+      d["last_error"] = e.last_error;
+      d["calls_total"] = e.calls_total;
       out.append(d);
     }
     return out;

@@ -37,8 +37,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "core/tensor_spec.h"
-#include "farcall/v1/farcall.pb.h"
+#include "farcall/tensor_spec.h"
 
 namespace farcall {
 
@@ -176,6 +175,42 @@ struct ClientOptions {
 
 using CallCallback = std::function<void(absl::StatusOr<CallResult>)>;
 
+// What an agent says of itself (Client::Describe).
+struct AgentDescription {
+  struct Device {
+    int ordinal = 0;
+    std::string name;
+    int64_t memory_bytes = 0;
+  };
+  struct Handler {
+    std::string name;
+    bool command_buffer_compatible = false;
+    std::string source;  // "builtin" or the plugin's path
+  };
+  std::string agent_id;
+  std::string platform;
+  std::string version;
+  std::vector<Device> devices;
+  std::vector<Handler> handlers;
+  int64_t max_call_bytes = 0;  // larger calls are refused
+  std::string shm_socket;      // where same-host clients register shared memory; empty: none
+  int64_t shm_regions = 0;     // shared-memory regions mapped now
+};
+
+// One agent as a router sees it (Client::ListAgents).
+struct AgentStatus {
+  enum class Health { kUnknown, kServing, kNotServing, kDown };
+  std::string address;
+  AgentDescription info;
+  Health health = Health::kUnknown;
+  int64_t inflight_calls = 0;
+  std::string last_error;  // why it is not serving, when it is not
+  uint64_t calls_total = 0;
+};
+
+// "UNKNOWN", "SERVING", "NOT_SERVING" or "DOWN", as the wire names them.
+const char* HealthName(AgentStatus::Health health);
+
 class Client {
  public:
 
@@ -200,9 +235,10 @@ class Client {
   absl::StatusOr<SharedBuffer> AllocateShared(size_t bytes);
 
   // Agent only.
-  absl::StatusOr<v1::AgentInfo> Describe(absl::Duration timeout = absl::Seconds(5));
-  // Router only.
-  absl::StatusOr<v1::ListAgentsResponse> ListAgents(
+  absl::StatusOr<AgentDescription> Describe(absl::Duration timeout = absl::Seconds(5));
+  // Router only: every agent it knows, in its order. `refresh` probes each
+  // one first instead of reporting the last periodic probe.
+  absl::StatusOr<std::vector<AgentStatus>> ListAgents(
       bool refresh = false, absl::Duration timeout = absl::Seconds(5));
   // The standard health check: OK when SERVING.
   absl::Status Health(absl::Duration timeout = absl::Seconds(5));
