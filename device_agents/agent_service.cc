@@ -108,27 +108,80 @@ absl::Status Accept(const TokenTable& tokens, const std::string& authorization,
 }
 
 
+// What the two reactors share: the call, its cancellation and its wait for
+// the budget, the drain gate and the idle watchdog. `GrpcReactor` is gRPC's
+// reactor type of the RPC.
+template <class GrpcReactor>
+class AgentReactor : public GrpcReactor, public WatchedCall {
+ public:
+  void OnCancel() override {
+    cancel_.Cancel();
+    budget_.Withdraw(*shared_.state.admission);
+  }
+  void OnDone() override {
+    if (shared_.watchdog != nullptr) shared_.watchdog->Remove(this);
+    if (entered_) shared_.gate.Leave();
+    Resume();  // nothing waits on the client any more
+    Unref();
+  }
+
+ protected:
+  AgentReactor(Shared& shared, grpc::CallbackServerContext* ctx)
+      : shared_(shared),
+        call_(std::make_unique<AgentCall>(shared.state, ctx->peer())),
+        entered_(shared.gate.Enter()) {
+    if (entered_) cancel_.SetDeadline(absl::Now() + shared.state.config.max_call_time);
+  }
+  // Ends the call with `s`: records it, frees its memory, finishes the RPC.
+  virtual void FinishWith(const absl::Status& s) = 0;
+  // Refuses a call that arrived while the agent drains. True if it did (the
+  // constructor then returns).
+  bool RefusedWhileDraining() {
+    if (entered_) return false;
+    call_.reset();
+    this->Finish(Draining());
+    return true;
+  }
+  void Watch() {
+    if (shared_.watchdog != nullptr) shared_.watchdog->Add(this);
+  }
+  // Waits for the call's bytes of the budget, then runs `admitted` (on the
+  // thread that freed them, or a worker); a call cancelled while it waits
+  // ends there.
+  void AdmitThen(std::function<void()> admitted) {
+    Ref();  // released once admitted, or when the wait is withdrawn
+    budget_.Admit(
+        *shared_.state.admission, call_->footprint(),
+        [this, admitted = std::move(admitted)] {
+          call_->Admitted();
+          admitted();
+          Unref();
+        },
+        [this] {
+          FinishWith(CancelledWhileWaiting());
+          Unref();
+        },
+        shared_.Elsewhere());
+  }
+
+  Shared& shared_;
+  std::unique_ptr<AgentCall> call_;
+  CancellationToken cancel_;
+  BudgetWait budget_;
+  const bool entered_;  // through the drain gate
+};
+
 // Streamed call: reads frames until half-close, runs the handler on the
 // pool, then writes the results one frame at a time.
 class ExecuteReactor final
-    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
-      public WatchedCall {
+    : public AgentReactor<grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>> {
  public:
   ExecuteReactor(Shared& shared, grpc::CallbackServerContext* ctx)
-      : shared_(shared),
-        ctx_(ctx),
-        call_(std::make_unique<AgentCall>(shared.state, ctx->peer())),
-        authorization_(AuthorizationOf(*ctx)),
-        entered_(shared.gate.Enter()) {
-    if (!entered_) {
-      call_.reset();
-      Finish(Draining());
-      return;
-    }
-    cancel_.SetDeadline(absl::Now() + shared.state.config.max_call_time);
+      : AgentReactor(shared, ctx), ctx_(ctx), authorization_(AuthorizationOf(*ctx)) {
+    if (RefusedWhileDraining()) return;
     ctx->AddInitialMetadata(kAgentIdMetadataKey, shared.state.agent_id());
     StartSendInitialMetadata();
-    if (shared.watchdog != nullptr) shared.watchdog->Add(this);
+    Watch();
     AwaitClient(Wait::kSend);
     StartRead(&in_);
   }
@@ -160,20 +213,14 @@ class ExecuteReactor final
       if (!s.ok()) return FinishWith(s);
       CallLedger::Claim claim = call_->ClaimRun();
       if (!claim.run) return Replay(std::move(claim));
-      Ref();  // released once admitted, or when the wait is withdrawn
-      return budget_.Admit(
-          *shared_.state.admission, call_->footprint(),
-          [this] {
-            call_->Admitted();
-            SetHoldsBudget(true);
-            shared_.DeviceStep(*this, [this] {
-              absl::Status a = call_->Allocate();
-              if (a.ok()) return TakeFrame();
-              FinishWith(a);
-            });
-            Unref();
-          },
-          [this] { Withdrawn(); }, shared_.Elsewhere());
+      return AdmitThen([this] {
+        SetHoldsBudget(true);
+        shared_.DeviceStep(*this, [this] {
+          absl::Status a = call_->Allocate();
+          if (a.ok()) return TakeFrame();
+          FinishWith(a);
+        });
+      });
     }
     shared_.DeviceStep(*this, [this] { TakeFrame(); });
   }
@@ -188,16 +235,6 @@ class ExecuteReactor final
     shared_.DeviceStep(*this, [this] { WriteNext(); });
   }
 
-  void OnCancel() override {
-    cancel_.Cancel();
-    budget_.Withdraw(*shared_.state.admission);
-  }
-  void OnDone() override {
-    if (shared_.watchdog != nullptr) shared_.watchdog->Remove(this);
-    if (entered_) shared_.gate.Leave();
-    Unref();
-  }
-
  private:
   // Called by the IdleWatchdog, which holds a reference.
   void EndIdle(Wait waited, const absl::Status& error) override {
@@ -207,12 +244,6 @@ class ExecuteReactor final
     if (waited == Wait::kRead) ctx_->TryCancel();
     // The pending read of a silent client ends with Finish.
     FinishWith(error);
-  }
-
-  // Cancelled while it waited for memory: it never will be admitted.
-  void Withdrawn() {
-    FinishWith(CancelledWhileWaiting());
-    Unref();  // taken for the wait
   }
 
   // Answers a repeat of a call with side effects that ran already: the
@@ -245,20 +276,15 @@ class ExecuteReactor final
     StartWrite(&out_);
   }
 
-  void FinishWith(const absl::Status& s) {
+  void FinishWith(const absl::Status& s) override {
     call_->RecordOutcome(s);
     shared_.Release(std::move(call_));  // frees the call's memory now, not at OnDone
     SetHoldsBudget(false);
     Finish(ToGrpcStatus(s));
   }
 
-  Shared& shared_;
   grpc::CallbackServerContext* ctx_;
-  std::unique_ptr<AgentCall> call_;
-  CancellationToken cancel_;
-  BudgetWait budget_;
   const std::string authorization_;  // the call's bearer token, if any
-  const bool entered_;               // through the drain gate
   bool replaying_ = false;           // answering with a kept answer
   bool begun_ = false;  // only touched by the read chain
   grpc::ByteBuffer in_;
@@ -266,25 +292,16 @@ class ExecuteReactor final
 };
 
 // Unary call: the request and the response are one frame each.
-class CallReactor final : public grpc::ServerUnaryReactor, public WatchedCall {
+class CallReactor final : public AgentReactor<grpc::ServerUnaryReactor> {
  public:
   CallReactor(Shared& shared, grpc::CallbackServerContext* ctx,
               const grpc::ByteBuffer* request, grpc::ByteBuffer* response)
-      : shared_(shared),
-        response_(response),
-        call_(std::make_unique<AgentCall>(shared.state, ctx->peer())),
-        grpc_call_(ctx->c_call()),
-        entered_(shared.gate.Enter()) {
+      : AgentReactor(shared, ctx), response_(response), grpc_call_(ctx->c_call()) {
     // The answer may sit unread after Finish, when the context may already
     // serve another call; the core call, held here, is this call's for good.
     grpc_call_ref(grpc_call_);
-    if (!entered_) {
-      call_.reset();
-      Finish(Draining());
-      return;
-    }
-    if (shared.watchdog != nullptr) shared.watchdog->Add(this);
-    cancel_.SetDeadline(absl::Now() + shared.state.config.max_call_time);
+    if (RefusedWhileDraining()) return;
+    Watch();
     // In trailing metadata too: an error answer is "trailers only", and the
     // router must still see that the agent answered.
     const std::string id = shared.state.agent_id();
@@ -306,30 +323,9 @@ class CallReactor final : public grpc::ServerUnaryReactor, public WatchedCall {
     // that never had it (and runs it again). Other calls may run again
     // harmlessly, and save the extra message.
     if (call_->has_side_effect()) StartSendInitialMetadata();
-    Ref();  // released once admitted, or when the wait is withdrawn
-    budget_.Admit(
-        *shared_.state.admission, call_->footprint(),
-        [this, request] {
-          call_->Admitted();
-          shared_.DeviceStep(*this, [this, request] { TakeRequest(*request); });
-          Unref();
-        },
-        [this] {
-          FinishWith(CancelledWhileWaiting());
-          Unref();  // taken for the wait
-        },
-        shared_.Elsewhere());
-  }
-
-  void OnCancel() override {
-    cancel_.Cancel();
-    budget_.Withdraw(*shared_.state.admission);
-  }
-  void OnDone() override {
-    if (shared_.watchdog != nullptr) shared_.watchdog->Remove(this);
-    if (entered_) shared_.gate.Leave();
-    Resume();
-    Unref();
+    AdmitThen([this, request] {
+      shared_.DeviceStep(*this, [this, request] { TakeRequest(*request); });
+    });
   }
 
  private:
@@ -357,20 +353,15 @@ class CallReactor final : public grpc::ServerUnaryReactor, public WatchedCall {
     });
   }
 
-  void FinishWith(const absl::Status& s) {
+  void FinishWith(const absl::Status& s) override {
     call_->RecordOutcome(s, response_);
     shared_.Release(std::move(call_));
     AwaitClient(Wait::kRead);
     Finish(ToGrpcStatus(s));
   }
 
-  Shared& shared_;
   grpc::ByteBuffer* response_;
-  std::unique_ptr<AgentCall> call_;
   grpc_call* const grpc_call_;
-  const bool entered_;  // through the drain gate
-  CancellationToken cancel_;
-  BudgetWait budget_;
 };
 
 class AgentService final
