@@ -24,51 +24,19 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tests/process_harness.h"
+#include "tests/test_platform.h"
 
 namespace farcall {
 namespace {
 
+using ::farcall::testing::AgentArgs;
 using ::farcall::testing::ChildProcess;
+using ::farcall::testing::kAgentMaxCallBytes;
+using ::farcall::testing::OtherPlatform;
+using ::farcall::testing::SkipReason;
+using ::farcall::testing::TestPlatform;
+using ::farcall::testing::TestPlugin;
 using ::testing::HasSubstr;
-
-constexpr int64_t kAgentMaxCallBytes = int64_t{1} << 30;
-
-// The platform under test: FARCALL_TEST_PLATFORM, cpu by default. ctest runs
-// this suite once per platform built (tests/CMakeLists.txt).
-const std::string& TestPlatform() {
-  static const std::string p = [] {
-    const char* e = std::getenv("FARCALL_TEST_PLATFORM");
-    return std::string(e != nullptr && *e != '\0' ? e : "cpu");
-  }();
-  return p;
-}
-
-// A supported platform that the agents under test do not serve.
-std::string OtherPlatform() { return TestPlatform() == "cuda" ? "rocm" : "cuda"; }
-
-// The plugin with "example.negate" for the platform under test, or empty.
-std::string TestPlugin() {
-  const char* e = std::getenv("FARCALL_TEST_PLUGIN");
-  if (e != nullptr) return e;
-  return TestPlatform() == "cpu" ? FARCALL_EXAMPLE_PLUGIN : "";
-}
-
-// Why this platform cannot be tested here ("" when it can): its agent finds
-// no device. Asked once, of the agent itself.
-const std::string& SkipReason() {
-  static const std::string reason = [] {
-    absl::StatusOr<std::string> why =
-        ::farcall::testing::DeviceProblem(FARCALL_AGENT_BIN, TestPlatform());
-    // Any other failure is not a reason to skip: the tests then fail on it.
-    return why.ok() ? *why : std::string();
-  }();
-  return reason;
-}
-
-#define SKIP_WITHOUT_DEVICE()                                                   \
-  if (!SkipReason().empty()) {                                                  \
-    GTEST_SKIP() << "no " << TestPlatform() << " device here: " << SkipReason(); \
-  }
 
 // Two cpu agents (with the example plugin) and a router over both.
 struct Cluster {
@@ -76,21 +44,6 @@ struct Cluster {
 };
 
 Cluster* g_cluster = nullptr;
-
-std::vector<std::string> AgentArgs() {
-  std::vector<std::string> args = {absl::StrCat("--platform=", TestPlatform()),
-                                   "--listen=127.0.0.1:0",
-                                   absl::StrCat("--max_call_bytes=", kAgentMaxCallBytes)};
-  if (!TestPlugin().empty()) args.push_back(absl::StrCat("--plugins=", TestPlugin()));
-  // More agent flags, space-separated: FARCALL_TEST_AGENT_FLAGS (a GPU run
-  // shrinks the staging pool with them, so that calls run out of blocks).
-  if (const char* e = std::getenv("FARCALL_TEST_AGENT_FLAGS"); e != nullptr) {
-    for (absl::string_view f : absl::StrSplit(e, ' ', absl::SkipEmpty())) {
-      args.emplace_back(f);
-    }
-  }
-  return args;
-}
 
 class ClusterEnv : public ::testing::Environment {
  public:
@@ -756,191 +709,6 @@ INSTANTIATE_TEST_SUITE_P(
                       Param{Target::kRouter, Transport::kUnary},
                       Param{Target::kRouter, Transport::kStream}),
     ParamName);
-
-// ---- Router failover --------------------------------------------------------
-
-TEST(RouterFailoverTest, KeepsServingWhenAnAgentDiesAndUsesItAgainWhenBack) {
-  SKIP_WITHOUT_DEVICE();
-  auto a = ChildProcess::Start(FARCALL_AGENT_BIN, AgentArgs());
-  ASSERT_TRUE(a.ok()) << a.status();
-  auto b = ChildProcess::Start(FARCALL_AGENT_BIN, AgentArgs());
-  ASSERT_TRUE(b.ok()) << b.status();
-  const std::string a_addr = (*a)->address();
-  const int a_port = (*a)->port();
-  auto router = ChildProcess::Start(
-      FARCALL_ROUTER_BIN,
-      {"--listen=127.0.0.1:0", absl::StrCat("--agents=", a_addr, ",", (*b)->address())});
-  ASSERT_TRUE(router.ok()) << router.status();
-  auto client = Client::Connect((*router)->address());
-  ASSERT_TRUE(client.ok());
-
-  auto copy_call = [&](Transport t) {
-    std::vector<float> x = {1, 2, 3, 4};
-    TensorSpec spec{DType::kF32, {4}};
-    CallRequest req;
-    req.platform = TestPlatform();
-    req.handler = "copy";
-    req.args = {Arg::In(spec, x.data())};
-    req.results = {spec};
-    CallOptions o;
-    o.transport = t;
-    return (*client)->Call(req, o);
-  };
-
-  (*a)->Kill();
-  // Every call succeeds: a call that cannot reach the dead agent is retried
-  // on the other one before anything was sent.
-  for (int i = 0; i < 20; ++i) {
-    auto r = copy_call(i % 2 ? Transport::kUnary : Transport::kStream);
-    ASSERT_TRUE(r.ok()) << "call " << i << ": " << r.status();
-    EXPECT_EQ(r->agent_id, absl::StrCat(TestPlatform(), "-agent-", (*b)->port()));
-  }
-  auto list = (*client)->ListAgents(/*refresh=*/true);
-  ASSERT_TRUE(list.ok()) << list.status();
-  ASSERT_EQ(list->size(), 2u);
-  EXPECT_EQ((*list)[0].address, a_addr);
-  EXPECT_EQ((*list)[0].health, AgentStatus::Health::kDown);
-  EXPECT_EQ((*list)[1].health, AgentStatus::Health::kServing);
-
-  // The agent comes back on the same port and is used again.
-  std::vector<std::string> args = AgentArgs();
-  args[1] = absl::StrCat("--listen=127.0.0.1:", a_port);
-  auto a2 = ChildProcess::Start(FARCALL_AGENT_BIN, args);
-  ASSERT_TRUE(a2.ok()) << a2.status();
-  // Each refresh probes and waits up to the probe deadline for the agent's
-  // channel to reconnect; reconnect back-off may take a few rounds.
-  bool serving = false;
-  for (int round = 0; round < 20 && !serving; ++round) {
-    list = (*client)->ListAgents(/*refresh=*/true);
-    ASSERT_TRUE(list.ok());
-    serving = (*list)[0].health == AgentStatus::Health::kServing;
-  }
-  EXPECT_TRUE(serving);
-  (*b)->Kill();
-  auto r = copy_call(Transport::kUnary);
-  ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->agent_id, absl::StrCat(TestPlatform(), "-agent-", a_port));
-}
-
-// ---- Client options ------------------------------------------------------------
-
-TEST(ClientOptionsTest, WaitForReadyWaitsForTheTargetUntilTheDeadline) {
-  SKIP_WITHOUT_DEVICE();
-  // Nothing listens on port 1.
-  auto client = Client::Connect("127.0.0.1:1");
-  ASSERT_TRUE(client.ok());
-  std::vector<float> x = {1};
-  TensorSpec spec{DType::kF32, {1}};
-  CallRequest req;
-  req.platform = TestPlatform();
-  req.handler = "copy";
-  req.args = {Arg::In(spec, x.data())};
-  req.results = {spec};
-  CallOptions o;
-  o.timeout = absl::Milliseconds(300);
-  EXPECT_EQ((*client)->Call(req, o).status().code(), absl::StatusCode::kUnavailable);
-  o.wait_for_ready = true;
-  EXPECT_EQ((*client)->Call(req, o).status().code(), absl::StatusCode::kDeadlineExceeded);
-}
-
-// ---- Memory budget ------------------------------------------------------------
-
-TEST(AgentBudgetTest, CallsThatCouldNeverFitAreRefused) {
-  SKIP_WITHOUT_DEVICE();
-  std::vector<std::string> args = AgentArgs();
-  args.push_back("--max_inflight_bytes=1048576");
-  auto a = ChildProcess::Start(FARCALL_AGENT_BIN, args);
-  ASSERT_TRUE(a.ok()) << a.status();
-  auto client = Client::Connect((*a)->address());
-  ASSERT_TRUE(client.ok());
-  std::vector<uint8_t> x(600 << 10, 1);  // args + result: 1.2 MiB
-  TensorSpec spec{DType::kU8, {static_cast<int64_t>(x.size())}};
-  CallRequest req;
-  req.platform = TestPlatform();
-  req.handler = "copy";
-  req.args = {Arg::In(spec, x.data())};
-  req.results = {spec};
-  CallOptions o;
-  o.allow_shm = false;
-  auto r = (*client)->Call(req, o);
-  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_THAT(r.status().message(), HasSubstr("over the agent's budget of 1048576 bytes"));
-  EXPECT_THAT(r.status().message(), HasSubstr("it can never run here"));
-  // A call that fits still runs.
-  x.resize(100 << 10);
-  spec.dims = {static_cast<int64_t>(x.size())};
-  req.args = {Arg::In(spec, x.data())};
-  req.results = {spec};
-  EXPECT_TRUE((*client)->Call(req, o).ok());
-}
-
-TEST(AgentBudgetTest, CallsPastTheBudgetWaitTheirTurnAndAllSucceed) {
-  SKIP_WITHOUT_DEVICE();
-  // Room for one 2 MiB call (1 MiB arg + 1 MiB result) at a time.
-  std::vector<std::string> args = AgentArgs();
-  args.push_back("--max_inflight_bytes=3145728");
-  auto a = ChildProcess::Start(FARCALL_AGENT_BIN, args);
-  ASSERT_TRUE(a.ok()) << a.status();
-  auto client = Client::Connect((*a)->address());
-  ASSERT_TRUE(client.ok());
-  constexpr int kCalls = 16;
-  constexpr int64_t kBytes = 1 << 20;
-  std::vector<std::vector<uint8_t>> in(kCalls, std::vector<uint8_t>(kBytes));
-  std::vector<std::future<absl::StatusOr<CallResult>>> futures;
-  for (int c = 0; c < kCalls; ++c) {
-    std::fill(in[c].begin(), in[c].end(), static_cast<uint8_t>(c + 1));
-    TensorSpec spec{DType::kU8, {kBytes}};
-    CallRequest req;
-    req.platform = TestPlatform();
-    req.handler = "copy";
-    req.args = {Arg::In(spec, in[c].data())};
-    req.results = {spec};
-    CallOptions o;
-    o.allow_shm = false;
-    o.transport = c % 2 ? Transport::kUnary : Transport::kStream;
-    futures.push_back((*client)->CallFuture(req, o));
-  }
-  for (int c = 0; c < kCalls; ++c) {
-    auto r = futures[c].get();
-    ASSERT_TRUE(r.ok()) << "call " << c << ": " << r.status();
-    EXPECT_EQ(std::memcmp(r->results[0].data, in[c].data(), kBytes), 0) << c;
-  }
-}
-
-// ---- Discovery --------------------------------------------------------------
-
-TEST(RouterDiscoveryTest, DnsSourceNamesEveryAgentItResolvesTo) {
-  SKIP_WITHOUT_DEVICE();
-  auto a = ChildProcess::Start(FARCALL_AGENT_BIN, AgentArgs());
-  ASSERT_TRUE(a.ok()) << a.status();
-  auto router = ChildProcess::Start(
-      FARCALL_ROUTER_BIN,
-      {"--listen=127.0.0.1:0", absl::StrCat("--agents=dns:///localhost:", (*a)->port())});
-  ASSERT_TRUE(router.ok()) << router.status();
-  auto client = Client::Connect((*router)->address());
-  ASSERT_TRUE(client.ok());
-  auto list = (*client)->ListAgents(/*refresh=*/true);
-  ASSERT_TRUE(list.ok()) << list.status();
-  bool found = false;
-  for (const AgentStatus& e : *list) {
-    if (e.address == (*a)->address()) {
-      found = true;
-      EXPECT_EQ(e.health, AgentStatus::Health::kServing);
-    }
-  }
-  EXPECT_TRUE(found) << list->size() << " agents listed";
-
-  std::vector<float> x = {1, 2};
-  TensorSpec spec{DType::kF32, {2}};
-  CallRequest req;
-  req.platform = TestPlatform();
-  req.handler = "copy";
-  req.args = {Arg::In(spec, x.data())};
-  req.results = {spec};
-  auto r = (*client)->Call(req);
-  ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->agent_id, absl::StrCat(TestPlatform(), "-agent-", (*a)->port()));
-}
 
 }  // namespace
 }  // namespace farcall
