@@ -6,6 +6,8 @@
 // It adds two cpu handlers:
 //   example.negate   float32 x -> float32 -x (same spec; may alias {0: 0})
 //   example.clip     float32 x -> x clipped to [lo, hi] (attributes lo, hi: f64)
+// Each is a binding (what it takes, checked before its body runs) and its
+// math; see docs/handlers.md.
 #include <algorithm>
 #include <string>
 
@@ -13,48 +15,40 @@
 
 namespace {
 
-using farcall::sdk::CallFrame;
+using farcall::sdk::Bind;
 using farcall::sdk::InvalidArgument;
 using farcall::sdk::OkStatus;
 using farcall::sdk::Status;
+using F32 = farcall::sdk::Tensor<FARCALL_DTYPE_F32>;
 
-Status CheckUnaryFloat32(const CallFrame& call, const char* name) {
-  if (call.num_args() != 1 || call.num_results() != 1) {
-    return InvalidArgument(std::string(name) + ": takes one arg and one result");
-  }
-  if (call.arg(0).dtype() != FARCALL_DTYPE_F32 || !call.arg(0).SameSpec(call.result(0))) {
-    return InvalidArgument(std::string(name) +
-                           ": arg and result must both be the same float32 spec");
+Status SameShape(const char* handler, const F32& x, const F32& y) {
+  if (x.rank() != y.rank() || !std::equal(x.dims().begin(), x.dims().end(), y.dims().begin())) {
+    return InvalidArgument(std::string(handler) + ": arg and result must have the same shape");
   }
   return OkStatus();
 }
 
-Status Negate(CallFrame& call) {
-  Status s = CheckUnaryFloat32(call, "example.negate");
-  if (!s.ok()) return s;
-  const float* x = call.arg(0).data<float>();
-  float* y = call.result(0).data<float>();
-  const int64_t n = call.arg(0).element_count();
-  for (int64_t i = 0; i < n; ++i) y[i] = -x[i];
+Status NegateImpl(F32 x, F32 y) {
+  if (Status s = SameShape("example.negate", x, y); !s.ok()) return s;
+  for (int64_t i = 0; i < x.element_count(); ++i) y.data()[i] = -x.data()[i];
   return OkStatus();
 }
+FARCALL_BOUND_HANDLER(Negate, NegateImpl, Bind("example.negate").Arg<F32>().Ret<F32>());
 
-Status Clip(CallFrame& call) {
-  Status s = CheckUnaryFloat32(call, "example.clip");
-  if (!s.ok()) return s;
-  auto lo = call.GetF64("lo");
-  auto hi = call.GetF64("hi");
-  if (!lo || !hi || *lo > *hi) {
-    return InvalidArgument("example.clip: needs attributes lo <= hi (f64)");
-  }
-  const float* x = call.arg(0).data<float>();
-  float* y = call.result(0).data<float>();
-  const int64_t n = call.arg(0).element_count();
-  for (int64_t i = 0; i < n; ++i) {
-    y[i] = std::clamp(x[i], static_cast<float>(*lo), static_cast<float>(*hi));
+Status ClipImpl(F32 x, double lo, double hi, F32 y) {
+  if (Status s = SameShape("example.clip", x, y); !s.ok()) return s;
+  if (lo > hi) return InvalidArgument("example.clip: needs lo <= hi");
+  for (int64_t i = 0; i < x.element_count(); ++i) {
+    y.data()[i] = std::clamp(x.data()[i], static_cast<float>(lo), static_cast<float>(hi));
   }
   return OkStatus();
 }
+FARCALL_BOUND_HANDLER(Clip, ClipImpl,
+                      Bind("example.clip")
+                          .Arg<F32>()
+                          .Attr<double>("lo")
+                          .Attr<double>("hi")
+                          .Ret<F32>());
 
 }  // namespace
 

@@ -38,7 +38,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "consumer.twice: %s\n", r.status().ToString().c_str());
     return 1;
   }
-  const float* doubled = r->results[0].as<float>();
+  const float* out = r->results[0].as<float>();
+  const std::vector<float> doubled(out, out + 4);  // r is reused below
   std::printf("consumer.twice %s: %g %g %g %g\n", farcall::SpecToString(spec).c_str(),
               doubled[0], doubled[1], doubled[2], doubled[3]);
 
@@ -54,7 +55,15 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::printf("axpy in place: %g %g %g %g\n", y[0], y[1], y[2], y[3]);
-  const bool right = has_twice && doubled[3] == 8 && y[0] == 13 && y[3] == 52;
+  // The plugin's binding refuses what it was not built for, before its body.
+  std::vector<int32_t> ints = {1, 2, 3, 4};
+  const farcall::TensorSpec int_spec{farcall::DType::kS32, {4}};
+  twice.args = {farcall::Arg::In(int_spec, ints.data())};
+  twice.results = {int_spec};
+  absl::Status refused = (*client)->Call(twice).status();
+  std::printf("consumer.twice int32[4]: %s\n", refused.ToString().c_str());
+  const bool right = has_twice && doubled[3] == 8 && y[0] == 13 && y[3] == 52 &&
+                     refused.message() == "consumer.twice: arg 0: expected float32, got int32";
   std::printf("%s\n", right ? "ok" : "WRONG");
   return right ? 0 : 1;
 }

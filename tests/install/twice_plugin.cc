@@ -1,21 +1,16 @@
-// A handler plugin built against the installed handler SDK alone:
-//   consumer.twice   float32 x -> 2 * x (same spec)
-#include <string>
-
+// A handler plugin built against the installed handler SDK alone, in C++17:
+//   consumer.twice   float32 x -> 2 * x (a typed binding checks the call)
 #include "farcall/handler.h"
 
 namespace {
 
-farcall::sdk::Status Twice(farcall::sdk::CallFrame& call) {
-  if (call.num_args() != 1 || call.num_results() != 1 ||
-      call.arg(0).dtype() != FARCALL_DTYPE_F32 || !call.arg(0).SameSpec(call.result(0))) {
-    return farcall::sdk::InvalidArgument("consumer.twice: one float32 arg, a result like it");
-  }
-  const float* x = call.arg(0).data<float>();
-  float* y = call.result(0).data<float>();
-  for (int64_t i = 0; i < call.arg(0).element_count(); ++i) y[i] = 2 * x[i];
+using F32 = farcall::sdk::Tensor<FARCALL_DTYPE_F32>;
+
+farcall::sdk::Status TwiceImpl(F32 x, F32 y) {
+  for (int64_t i = 0; i < x.element_count(); ++i) y.data()[i] = 2 * x.data()[i];
   return farcall::sdk::OkStatus();
 }
+FARCALL_BOUND_HANDLER(Twice, TwiceImpl, farcall::sdk::Bind("consumer.twice").Arg<F32>().Ret<F32>());
 
 }  // namespace
 

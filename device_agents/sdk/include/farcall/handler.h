@@ -199,6 +199,10 @@ FarcallError* Adapt(const FarcallCallFrame* frame) {
 
 }  // namespace farcall::sdk
 
+// Typed bindings: a handler's args, results and attributes checked before
+// its body runs (FARCALL_BOUND_HANDLER).
+#include "farcall/handler_binding.h"  // IWYU pragma: export
+
 // A FarcallHandlerDef initialiser for a C++ handler function.
 #define FARCALL_HANDLER_DEF(name, platform, traits, fn)                   \
   FarcallHandlerDef {                                                      \
