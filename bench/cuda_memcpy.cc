@@ -70,8 +70,7 @@ int main(int argc, char** argv) {
     d2h.push_back(Time(host, dev, bytes, cudaMemcpyDeviceToHost));
   }
   std::printf("{\"bytes\": %lld, \"h2d_gbps\": %.3f, \"d2h_gbps\": %.3f}\n",
-              static_cast<long long>(bytes), bytes / Median(h2d) / 1e9,
-              bytes / Median(d2h) / 1e9);
+              static_cast<long long>(bytes), bytes / Median(h2d) / 1e9, bytes / Median(d2h) / 1e9);
   cudaFree(dev);
   cudaFreeHost(host);
   return 0;

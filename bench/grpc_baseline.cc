@@ -111,11 +111,10 @@ class StoreReturn final : public grpc::ServerBidiReactor<ByteBuffer, ByteBuffer>
   ByteBuffer in_, out_;
 };
 
-class EchoService final
-    : public farcall::bench::Echo::WithRawCallbackMethod_Unary<
-          farcall::bench::Echo::WithRawCallbackMethod_Bidi<
-              farcall::bench::Echo::WithRawCallbackMethod_StoreReturn<
-                  farcall::bench::Echo::Service>>> {
+class EchoService final : public farcall::bench::Echo::WithRawCallbackMethod_Unary<
+                              farcall::bench::Echo::WithRawCallbackMethod_Bidi<
+                                  farcall::bench::Echo::WithRawCallbackMethod_StoreReturn<
+                                      farcall::bench::Echo::Service>>> {
  public:
   grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, const ByteBuffer* req,
                                   ByteBuffer* resp) override {
@@ -159,8 +158,8 @@ std::shared_ptr<grpc::Channel> Channel() {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);
   args.SetMaxSendMessageSize(-1);
-  return grpc::CreateCustomChannel(absl::GetFlag(FLAGS_target),
-                                   grpc::InsecureChannelCredentials(), args);
+  return grpc::CreateCustomChannel(absl::GetFlag(FLAGS_target), grpc::InsecureChannelCredentials(),
+                                   args);
 }
 
 int RunUnary() {

@@ -31,15 +31,14 @@ v1::Attribute ToProto(const AttributeValue& v) {
 
 }  // namespace
 
-absl::StatusOr<PreparedCall> Prepare(const CallRequest& request,
-                                     const CallOptions& options) {
+absl::StatusOr<PreparedCall> Prepare(const CallRequest& request, const CallOptions& options) {
   PreparedCall p;
   v1::CallHeader& h = p.header;
   h.set_handler(request.handler);
   CallDescriptor d;
   d.handler = request.handler;
-  d.platforms = request.platforms.empty() ? std::vector<std::string>{request.platform}
-                                          : request.platforms;
+  d.platforms =
+      request.platforms.empty() ? std::vector<std::string>{request.platform} : request.platforms;
   for (const std::string& platform : d.platforms) h.add_platforms(platform);
   for (const Arg& a : request.args) {
     *h.add_args() = SpecToProto(a.spec());
@@ -73,18 +72,18 @@ absl::StatusOr<PreparedCall> Prepare(const CallRequest& request,
   }
   p.validated = *std::move(validated);
   if (!request.result_memory.empty() && request.result_memory.size() != request.results.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "result_memory has ", request.result_memory.size(), " entries for ",
-        request.results.size(), " results; give one per result, or none."));
+    return absl::InvalidArgumentError(
+        absl::StrCat("result_memory has ", request.result_memory.size(), " entries for ",
+                     request.results.size(), " results; give one per result, or none."));
   }
   p.result_memory = request.result_memory;
   for (const auto& [i, o] : request.aliases) {
     if (i >= request.args.size() || o >= request.results.size()) continue;  // unchecked call
     if (request.args[i].writable_data() == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "args[", i, "] is aliased to results[", o,
-          "] but was passed read-only; pass it with Arg::InOut so that the "
-          "result can be written into it."));
+      return absl::InvalidArgumentError(
+          absl::StrCat("args[", i, "] is aliased to results[", o,
+                       "] but was passed read-only; pass it with Arg::InOut so that the "
+                       "result can be written into it."));
     }
   }
   p.args = request.args;
@@ -167,8 +166,8 @@ bool RequestWriter::Next(grpc::ByteBuffer* out) {
     if (take > 0) {
       // Refers to the caller's memory; the keepalive tells the call when
       // gRPC is done with it.
-      enc.AddChunk(static_cast<uint32_t>(index_), offset_,
-                   call_.args[index_].data() + offset_, take, keepalive_);
+      enc.AddChunk(static_cast<uint32_t>(index_), offset_, call_.args[index_].data() + offset_,
+                   take, keepalive_);
       budget -= take;
       offset_ += take;
     }
@@ -212,8 +211,8 @@ ResponseReader::ResponseReader(const PreparedCall& call) : call_(call) {
       // Not zero-filled: every byte is written by a chunk.
       r.storage.reset(new (std::nothrow) uint8_t[r.size > 0 ? r.size : 1]);
       if (r.storage == nullptr && init_status_.ok()) {
-        init_status_ = absl::ResourceExhaustedError(absl::StrCat(
-            "cannot allocate ", r.size, " bytes on the client for results[", o, "]."));
+        init_status_ = absl::ResourceExhaustedError(
+            absl::StrCat("cannot allocate ", r.size, " bytes on the client for results[", o, "]."));
       }
       r.data = r.storage.get();
     }
@@ -227,17 +226,16 @@ absl::Status ResponseReader::OnFrame(const grpc::ByteBuffer& frame) {
   return DecodeFrame(frame, *this);
 }
 
-absl::Status ResponseReader::OnMessageField(uint32_t field,
-                                            absl::string_view bytes) {
+absl::Status ResponseReader::OnMessageField(uint32_t field, absl::string_view bytes) {
   if (field == kHeaderField) {
     v1::ResultHeader h;
     if (!h.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
       return absl::InternalError("the result header does not parse.");
     }
     if (static_cast<size_t>(h.results_size()) != result_.results.size()) {
-      return absl::InternalError(absl::StrCat(
-          "the agent answered with ", h.results_size(), " results; the call asked for ",
-          result_.results.size(), "."));
+      return absl::InternalError(absl::StrCat("the agent answered with ", h.results_size(),
+                                              " results; the call asked for ",
+                                              result_.results.size(), "."));
     }
     result_.agent_id = h.agent_id();
     result_.platform = h.platform();
@@ -253,8 +251,7 @@ absl::Status ResponseReader::OnMessageField(uint32_t field,
   return absl::OkStatus();
 }
 
-absl::Status ResponseReader::OnChunk(uint32_t index, uint64_t offset,
-                                     const ChunkBytes& data) {
+absl::Status ResponseReader::OnChunk(uint32_t index, uint64_t offset, const ChunkBytes& data) {
   absl::StatusOr<uint8_t*> dst = assembler_->Accept(index, offset, data.size());
   // A malformed answer is the server's fault, not the caller's.
   if (!dst.ok()) return absl::InternalError(dst.status().message());

@@ -8,12 +8,12 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "client/shm_channel.h"
 #include "core/call_validation.h"
 #include "core/chunk_assembler.h"
 #include "core/wire/frame_codec.h"
-#include "client/shm_channel.h"
-#include "farcall/v1/farcall.pb.h"
 #include "farcall/client.h"
+#include "farcall/v1/farcall.pb.h"
 
 namespace farcall::client_internal {
 
@@ -31,8 +31,7 @@ struct PreparedCall {
   std::vector<bool> shm_result_in_place;  // aliased into caller memory already
   std::vector<std::shared_ptr<ShmRegion>> shm_user_regions;
 };
-absl::StatusOr<PreparedCall> Prepare(const CallRequest& request,
-                                     const CallOptions& options);
+absl::StatusOr<PreparedCall> Prepare(const CallRequest& request, const CallOptions& options);
 
 // Stages a prepared call in shared memory: copies its args into a region
 // from `channel` and names the region and offsets in the header. After
@@ -88,8 +87,7 @@ class ResponseReader final : private FrameVisitor {
 
  private:
   absl::Status OnMessageField(uint32_t field, absl::string_view bytes) override;
-  absl::Status OnChunk(uint32_t index, uint64_t offset,
-                       const ChunkBytes& data) override;
+  absl::Status OnChunk(uint32_t index, uint64_t offset, const ChunkBytes& data) override;
 
   const PreparedCall& call_;
   absl::Status init_status_;

@@ -14,9 +14,9 @@
 #include "core/wire/protocol.h"
 #include "core/wire/security.h"
 #include "farcall/v1/farcall.grpc.pb.h"
+#include "grpc/grpc.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/generic/generic_stub.h"
-#include "grpc/grpc.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/impl/client_unary_call.h"
 #include "grpcpp/impl/rpc_method.h"
@@ -49,8 +49,7 @@ void MarkRegionAfter(const PreparedCall& call, const absl::StatusOr<CallResult>&
 enum class Service { kUnknown, kAgent, kRouter };
 
 // A streamed call: request frames out, one at a time; response frames in.
-class StreamCall final
-    : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+class StreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   StreamCall(PreparedCall call, const CallOptions& options, const std::string& authorization,
              CallCallback done)
@@ -201,8 +200,8 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> SharedChannel(const std::string& 
   static absl::Mutex mu(absl::kConstInit);
   static auto* channels =
       new std::map<std::string, std::shared_ptr<grpc::Channel>>();  // never freed
-  const std::string key = absl::StrCat(target, "\n", options.tls_ca, "\n",
-                                       options.tls_cert, "\n", options.tls_key);
+  const std::string key =
+      absl::StrCat(target, "\n", options.tls_ca, "\n", options.tls_cert, "\n", options.tls_key);
   absl::MutexLock l(&mu);
   std::shared_ptr<grpc::Channel>& c = (*channels)[key];
   if (c == nullptr) {
@@ -219,7 +218,6 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> SharedChannel(const std::string& 
   }
   return c;
 }
-
 
 // The wire's AgentInfo as the public API's struct.
 AgentDescription DescriptionFromProto(const v1::AgentInfo& info) {
@@ -246,9 +244,7 @@ struct Client::Impl {
   std::string authorization;  // "Bearer TOKEN", or empty
 
   // Every call's context: its token, when there is one.
-  void Prepare(grpc::ClientContext& ctx) const {
-    AddAuthorization(ctx, authorization);
-  }
+  void Prepare(grpc::ClientContext& ctx) const { AddAuthorization(ctx, authorization); }
   std::unique_ptr<grpc::GenericStub> generic;
   std::unique_ptr<v1::Agent::Stub> agent;
   std::unique_ptr<v1::Router::Stub> router;
@@ -379,8 +375,7 @@ absl::StatusOr<Client::Plan> Client::MakePlan(const CallRequest& request,
                                               const CallOptions& options) {
   absl::StatusOr<PreparedCall> prepared = client_internal::Prepare(request, options);
   if (!prepared.ok()) return prepared.status();
-  absl::StatusOr<Service> service =
-      impl_->GetService(options.timeout, options.wait_for_ready);
+  absl::StatusOr<Service> service = impl_->GetService(options.timeout, options.wait_for_ready);
   if (!service.ok()) return service.status();
   Plan plan;
   plan.unary = options.transport == Transport::kUnary;
@@ -420,23 +415,21 @@ absl::StatusOr<Client::Plan> Client::MakePlan(const CallRequest& request,
   return plan;
 }
 
-void Client::CallAsync(const CallRequest& request, const CallOptions& options,
-                       CallCallback done) {
+void Client::CallAsync(const CallRequest& request, const CallOptions& options, CallCallback done) {
   absl::StatusOr<Plan> plan = MakePlan(request, options);
   if (!plan.ok()) return done(plan.status());
   if (plan->unary) {
-    auto* call = new UnaryCall(std::move(plan->prepared), options, impl_->authorization,
-                               std::move(done));
+    auto* call =
+        new UnaryCall(std::move(plan->prepared), options, impl_->authorization, std::move(done));
     call->Start(*impl_->generic, plan->method);
   } else {
-    auto* call = new StreamCall(std::move(plan->prepared), options, impl_->authorization,
-                                std::move(done));
+    auto* call =
+        new StreamCall(std::move(plan->prepared), options, impl_->authorization, std::move(done));
     call->Start(*impl_->generic, plan->method);
   }
 }
 
-absl::StatusOr<CallResult> Client::Call(const CallRequest& request,
-                                        const CallOptions& options) {
+absl::StatusOr<CallResult> Client::Call(const CallRequest& request, const CallOptions& options) {
   absl::StatusOr<Plan> plan = MakePlan(request, options);
   if (!plan.ok()) return plan.status();
   if (plan->unary) {
@@ -496,9 +489,8 @@ std::future<absl::StatusOr<CallResult>> Client::CallFuture(const CallRequest& re
                                                            const CallOptions& options) {
   auto promise = std::make_shared<std::promise<absl::StatusOr<CallResult>>>();
   std::future<absl::StatusOr<CallResult>> f = promise->get_future();
-  CallAsync(request, options, [promise](absl::StatusOr<CallResult> r) {
-    promise->set_value(std::move(r));
-  });
+  CallAsync(request, options,
+            [promise](absl::StatusOr<CallResult> r) { promise->set_value(std::move(r)); });
   return f;
 }
 
@@ -545,8 +537,7 @@ absl::StatusOr<AgentDescription> Client::Describe(absl::Duration timeout) {
   return DescriptionFromProto(info);
 }
 
-absl::StatusOr<std::vector<AgentStatus>> Client::ListAgents(bool refresh,
-                                                            absl::Duration timeout) {
+absl::StatusOr<std::vector<AgentStatus>> Client::ListAgents(bool refresh, absl::Duration timeout) {
   grpc::ClientContext ctx;
   ctx.set_deadline(DeadlineAfter(timeout));
   impl_->Prepare(ctx);

@@ -83,8 +83,8 @@ absl::StatusOr<std::shared_ptr<ShmRegion>> ShmChannel::Acquire(uint64_t size) {
   std::unique_ptr<ShmRegion> region;
   {
     absl::MutexLock l(&mu_);
-    auto it = std::find_if(free_.begin(), free_.end(),
-                           [&](const auto& r) { return r->size >= size; });
+    auto it =
+        std::find_if(free_.begin(), free_.end(), [&](const auto& r) { return r->size >= size; });
     if (it != free_.end()) {
       region = std::move(*it);
       free_.erase(it);

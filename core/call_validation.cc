@@ -1,5 +1,5 @@
-#include "absl/strings/string_view.h"
 #include "core/call_validation.h"
+#include "absl/strings/string_view.h"
 
 #include <algorithm>
 #include <utility>
@@ -19,23 +19,21 @@ absl::StatusOr<std::pair<Platform, bool>> ValidatePlatforms(
         "buffer_callback needs exactly one platform; the call names none.");
   }
   if (platforms.size() > 1) {
-    return absl::UnimplementedError(
-        "multi-platform lowering for buffer_callback");
+    return absl::UnimplementedError("multi-platform lowering for buffer_callback");
   }
   if (IsGpuAlias(platforms[0])) return std::make_pair(Platform::kCuda, true);
   std::optional<Platform> p = ParsePlatform(platforms[0]);
   if (!p) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "`buffer_callback` not supported on ", platforms[0], " backend."));
+    return absl::InvalidArgumentError(
+        absl::StrCat("`buffer_callback` not supported on ", platforms[0], " backend."));
   }
   return std::make_pair(*p, false);
 }
 
-absl::Status ValidateSpecs(const std::vector<TensorSpec>& specs,
-                           absl::string_view what, std::vector<int64_t>* bytes) {
+absl::Status ValidateSpecs(const std::vector<TensorSpec>& specs, absl::string_view what,
+                           std::vector<int64_t>* bytes) {
   for (size_t i = 0; i < specs.size(); ++i) {
-    FARCALL_ASSIGN_OR_RETURN(int64_t b,
-                             ByteSize(specs[i], absl::StrCat(what, "[", i, "]")));
+    FARCALL_ASSIGN_OR_RETURN(int64_t b, ByteSize(specs[i], absl::StrCat(what, "[", i, "]")));
     bytes->push_back(b);
   }
   return absl::OkStatus();
@@ -43,34 +41,29 @@ absl::Status ValidateSpecs(const std::vector<TensorSpec>& specs,
 
 std::string Mapping(uint32_t i, uint32_t o) { return absl::StrCat("'", i, ":", o, "'"); }
 
-absl::Status ValidateAliases(const CallDescriptor& call,
-                             std::vector<int64_t>* result_alias) {
+absl::Status ValidateAliases(const CallDescriptor& call, std::vector<int64_t>* result_alias) {
   result_alias->assign(call.results.size(), -1);
   for (const auto& [i, o] : call.aliases) {
     if (i >= call.args.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "input_output_aliases contains the mapping ", Mapping(i, o),
-          " with input index ", i, " outside the range [0, ", call.args.size(),
-          ")."));
+      return absl::InvalidArgumentError(
+          absl::StrCat("input_output_aliases contains the mapping ", Mapping(i, o),
+                       " with input index ", i, " outside the range [0, ", call.args.size(), ")."));
     }
     if (o >= call.results.size()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "input_output_aliases contains the mapping ", Mapping(i, o),
-          " with output index ", o, " outside the range [0, ",
-          call.results.size(), ")."));
+          "input_output_aliases contains the mapping ", Mapping(i, o), " with output index ", o,
+          " outside the range [0, ", call.results.size(), ")."));
     }
     if (call.args[i] != call.results[o]) {
       return absl::InvalidArgumentError(absl::StrCat(
           "input_output_aliases contains the mapping ", Mapping(i, o),
-          " referring to an input with abstract value ",
-          SpecToString(call.args[i]),
-          " and an output with a different abstract value ",
-          SpecToString(call.results[o]), "."));
+          " referring to an input with abstract value ", SpecToString(call.args[i]),
+          " and an output with a different abstract value ", SpecToString(call.results[o]), "."));
     }
     if ((*result_alias)[o] >= 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "input_output_aliases maps inputs ", (*result_alias)[o], " and ", i,
-          " to the same output ", o, "."));
+      return absl::InvalidArgumentError(absl::StrCat("input_output_aliases maps inputs ",
+                                                     (*result_alias)[o], " and ", i,
+                                                     " to the same output ", o, "."));
     }
     (*result_alias)[o] = i;
   }
@@ -79,8 +72,7 @@ absl::Status ValidateAliases(const CallDescriptor& call,
 
 }  // namespace
 
-absl::StatusOr<ValidatedCall> ValidateCall(const CallDescriptor& call,
-                                           int64_t max_call_bytes,
+absl::StatusOr<ValidatedCall> ValidateCall(const CallDescriptor& call, int64_t max_call_bytes,
                                            absl::string_view limit_owner) {
   ValidatedCall v;
   FARCALL_ASSIGN_OR_RETURN(auto platform, ValidatePlatforms(call.platforms));
@@ -103,9 +95,9 @@ absl::StatusOr<ValidatedCall> ValidateCall(const CallDescriptor& call,
   }
   v.footprint_bytes = total;
   if (max_call_bytes > 0 && total > max_call_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the call needs ", total, " bytes for its tensors, over the ",
-        limit_owner, "'s limit of ", max_call_bytes, " bytes per call."));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the call needs ", total, " bytes for its tensors, over the ", limit_owner,
+                     "'s limit of ", max_call_bytes, " bytes per call."));
   }
   return v;
 }
@@ -127,15 +119,13 @@ absl::Status HandlerNotFoundError(absl::string_view handler, absl::string_view p
 }
 
 absl::Status NoLiveAgentError(absl::string_view platform) {
-  return absl::UnavailableError(
-      absl::StrCat("no live agent serves platform '", platform, "'."));
+  return absl::UnavailableError(absl::StrCat("no live agent serves platform '", platform, "'."));
 }
 
-absl::Status PlatformNotServedError(absl::string_view served,
-                                    absl::string_view requested) {
-  return absl::FailedPreconditionError(
-      absl::StrCat("this agent serves platform '", served,
-                   "', but the call asks for platform '", requested, "'."));
+absl::Status PlatformNotServedError(absl::string_view served, absl::string_view requested) {
+  return absl::FailedPreconditionError(absl::StrCat("this agent serves platform '", served,
+                                                    "', but the call asks for platform '",
+                                                    requested, "'."));
 }
 
 }  // namespace farcall

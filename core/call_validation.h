@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/string_view.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "core/platform.h"
 #include "core/tensor_spec.h"
 
@@ -45,8 +45,7 @@ struct ValidatedCall {
 // handler name, every spec (dtype, dims, byte size), then the aliases.
 // `max_call_bytes` > 0 also refuses calls whose footprint is larger, with
 // RESOURCE_EXHAUSTED naming `limit_owner` ("agent" or "router").
-absl::StatusOr<ValidatedCall> ValidateCall(const CallDescriptor& call,
-                                           int64_t max_call_bytes = 0,
+absl::StatusOr<ValidatedCall> ValidateCall(const CallDescriptor& call, int64_t max_call_bytes = 0,
                                            absl::string_view limit_owner = "agent");
 
 // The contract's messages for conditions found outside ValidateCall.
@@ -55,8 +54,7 @@ absl::StatusOr<ValidatedCall> ValidateCall(const CallDescriptor& call,
 absl::Status HandlerNotFoundError(absl::string_view handler, absl::string_view platform,
                                   std::vector<std::string> registered = {});
 absl::Status NoLiveAgentError(absl::string_view platform);
-absl::Status PlatformNotServedError(absl::string_view served,
-                                    absl::string_view requested);
+absl::Status PlatformNotServedError(absl::string_view served, absl::string_view requested);
 
 }  // namespace farcall
 

@@ -128,14 +128,11 @@ TEST(ValidateCallTest, SupportedPlatformsCaseInsensitive) {
     const char* name;
     Platform platform;
   };
-  for (const Case& k : {Case{"cpu", Platform::kCpu}, Case{"CPU", Platform::kCpu},
-                        Case{"cuda", Platform::kCuda},
-                        Case{"CUDA", Platform::kCuda},
-                        Case{"Cuda", Platform::kCuda},
-                        Case{"rocm", Platform::kRocm},
-                        Case{"ROCm", Platform::kRocm},
-                        Case{"oneapi", Platform::kOneApi},
-                        Case{"OneAPI", Platform::kOneApi}}) {
+  for (const Case& k :
+       {Case{"cpu", Platform::kCpu}, Case{"CPU", Platform::kCpu}, Case{"cuda", Platform::kCuda},
+        Case{"CUDA", Platform::kCuda}, Case{"Cuda", Platform::kCuda}, Case{"rocm", Platform::kRocm},
+        Case{"ROCm", Platform::kRocm}, Case{"oneapi", Platform::kOneApi},
+        Case{"OneAPI", Platform::kOneApi}}) {
     CallDescriptor c = GoodCall();
     c.platforms = {k.name};
     absl::StatusOr<ValidatedCall> v = ValidateCall(c);
@@ -147,8 +144,7 @@ TEST(ValidateCallTest, SupportedPlatformsCaseInsensitive) {
 TEST(ValidateCallTest, NoHandler) {
   CallDescriptor c = GoodCall();
   c.handler = "";
-  ExpectError(ValidateCall(c), absl::StatusCode::kInvalidArgument,
-              "the call names no handler.");
+  ExpectError(ValidateCall(c), absl::StatusCode::kInvalidArgument, "the call names no handler.");
 }
 
 // ---- Aliases: JAX's messages, word for word ----
@@ -216,8 +212,7 @@ TEST(ValidateCallTest, TwoInputsAliasedToOneOutput) {
   absl::StatusOr<ValidatedCall> v = ValidateCall(c);
   ASSERT_FALSE(v.ok());
   EXPECT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(v.status().message(),
-            "input_output_aliases maps inputs 0 and 1 to the same output 1.");
+  EXPECT_EQ(v.status().message(), "input_output_aliases maps inputs 0 and 1 to the same output 1.");
 }
 
 TEST(ValidateCallTest, ValidAliases) {
@@ -240,10 +235,9 @@ TEST(ValidateCallTest, ResultAliasVector) {
   CallDescriptor c;
   c.handler = "h";
   c.platforms = {"cuda"};
-  c.args = {Spec(DType::kS8, {1}), Spec(DType::kS16, {2}),
-            Spec(DType::kS32, {3})};
-  c.results = {Spec(DType::kS32, {3}), Spec(DType::kU8, {100}),
-               Spec(DType::kS8, {1}), Spec(DType::kU8, {7})};
+  c.args = {Spec(DType::kS8, {1}), Spec(DType::kS16, {2}), Spec(DType::kS32, {3})};
+  c.results = {Spec(DType::kS32, {3}), Spec(DType::kU8, {100}), Spec(DType::kS8, {1}),
+               Spec(DType::kU8, {7})};
   c.aliases = {{2, 0}, {0, 2}};
   absl::StatusOr<ValidatedCall> v = ValidateCall(c);
   ASSERT_TRUE(v.ok()) << v.status();
@@ -284,8 +278,7 @@ TEST(ValidateCallTest, NegativeDim) {
 TEST(ValidateCallTest, UnknownDType) {
   CallDescriptor c = GoodCall();
   c.args[0] = Spec(static_cast<DType>(14), {4, 8});
-  ExpectError(ValidateCall(c), absl::StatusCode::kInvalidArgument,
-              "args[0] has unknown dtype 14.");
+  ExpectError(ValidateCall(c), absl::StatusCode::kInvalidArgument, "args[0] has unknown dtype 14.");
   c = GoodCall();
   c.results[1] = Spec(DType::kInvalid, {});
   ExpectError(ValidateCall(c), absl::StatusCode::kInvalidArgument,
@@ -382,8 +375,7 @@ TEST(ContractErrorsTest, HandlerNotFound) {
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(s.message(), HasSubstr("my_handler"));
   EXPECT_THAT(s.message(), HasSubstr("cuda"));
-  EXPECT_EQ(s.message(),
-            "handler 'my_handler' is not registered for platform 'cuda'.");
+  EXPECT_EQ(s.message(), "handler 'my_handler' is not registered for platform 'cuda'.");
   // With what is registered: sorted, once each, the first 24 named.
   EXPECT_EQ(HandlerNotFoundError("x", "cpu", {"sum", "copy", "sum"}).message(),
             "handler 'x' is not registered for platform 'cpu'. Registered there: copy, sum.");

@@ -32,8 +32,7 @@ class ChunkAssembler {
   // Validates the chunk [offset, offset + size) of tensor `index` and
   // returns where its bytes go. INVALID_ARGUMENT for an unknown index, a gap,
   // an overlap, or bytes past the end, naming the tensor and the offsets.
-  absl::StatusOr<uint8_t*> Accept(uint32_t index, uint64_t offset,
-                                  uint64_t size);
+  absl::StatusOr<uint8_t*> Accept(uint32_t index, uint64_t offset, uint64_t size);
 
   // OK when every tensor is complete; else names the first one missing data.
   absl::Status Finish() const;

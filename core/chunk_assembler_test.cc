@@ -97,9 +97,8 @@ TEST(ChunkAssemblerTest, ManySmallChunks) {
   std::vector<uint8_t> want = Iota(100, 7);
   for (uint64_t off = 0; off < 100; off += 7) {
     uint64_t n = std::min<uint64_t>(7, 100 - off);
-    ASSERT_TRUE(Put(a, 0, off, std::vector<uint8_t>(want.begin() + off,
-                                                    want.begin() + off + n))
-                    .ok());
+    ASSERT_TRUE(
+        Put(a, 0, off, std::vector<uint8_t>(want.begin() + off, want.begin() + off + n)).ok());
     EXPECT_EQ(a.received_bytes(), static_cast<int64_t>(off + n));
   }
   EXPECT_TRUE(a.Finish().ok());
@@ -127,8 +126,7 @@ TEST(ChunkAssemblerTest, UnknownIndex) {
   EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(p.status().message(), HasSubstr("args[2]"));
   EXPECT_THAT(p.status().message(), HasSubstr("offset 8"));
-  EXPECT_EQ(p.status().message(),
-            "chunk for args[2] at offset 8, but the call has 2 args.");
+  EXPECT_EQ(p.status().message(), "chunk for args[2] at offset 8, but the call has 2 args.");
   EXPECT_EQ(a.received_bytes(), 0);
 }
 
@@ -226,8 +224,7 @@ TEST(ChunkAssemblerTest, ChunkToZeroSizeTensorPastEnd) {
 }
 
 TEST(ChunkAssemblerTest, MissingDataAtFinish) {
-  Buffers b({Spec(DType::kU8, {4}), Spec(DType::kF32, {4, 8}),
-             Spec(DType::kU8, {2})});
+  Buffers b({Spec(DType::kU8, {4}), Spec(DType::kF32, {4, 8}), Spec(DType::kU8, {2})});
   ChunkAssembler a("args", b.targets);
   ASSERT_TRUE(a.Accept(0, 0, 4).ok());
   ASSERT_TRUE(a.Accept(1, 0, 50).ok());
@@ -251,8 +248,7 @@ TEST(ChunkAssemblerTest, MissingDataNamesFirstIncompleteTensor) {
 }
 
 TEST(ChunkAssemblerTest, ZeroSizeTensorsNeedNoChunk) {
-  Buffers b({Spec(DType::kF32, {0}), Spec(DType::kU8, {2}),
-             Spec(DType::kC128, {3, 0})});
+  Buffers b({Spec(DType::kF32, {0}), Spec(DType::kU8, {2}), Spec(DType::kC128, {3, 0})});
   ChunkAssembler a("args", b.targets);
   EXPECT_TRUE(a.Finish().code() == absl::StatusCode::kInvalidArgument);
   ASSERT_TRUE(Put(a, 1, 0, {9, 8}).ok());
@@ -272,9 +268,9 @@ TEST(ChunkAssemblerTest, ReceivedBytesCountsOnlyAcceptedChunks) {
   EXPECT_EQ(a.received_bytes(), 0);
   ASSERT_TRUE(a.Accept(0, 0, 6).ok());
   EXPECT_EQ(a.received_bytes(), 6);
-  ASSERT_FALSE(a.Accept(0, 7, 1).ok());   // gap
-  ASSERT_FALSE(a.Accept(0, 6, 5).ok());   // past end
-  ASSERT_FALSE(a.Accept(3, 0, 1).ok());   // unknown
+  ASSERT_FALSE(a.Accept(0, 7, 1).ok());  // gap
+  ASSERT_FALSE(a.Accept(0, 6, 5).ok());  // past end
+  ASSERT_FALSE(a.Accept(3, 0, 1).ok());  // unknown
   EXPECT_EQ(a.received_bytes(), 6);
   ASSERT_TRUE(a.Accept(1, 0, 5).ok());
   ASSERT_TRUE(a.Accept(0, 6, 4).ok());

@@ -1,5 +1,5 @@
-#include "absl/strings/string_view.h"
 #include "core/dtype.h"
+#include "absl/strings/string_view.h"
 
 #include <array>
 

@@ -5,8 +5,8 @@
 
 #include <cstdint>
 #include <optional>
-#include "absl/strings/string_view.h"
 #include <vector>
+#include "absl/strings/string_view.h"
 
 #include "farcall/tensor_spec.h"  // DType, ItemSize, DTypeName
 

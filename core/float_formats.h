@@ -21,13 +21,9 @@ namespace farcall {
 
 namespace float_types_internal {
 
-FARCALL_HD inline uint32_t FloatBits(float f) {
-  return __builtin_bit_cast(uint32_t, f);
-}
+FARCALL_HD inline uint32_t FloatBits(float f) { return __builtin_bit_cast(uint32_t, f); }
 
-FARCALL_HD inline float BitsToFloat(uint32_t u) {
-  return __builtin_bit_cast(float, u);
-}
+FARCALL_HD inline float BitsToFloat(uint32_t u) { return __builtin_bit_cast(float, u); }
 
 // How a format spends its top encodings.
 enum class NanStyle {
@@ -54,9 +50,7 @@ inline constexpr MiniFormat kF8E5M2FNUZFormat{5, 2, 16, NanStyle::kFnuz};
 inline constexpr MiniFormat kF8E4M3FNUZFormat{4, 3, 8, NanStyle::kFnuz};
 
 // 2^k for -126 <= k <= 127, built from bits: this header avoids <cmath>.
-FARCALL_HD inline float Pow2(int k) {
-  return BitsToFloat(static_cast<uint32_t>(k + 127) << 23);
-}
+FARCALL_HD inline float Pow2(int k) { return BitsToFloat(static_cast<uint32_t>(k + 127) << 23); }
 
 FARCALL_HD inline float Decode(MiniFormat fmt, uint32_t v) {
   const int total = 1 + fmt.exp_bits + fmt.man_bits;
@@ -71,8 +65,7 @@ FARCALL_HD inline float Decode(MiniFormat fmt, uint32_t v) {
       if (e == (1u << fmt.exp_bits) - 1) {
         // Keep the payload and quieten it, as a hardware widening would.
         return BitsToFloat(m == 0 ? (sign32 | 0x7F800000u)
-                                  : (sign32 | 0x7FC00000u |
-                                     (m << (23 - fmt.man_bits))));
+                                  : (sign32 | 0x7FC00000u | (m << (23 - fmt.man_bits))));
       }
       break;
     case NanStyle::kFn:
@@ -84,15 +77,12 @@ FARCALL_HD inline float Decode(MiniFormat fmt, uint32_t v) {
   }
   if (e == 0) {
     // Subnormal: m units of the smallest subnormal; exact in float32.
-    const float r =
-        static_cast<float>(m) * Pow2(1 - fmt.bias - fmt.man_bits);
+    const float r = static_cast<float>(m) * Pow2(1 - fmt.bias - fmt.man_bits);
     return sign != 0 ? -r : r;
   }
   // Every normal narrow value is a normal float32: just move the fields.
-  return BitsToFloat(
-      sign32 |
-      (static_cast<uint32_t>(static_cast<int>(e) - fmt.bias + 127) << 23) |
-      (m << (23 - fmt.man_bits)));
+  return BitsToFloat(sign32 | (static_cast<uint32_t>(static_cast<int>(e) - fmt.bias + 127) << 23) |
+                     (m << (23 - fmt.man_bits)));
 }
 
 FARCALL_HD inline uint32_t Encode(MiniFormat fmt, float f) {
@@ -132,8 +122,7 @@ FARCALL_HD inline uint32_t Encode(MiniFormat fmt, float f) {
     // Round the float32 exponent+mantissa field as one integer: a mantissa
     // carry then bumps the exponent by itself.
     const int shift = 23 - fmt.man_bits;
-    uint32_t r =
-        (abs + ((1u << (shift - 1)) - 1) + ((abs >> shift) & 1u)) >> shift;
+    uint32_t r = (abs + ((1u << (shift - 1)) - 1) + ((abs >> shift) & 1u)) >> shift;
     r -= static_cast<uint32_t>(127 - fmt.bias) << fmt.man_bits;
     if (r > max_finite) return overflow;
     mag = r;
@@ -145,8 +134,7 @@ FARCALL_HD inline uint32_t Encode(MiniFormat fmt, float f) {
     // of 1 << man_bits is the smallest normal, which is the right encoding.
     const uint32_t sig = (abs & 0x7FFFFFu) | 0x800000u;
     const int sh = 23 + min_normal_exp - fmt.man_bits - e32;  // >= 14
-    mag = sh > 24 ? 0
-                  : (sig + ((1u << (sh - 1)) - 1) + ((sig >> sh) & 1u)) >> sh;
+    mag = sh > 24 ? 0 : (sig + ((1u << (sh - 1)) - 1) + ((sig >> sh) & 1u)) >> sh;
   }
   if (mag == 0 && fmt.nan == NanStyle::kFnuz) return 0;  // no -0
   return sign_out | mag;
@@ -159,8 +147,7 @@ FARCALL_HD inline float HalfToFloat(uint16_t h) {
   return float_types_internal::Decode(float_types_internal::kHalfFormat, h);
 }
 FARCALL_HD inline uint16_t FloatToHalf(float f) {
-  return static_cast<uint16_t>(
-      float_types_internal::Encode(float_types_internal::kHalfFormat, f));
+  return static_cast<uint16_t>(float_types_internal::Encode(float_types_internal::kHalfFormat, f));
 }
 
 // bfloat16 <-> float32. bfloat16 is the top half of a float32.

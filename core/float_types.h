@@ -24,9 +24,8 @@ namespace farcall {
 
 // True for the five 8-bit float dtypes.
 constexpr bool IsFloat8(DType d) {
-  return d == DType::kF8E5M2 || d == DType::kF8E4M3FN ||
-         d == DType::kF8E4M3B11FNUZ || d == DType::kF8E5M2FNUZ ||
-         d == DType::kF8E4M3FNUZ;
+  return d == DType::kF8E5M2 || d == DType::kF8E4M3FN || d == DType::kF8E4M3B11FNUZ ||
+         d == DType::kF8E5M2FNUZ || d == DType::kF8E4M3FNUZ;
 }
 
 namespace float_types_internal {
@@ -57,15 +56,13 @@ constexpr MiniFormat F8Format(DType d, bool& ok) {
 // dtype F8ToFloat returns NaN and FloatToF8 returns 0.
 inline float F8ToFloat(DType d, uint8_t v) {
   bool ok = false;
-  const float_types_internal::MiniFormat fmt =
-      float_types_internal::F8Format(d, ok);
+  const float_types_internal::MiniFormat fmt = float_types_internal::F8Format(d, ok);
   if (!ok) return float_types_internal::BitsToFloat(0x7FC00000u);
   return float_types_internal::Decode(fmt, v);
 }
 inline uint8_t FloatToF8(DType d, float f) {
   bool ok = false;
-  const float_types_internal::MiniFormat fmt =
-      float_types_internal::F8Format(d, ok);
+  const float_types_internal::MiniFormat fmt = float_types_internal::F8Format(d, ok);
   if (!ok) return 0;
   return static_cast<uint8_t>(float_types_internal::Encode(fmt, f));
 }

@@ -76,7 +76,7 @@ TEST(BF16Test, KnownValues) {
   EXPECT_EQ(FloatToBF16(kInf), 0x7F80);
   EXPECT_EQ(BF16ToFloat(0x3F80), 1.0f);
   EXPECT_EQ(BF16ToFloat(0xC020), -2.5f);
-  EXPECT_EQ(BF16ToFloat(0x0001), std::ldexp(1.0f, -133));  // subnormal
+  EXPECT_EQ(BF16ToFloat(0x0001), std::ldexp(1.0f, -133));   // subnormal
   EXPECT_EQ(BF16ToFloat(0x7F7F), std::ldexp(255.0f, 120));  // max
 }
 
@@ -112,16 +112,16 @@ struct F8Case {
 };
 
 const F8Case kF8Cases[] = {
-    {DType::kF8E5M2, 0x3C, 0xC1, 0x7B, 0x01, 0x04, 0x35, 57344.0f,
-     1.52587890625e-05f, 6.103515625e-05f, 0x7C, 0x7E},
-    {DType::kF8E4M3FN, 0x38, 0xC2, 0x7E, 0x01, 0x08, 0x2A, 448.0f,
-     0.001953125f, 0.015625f, 0x7F, 0x7F},
-    {DType::kF8E4M3B11FNUZ, 0x58, 0xE2, 0x7F, 0x01, 0x08, 0x4A, 30.0f,
-     0.0001220703125f, 0.0009765625f, 0x80, 0x80},
-    {DType::kF8E5M2FNUZ, 0x40, 0xC5, 0x7F, 0x01, 0x04, 0x39, 57344.0f,
-     7.62939453125e-06f, 3.0517578125e-05f, 0x80, 0x80},
-    {DType::kF8E4M3FNUZ, 0x40, 0xCA, 0x7F, 0x01, 0x08, 0x32, 240.0f,
-     0.0009765625f, 0.0078125f, 0x80, 0x80},
+    {DType::kF8E5M2, 0x3C, 0xC1, 0x7B, 0x01, 0x04, 0x35, 57344.0f, 1.52587890625e-05f,
+     6.103515625e-05f, 0x7C, 0x7E},
+    {DType::kF8E4M3FN, 0x38, 0xC2, 0x7E, 0x01, 0x08, 0x2A, 448.0f, 0.001953125f, 0.015625f, 0x7F,
+     0x7F},
+    {DType::kF8E4M3B11FNUZ, 0x58, 0xE2, 0x7F, 0x01, 0x08, 0x4A, 30.0f, 0.0001220703125f,
+     0.0009765625f, 0x80, 0x80},
+    {DType::kF8E5M2FNUZ, 0x40, 0xC5, 0x7F, 0x01, 0x04, 0x39, 57344.0f, 7.62939453125e-06f,
+     3.0517578125e-05f, 0x80, 0x80},
+    {DType::kF8E4M3FNUZ, 0x40, 0xCA, 0x7F, 0x01, 0x08, 0x32, 240.0f, 0.0009765625f, 0.0078125f,
+     0x80, 0x80},
 };
 
 TEST(F8Test, KnownValuesMatchMlDtypes) {
@@ -148,8 +148,7 @@ TEST(F8Test, KnownValuesMatchMlDtypes) {
 TEST(F8Test, RoundsToNearestEven) {
   // With 3 mantissa bits the values next to 1 are 1 and 1.125: 1.0625 is a
   // tie that goes to 1 (even), 1.1875 a tie that goes to 1.25.
-  for (DType d : {DType::kF8E4M3FN, DType::kF8E4M3FNUZ,
-                  DType::kF8E4M3B11FNUZ}) {
+  for (DType d : {DType::kF8E4M3FN, DType::kF8E4M3FNUZ, DType::kF8E4M3B11FNUZ}) {
     SCOPED_TRACE(DTypeName(d));
     EXPECT_EQ(F8ToFloat(d, FloatToF8(d, 1.0625f)), 1.0f);
     EXPECT_EQ(F8ToFloat(d, FloatToF8(d, 1.1875f)), 1.25f);
@@ -176,8 +175,7 @@ TEST(F8Test, SpecialValues) {
   EXPECT_TRUE(std::signbit(F8ToFloat(DType::kF8E4M3FN, 0x80)));
   EXPECT_EQ(FloatToF8(DType::kF8E4M3FN, -0.0f), 0x80);
   // FNUZ: no negative zero; 0xFF is an ordinary negative number.
-  for (DType d : {DType::kF8E4M3FNUZ, DType::kF8E5M2FNUZ,
-                  DType::kF8E4M3B11FNUZ}) {
+  for (DType d : {DType::kF8E4M3FNUZ, DType::kF8E5M2FNUZ, DType::kF8E4M3B11FNUZ}) {
     SCOPED_TRACE(DTypeName(d));
     EXPECT_EQ(FloatToF8(d, -0.0f), 0x00);
     EXPECT_EQ(FloatToF8(d, -1e-30f), 0x00);

@@ -25,8 +25,7 @@ ABSL_FLAG(int64_t, max_header_bytes, 1 << 20, "largest encoded call header, in b
 ABSL_FLAG(int64_t, max_tensors, 1024, "most tensors (args plus results) one call may declare");
 ABSL_FLAG(int64_t, max_rank, 64, "most dims one tensor may have");
 ABSL_FLAG(int64_t, max_attributes, 256, "most attributes one call may carry");
-ABSL_FLAG(int64_t, max_name_bytes, 1024,
-          "longest handler, platform or attribute name, in bytes");
+ABSL_FLAG(int64_t, max_name_bytes, 1024, "longest handler, platform or attribute name, in bytes");
 ABSL_FLAG(int64_t, max_string_bytes, 1 << 20, "longest string attribute, in bytes");
 
 namespace farcall {
@@ -48,8 +47,8 @@ absl::StatusOr<int64_t> MaxMessageBytesFromFlags() {
   constexpr int64_t kMax = std::numeric_limits<int>::max();
   const int64_t v = absl::GetFlag(FLAGS_max_message_bytes);
   if (v < kMin || v > kMax) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--max_message_bytes must be between ", kMin, " and ", kMax, "; got ", v, "."));
+    return absl::InvalidArgumentError(absl::StrCat("--max_message_bytes must be between ", kMin,
+                                                   " and ", kMax, "; got ", v, "."));
   }
   return v;
 }
@@ -60,9 +59,9 @@ absl::StatusOr<GrpcServerLimits> GrpcServerLimitsFromFlags() {
   l.max_message_bytes = static_cast<int>(message_bytes);
   const int64_t streams = absl::GetFlag(FLAGS_max_concurrent_streams);
   if (streams < 1 || streams > std::numeric_limits<int>::max()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--max_concurrent_streams must be between 1 and ", std::numeric_limits<int>::max(),
-        "; got ", streams, "."));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_concurrent_streams must be between 1 and ",
+                     std::numeric_limits<int>::max(), "; got ", streams, "."));
   }
   l.max_concurrent_streams = static_cast<int>(streams);
   l.memory_bytes = absl::GetFlag(FLAGS_grpc_memory_bytes);
@@ -81,8 +80,8 @@ absl::StatusOr<GrpcServerLimits> GrpcServerLimitsFromFlags() {
   for (auto [name, d] : {std::pair{"--max_connection_age", l.max_connection_age},
                          std::pair{"--max_connection_age_grace", l.max_connection_age_grace}}) {
     if (d < absl::ZeroDuration() || d > absl::Hours(24 * 365)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          name, " must be between 0 and 8760h; got ", absl::FormatDuration(d), "."));
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " must be between 0 and 8760h; got ", absl::FormatDuration(d), "."));
     }
   }
   return l;

@@ -23,9 +23,8 @@ namespace farcall::log {
 namespace {
 
 std::shared_ptr<spdlog::logger>& Logger() {
-  static auto* logger = new std::shared_ptr<spdlog::logger>(
-      std::make_shared<spdlog::logger>("farcall",
-                                       std::make_shared<spdlog::sinks::stderr_sink_mt>()));
+  static auto* logger = new std::shared_ptr<spdlog::logger>(std::make_shared<spdlog::logger>(
+      "farcall", std::make_shared<spdlog::sinks::stderr_sink_mt>()));
   return *logger;
 }
 
@@ -54,8 +53,8 @@ absl::Status InitFromFlags(absl::string_view binary) {
   } else if (level == "error") {
     l = spdlog::level::err;
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--log_level must be debug, info, warning or error; got '", level, "'."));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--log_level must be debug, info, warning or error; got '", level, "'."));
   }
   Logger()->set_pattern(absl::StrCat("[%Y-%m-%d %H:%M:%S.%e] [", binary, "] [%l] %v"));
   Logger()->set_level(l);

@@ -24,8 +24,7 @@ int64_t ReadLimit(const std::string& path) {
 }
 
 // Applies the limits in `dir` and its ancestors up to `top` to `limit`.
-void ApplyLimits(const std::string& top, std::string dir, const std::string& file,
-                 int64_t* limit) {
+void ApplyLimits(const std::string& top, std::string dir, const std::string& file, int64_t* limit) {
   for (;;) {
     const int64_t v = ReadLimit(top + dir + "/" + file);
     if (v > 0) *limit = std::min(*limit, v);

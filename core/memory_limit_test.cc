@@ -18,9 +18,7 @@ void Write(const fs::path& p, const std::string& text) {
   std::ofstream(p) << text;
 }
 
-int64_t Physical() {
-  return static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
-}
+int64_t Physical() { return static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE); }
 
 fs::path FreshRoot(const std::string& name) {
   fs::path root = fs::path(::testing::TempDir()) / name;

@@ -17,8 +17,8 @@ namespace farcall::metrics {
 namespace {
 
 std::shared_ptr<prometheus::Registry> GlobalRegistry() {
-  static auto* r = new std::shared_ptr<prometheus::Registry>(
-      std::make_shared<prometheus::Registry>());
+  static auto* r =
+      new std::shared_ptr<prometheus::Registry>(std::make_shared<prometheus::Registry>());
   return *r;
 }
 
@@ -30,8 +30,8 @@ std::map<std::string, std::string> Labels(const std::vector<std::string>& names,
 }
 
 std::vector<double> LatencyBuckets() {
-  return {50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3,
-          50e-3, 100e-3, 250e-3, 500e-3, 1,     2.5,    5,    10,   30,  60};
+  return {50e-6,  100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3,
+          100e-3, 250e-3, 500e-3, 1,      2.5,  5,      10,   30,    60};
 }
 
 // Answers GETs of /metrics and of the pages given, by exact path.
@@ -53,8 +53,8 @@ class Pages final : public CivetHandler {
       page = {"text/plain; charset=utf-8", absl::StrCat("no page ", path, "\n")};
     }
     const std::string head = absl::StrCat(
-        "HTTP/1.1 ", code, code == 200 ? " OK" : " Not Found", "\r\nContent-Type: ",
-        page.content_type, "\r\nContent-Length: ", page.body.size(),
+        "HTTP/1.1 ", code, code == 200 ? " OK" : " Not Found",
+        "\r\nContent-Type: ", page.content_type, "\r\nContent-Length: ", page.body.size(),
         "\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n");
     mg_write(conn, head.data(), head.size());
     mg_write(conn, page.body.data(), page.body.size());
@@ -92,8 +92,7 @@ void Histogram::Observe(double v) { h_->Observe(v); }
 
 CounterFamily::CounterFamily(const std::string& name, const std::string& help,
                              std::vector<std::string> labels)
-    : family_(&prometheus::BuildCounter().Name(name).Help(help).Register(
-          *GlobalRegistry())),
+    : family_(&prometheus::BuildCounter().Name(name).Help(help).Register(*GlobalRegistry())),
       labels_(std::move(labels)) {}
 
 Counter CounterFamily::With(const std::vector<std::string>& values) {
@@ -102,8 +101,7 @@ Counter CounterFamily::With(const std::vector<std::string>& values) {
 
 GaugeFamily::GaugeFamily(const std::string& name, const std::string& help,
                          std::vector<std::string> labels)
-    : family_(&prometheus::BuildGauge().Name(name).Help(help).Register(
-          *GlobalRegistry())),
+    : family_(&prometheus::BuildGauge().Name(name).Help(help).Register(*GlobalRegistry())),
       labels_(std::move(labels)) {}
 
 Gauge GaugeFamily::With(const std::vector<std::string>& values) {
@@ -115,16 +113,14 @@ void GaugeFamily::Remove(const std::vector<std::string>& values) {
 }
 
 HistogramFamily::HistogramFamily(const std::string& name, const std::string& help,
-                                 std::vector<std::string> labels,
-                                 std::vector<double> buckets)
-    : family_(&prometheus::BuildHistogram().Name(name).Help(help).Register(
-          *GlobalRegistry())),
+                                 std::vector<std::string> labels, std::vector<double> buckets)
+    : family_(&prometheus::BuildHistogram().Name(name).Help(help).Register(*GlobalRegistry())),
       labels_(std::move(labels)),
       buckets_(buckets.empty() ? LatencyBuckets() : std::move(buckets)) {}
 
 Histogram HistogramFamily::With(const std::vector<std::string>& values) {
-  return Histogram(&family_->Add(Labels(labels_, values),
-                                 prometheus::Histogram::BucketBoundaries(buckets_)));
+  return Histogram(
+      &family_->Add(Labels(labels_, values), prometheus::Histogram::BucketBoundaries(buckets_)));
 }
 
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
@@ -176,9 +172,9 @@ void RemoveScrapeHook(int id) {
 }
 
 void ExportBuildInfo(const std::string& binary, const std::string& version) {
-  static auto* info = new GaugeFamily(
-      "farcall_build_info", "1, labelled with the binary and its farcall version.",
-      {"binary", "version"});
+  static auto* info =
+      new GaugeFamily("farcall_build_info", "1, labelled with the binary and its farcall version.",
+                      {"binary", "version"});
   info->With({binary, version}).Set(1);
 }
 

@@ -67,8 +67,7 @@ class Histogram {
 // farcall_..._total, _seconds, _bytes.
 class CounterFamily {
  public:
-  CounterFamily(const std::string& name, const std::string& help,
-                std::vector<std::string> labels);
+  CounterFamily(const std::string& name, const std::string& help, std::vector<std::string> labels);
   Counter With(const std::vector<std::string>& values);
 
  private:
@@ -78,8 +77,7 @@ class CounterFamily {
 
 class GaugeFamily {
  public:
-  GaugeFamily(const std::string& name, const std::string& help,
-              std::vector<std::string> labels);
+  GaugeFamily(const std::string& name, const std::string& help, std::vector<std::string> labels);
   Gauge With(const std::vector<std::string>& values);
   // Stops exporting the child for these label values (one that went away,
   // such as an agent no longer resolved).
@@ -93,8 +91,7 @@ class GaugeFamily {
 class HistogramFamily {
  public:
   // `buckets`: upper bounds; empty: latency buckets from 50 us to 60 s.
-  HistogramFamily(const std::string& name, const std::string& help,
-                  std::vector<std::string> labels,
+  HistogramFamily(const std::string& name, const std::string& help, std::vector<std::string> labels,
                   std::vector<double> buckets = {});
   Histogram With(const std::vector<std::string>& values);
 

@@ -14,8 +14,7 @@ namespace {
 using ::testing::HasSubstr;
 
 TEST(MetricsTest, FamiliesRenderWithLabelsAndHelp) {
-  CounterFamily calls("farcall_test_calls_total", "Calls in this test.",
-                      {"handler", "code"});
+  CounterFamily calls("farcall_test_calls_total", "Calls in this test.", {"handler", "code"});
   calls.With({"axpy", "OK"}).Increment();
   calls.With({"axpy", "OK"}).Increment(2);
   calls.With({"copy", "NOT_FOUND"}).Increment();

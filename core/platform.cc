@@ -1,12 +1,11 @@
-#include "absl/strings/string_view.h"
 #include "core/platform.h"
+#include "absl/strings/string_view.h"
 
 #include "absl/strings/match.h"
 
 namespace farcall {
 namespace {
-constexpr Platform kAll[] = {Platform::kCpu, Platform::kCuda, Platform::kRocm,
-                             Platform::kOneApi};
+constexpr Platform kAll[] = {Platform::kCpu, Platform::kCuda, Platform::kRocm, Platform::kOneApi};
 }  // namespace
 
 absl::string_view PlatformName(Platform p) {

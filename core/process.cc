@@ -20,9 +20,7 @@ sigset_t TerminationSet() {
 }
 }  // namespace
 
-void InitFarcallProcess() {
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-}
+void InitFarcallProcess() { absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore); }
 
 void BlockTerminationSignals() {
   sigset_t set = TerminationSet();
@@ -38,8 +36,8 @@ std::string WaitForTerminationSignal() {
 
 void ReportReady(int fd, int port, int metrics_port) {
   if (fd < 0) return;
-  std::string line = metrics_port > 0 ? absl::StrCat(port, " ", metrics_port, "\n")
-                                      : absl::StrCat(port, "\n");
+  std::string line =
+      metrics_port > 0 ? absl::StrCat(port, " ", metrics_port, "\n") : absl::StrCat(port, "\n");
   ssize_t unused = write(fd, line.data(), line.size());
   (void)unused;
   close(fd);

@@ -1,5 +1,5 @@
-#include "absl/strings/string_view.h"
 #include "core/tensor_spec.h"
+#include "absl/strings/string_view.h"
 
 #include <limits>
 
@@ -17,20 +17,18 @@ int64_t ElementCount(const TensorSpec& spec) {
   return n;
 }
 
-absl::StatusOr<int64_t> ByteSize(const TensorSpec& spec,
-                                 absl::string_view what) {
+absl::StatusOr<int64_t> ByteSize(const TensorSpec& spec, absl::string_view what) {
   int64_t item = ItemSize(spec.dtype);
   if (item == 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat(what, " has unknown dtype ",
-                     static_cast<int32_t>(spec.dtype), "."));
+        absl::StrCat(what, " has unknown dtype ", static_cast<int32_t>(spec.dtype), "."));
   }
   int64_t size = item;
   for (size_t i = 0; i < spec.dims.size(); ++i) {
     int64_t d = spec.dims[i];
     if (d < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, " has negative dim ", d, " at index ", i, "."));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " has negative dim ", d, " at index ", i, "."));
     }
   }
   // Overflow is judged after the negative check so that the message names
@@ -43,8 +41,7 @@ absl::StatusOr<int64_t> ByteSize(const TensorSpec& spec,
       if (has_zero) return 0;
       return absl::InvalidArgumentError(
           absl::StrCat(what, " ", SpecToString(spec),
-                       " has a byte size that overflows int64 at dim ", i,
-                       " (", d, ")."));
+                       " has a byte size that overflows int64 at dim ", i, " (", d, ")."));
     }
     size *= d;
   }
@@ -52,15 +49,14 @@ absl::StatusOr<int64_t> ByteSize(const TensorSpec& spec,
 }
 
 std::string SpecToString(const TensorSpec& spec) {
-  return absl::StrCat(DTypeName(spec.dtype), "[", absl::StrJoin(spec.dims, ","),
-                      "]");
+  return absl::StrCat(DTypeName(spec.dtype), "[", absl::StrJoin(spec.dims, ","), "]");
 }
 
 absl::StatusOr<TensorSpec> ParseTensorSpec(absl::string_view text) {
   auto bad = [&](absl::string_view why) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "bad tensor spec '", text, "': ", why,
-        " (expected DTYPE[D0,D1,...], such as float32[4,8] or int32[])"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad tensor spec '", text, "': ", why,
+                     " (expected DTYPE[D0,D1,...], such as float32[4,8] or int32[])"));
   };
   size_t open = text.find('[');
   if (open == absl::string_view::npos || text.back() != ']') {

@@ -82,8 +82,7 @@ TEST(ByteSizeTest, NegativeDimNamesIndexAndValue) {
 
 TEST(ByteSizeTest, NegativeDimReportedEvenWithZeroAndHugeDims) {
   // The negative dim is the real problem, not the (would-be) overflow.
-  absl::StatusOr<int64_t> b =
-      ByteSize(Spec(DType::kF32, {kMax, kMax, -1}), "results[0]");
+  absl::StatusOr<int64_t> b = ByteSize(Spec(DType::kF32, {kMax, kMax, -1}), "results[0]");
   ASSERT_FALSE(b.ok());
   EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(b.status().message(), HasSubstr("results[0]"));
@@ -91,8 +90,7 @@ TEST(ByteSizeTest, NegativeDimReportedEvenWithZeroAndHugeDims) {
 }
 
 TEST(ByteSizeTest, UnknownDTypeNamesTheNumber) {
-  absl::StatusOr<int64_t> b =
-      ByteSize(Spec(static_cast<DType>(13), {4}), "args[1]");
+  absl::StatusOr<int64_t> b = ByteSize(Spec(static_cast<DType>(13), {4}), "args[1]");
   ASSERT_FALSE(b.ok());
   EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(b.status().message(), "args[1] has unknown dtype 13.");
@@ -130,8 +128,7 @@ TEST(ByteSizeTest, ZeroDimWithHugeOtherDimsIsZeroBytes) {
                                          {kMax, 0, kMax},
                                          {int64_t{1} << 40, int64_t{1} << 40, 0}}) {
     absl::StatusOr<int64_t> b = ByteSize(Spec(DType::kC128, dims), "args[0]");
-    ASSERT_TRUE(b.ok()) << SpecToString(Spec(DType::kC128, dims)) << ": "
-                        << b.status();
+    ASSERT_TRUE(b.ok()) << SpecToString(Spec(DType::kC128, dims)) << ": " << b.status();
     EXPECT_EQ(*b, 0) << SpecToString(Spec(DType::kC128, dims));
   }
 }

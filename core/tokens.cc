@@ -47,8 +47,7 @@ absl::StatusOr<TokenTable> TokenTable::Parse(absl::string_view text, absl::strin
         absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
     if (fields.size() != 2) {
       return absl::InvalidArgumentError(absl::StrCat(
-          source, " line ", line_no,
-          ": expected 'TOKEN HANDLER[,HANDLER...]' or 'TOKEN *'."));
+          source, " line ", line_no, ": expected 'TOKEN HANDLER[,HANDLER...]' or 'TOKEN *'."));
     }
     Entry e;
     e.token = std::string(fields[0]);

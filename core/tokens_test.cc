@@ -42,8 +42,7 @@ TEST(TokenTableTest, MissingUnknownAndUnauthorisedTokens) {
   EXPECT_EQ(s.message(), "the bearer token is not known to this server.");
   // A prefix or an extension of a token is not that token.
   EXPECT_EQ(t->Authorize("Bearer alpha-toke", "axpy").code(), absl::StatusCode::kUnauthenticated);
-  EXPECT_EQ(t->Authorize("Bearer alpha-token2", "axpy").code(),
-            absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(t->Authorize("Bearer alpha-token2", "axpy").code(), absl::StatusCode::kUnauthenticated);
   s = t->Authorize("Bearer alpha-token", "sleep");
   EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
   EXPECT_EQ(s.message(), "this token may not call handler 'sleep'.");
@@ -55,8 +54,7 @@ TEST(TokenTableTest, BadLinesNameTheLineNotTheToken) {
   EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(t.status().message(),
             "/etc/tokens line 2: expected 'TOKEN HANDLER[,HANDLER...]' or 'TOKEN *'.");
-  EXPECT_EQ(TokenTable::Load("/nonexistent/tokens").status().code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(TokenTable::Load("/nonexistent/tokens").status().code(), absl::StatusCode::kNotFound);
 }
 
 }  // namespace

@@ -86,9 +86,7 @@ void BudgetWait::Admit(Admission& admission, int64_t bytes, std::function<void()
     withdrawn_ = std::move(withdrawn);
   }
   const uint64_t t = admission.Wait(
-      bytes, [go = std::move(go), resume = std::move(resume)]() mutable {
-        resume(std::move(go));
-      });
+      bytes, [go = std::move(go), resume = std::move(resume)]() mutable { resume(std::move(go)); });
   bool asked;
   {
     absl::MutexLock l(&mu_);

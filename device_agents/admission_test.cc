@@ -70,7 +70,8 @@ TEST(BudgetWaitTest, AWithdrawalBeforeTheWaitIsQueuedStillTakesItOut) {
   // admission): the wait must not stay queued, and the call must end.
   w.Withdraw(a);
   int go = 0, withdrawn = 0;
-  w.Admit(a, 10, [&] { ++go; }, [&] { ++withdrawn; }, Inline);
+  w.Admit(
+      a, 10, [&] { ++go; }, [&] { ++withdrawn; }, Inline);
   EXPECT_EQ(withdrawn, 1);
   EXPECT_EQ(a.waiting(), 0u);
   a.Release(100);
@@ -83,8 +84,10 @@ TEST(BudgetWaitTest, ExactlyOneOfAdmittedAndWithdrawnRuns) {
   ASSERT_TRUE(a.TryAcquire(100));
   BudgetWait admitted, withdrawn;
   int go = 0, gone = 0;
-  admitted.Admit(a, 10, [&] { ++go; }, [&] { ++gone; }, Inline);
-  withdrawn.Admit(a, 10, [&] { ++go; }, [&] { ++gone; }, Inline);
+  admitted.Admit(
+      a, 10, [&] { ++go; }, [&] { ++gone; }, Inline);
+  withdrawn.Admit(
+      a, 10, [&] { ++go; }, [&] { ++gone; }, Inline);
   withdrawn.Withdraw(a);
   withdrawn.Withdraw(a);  // twice: still once
   EXPECT_EQ(gone, 1);
@@ -99,7 +102,8 @@ TEST(BudgetWaitTest, ACallAdmittedAtOnceIgnoresAWithdrawal) {
   Admission a(100);
   BudgetWait w;
   int go = 0, gone = 0;
-  w.Admit(a, 10, [&] { ++go; }, [&] { ++gone; }, Inline);
+  w.Admit(
+      a, 10, [&] { ++go; }, [&] { ++gone; }, Inline);
   w.Withdraw(a);
   EXPECT_EQ(go, 1);
   EXPECT_EQ(gone, 0);
@@ -150,7 +154,8 @@ TEST(BudgetWaitTest, ManyCallsAdmittedAndWithdrawnAtOnceLoseNoByte) {
         << finished.load() << " of " << kThreads * kCalls << " calls ended";
   }
   for (size_t k = 0; k < ended.size(); ++k) {
-    ASSERT_TRUE(ended[k] == 1 || ended[k] == 2) << "call " << k << " ended " << ended[k] << " times";
+    ASSERT_TRUE(ended[k] == 1 || ended[k] == 2)
+        << "call " << k << " ended " << ended[k] << " times";
   }
   EXPECT_EQ(a.held(), 0);
   EXPECT_EQ(a.waiting(), 0u);

@@ -74,8 +74,7 @@ constexpr int64_t kCallOverheadBytes = 4096;
 constexpr int64_t kTensorOverheadBytes = 512;
 
 int64_t AddSaturating(int64_t a, int64_t b) {
-  return a > std::numeric_limits<int64_t>::max() - b ? std::numeric_limits<int64_t>::max()
-                                                     : a + b;
+  return a > std::numeric_limits<int64_t>::max() - b ? std::numeric_limits<int64_t>::max() : a + b;
 }
 
 // Staging blocks a call keeps in flight at once, each way.
@@ -110,8 +109,7 @@ uint8_t* AgentCall::Tensor::host() const {
   return memory->host_ptr();
 }
 
-AgentCall::AgentCall(AgentState& agent, std::string peer)
-    : agent_(agent), peer_(std::move(peer)) {
+AgentCall::AgentCall(AgentState& agent, std::string peer) : agent_(agent), peer_(std::move(peer)) {
   Metrics().inflight_calls.With({}).Increment();
 }
 
@@ -187,15 +185,13 @@ void AgentCall::RecordOutcome(const absl::Status& status, const grpc::ByteBuffer
 absl::Status AgentCall::Begin(const grpc::ByteBuffer& first) {
   header_time_ = absl::Now();
   FARCALL_ASSIGN_OR_RETURN(
-      bool found,
-      DecodeMessageField(first, kHeaderField, &header_, &agent_.config.header_limits));
+      bool found, DecodeMessageField(first, kHeaderField, &header_, &agent_.config.header_limits));
   if (!found) {
     return MissingHeaderError();
   }
   const AgentConfig& cfg = agent_.config;
-  FARCALL_ASSIGN_OR_RETURN(
-      ValidatedCall v,
-      ValidateCall(DescriptorFromProto(header_), cfg.max_call_bytes, "agent"));
+  FARCALL_ASSIGN_OR_RETURN(ValidatedCall v,
+                           ValidateCall(DescriptorFromProto(header_), cfg.max_call_bytes, "agent"));
   const absl::string_view served = PlatformName(cfg.platform);
   const bool gpu = cfg.platform == Platform::kCuda || cfg.platform == Platform::kRocm;
   if (v.any_gpu ? !gpu : v.platform != cfg.platform) {
@@ -217,10 +213,10 @@ absl::Status AgentCall::Begin(const grpc::ByteBuffer& first) {
       v.footprint_bytes,
       kCallOverheadBytes + kTensorOverheadBytes * (header_.args_size() + header_.results_size()));
   if (footprint_ > agent_.admission->budget()) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the call needs ", footprint_, " bytes, over the agent's budget of ",
-        agent_.admission->budget(),
-        " bytes for calls in flight (--max_inflight_bytes); it can never run here."));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the call needs ", footprint_, " bytes, over the agent's budget of ",
+                     agent_.admission->budget(),
+                     " bytes for calls in flight (--max_inflight_bytes); it can never run here."));
   }
   pending_ = std::move(v);
   return absl::OkStatus();
@@ -245,9 +241,9 @@ absl::StatusOr<Device*> AgentCall::PickDevice() {
     }
   }
   if (best == nullptr) {
-    return absl::UnavailableError(absl::StrCat(
-        "every ", PlatformName(agent_.config.platform),
-        " device of this agent has failed; the last error: ", last_error.message()));
+    return absl::UnavailableError(
+        absl::StrCat("every ", PlatformName(agent_.config.platform),
+                     " device of this agent has failed; the last error: ", last_error.message()));
   }
   return best;
 }
@@ -273,8 +269,7 @@ absl::Status AgentCall::Allocate() {
   };
   std::vector<ChunkAssembler::Target> targets;
   for (int i = 0; i < header_.args_size(); ++i) {
-    FARCALL_ASSIGN_OR_RETURN(Tensor t, allocate(SpecFromProto(header_.args(i)),
-                                                v.arg_bytes[i]));
+    FARCALL_ASSIGN_OR_RETURN(Tensor t, allocate(SpecFromProto(header_.args(i)), v.arg_bytes[i]));
     targets.push_back({t.spec, t.size, t.host()});
     args_.push_back(std::move(t));
   }
@@ -284,8 +279,8 @@ absl::Status AgentCall::Allocate() {
       results_.push_back(args_[v.result_alias[o]]);
       continue;
     }
-    FARCALL_ASSIGN_OR_RETURN(Tensor t, allocate(SpecFromProto(header_.results(o)),
-                                                v.result_bytes[o]));
+    FARCALL_ASSIGN_OR_RETURN(Tensor t,
+                             allocate(SpecFromProto(header_.results(o)), v.result_bytes[o]));
     results_.push_back(std::move(t));
   }
   assembler_.emplace("args", std::move(targets));
@@ -300,14 +295,12 @@ absl::Status AgentCall::OnRequestFrame(const grpc::ByteBuffer& frame) {
 
 absl::Status AgentCall::OnMessageField(uint32_t field, absl::string_view bytes) {
   if (field != kHeaderField) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("request message ", frames_, " has field ", field,
-                     ", which requests do not use."));
+    return absl::InvalidArgumentError(absl::StrCat("request message ", frames_, " has field ",
+                                                   field, ", which requests do not use."));
   }
   if (frames_ > 1) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "request message ", frames_,
-        " carries a call header; only the first message may."));
+        "request message ", frames_, " carries a call header; only the first message may."));
   }
   return absl::OkStatus();  // the first message's header was read by Begin()
 }
@@ -320,19 +313,19 @@ absl::Status AgentCall::PlaceInRegion(const ValidatedCall& v) {
   const v1::ShmTensors& shm = header_.shm();
   if (shm.arg_offsets_size() != header_.args_size() ||
       shm.result_offsets_size() != header_.results_size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "shm gives ", shm.arg_offsets_size(), " arg and ", shm.result_offsets_size(),
-        " result offsets for ", header_.args_size(), " args and ",
-        header_.results_size(), " results."));
+    return absl::InvalidArgumentError(
+        absl::StrCat("shm gives ", shm.arg_offsets_size(), " arg and ", shm.result_offsets_size(),
+                     " result offsets for ", header_.args_size(), " args and ",
+                     header_.results_size(), " results."));
   }
-  auto place = [&](const char* kind, int i, const std::string& token, uint64_t offset,
-                   int64_t size, const v1::TensorSpec& spec) -> absl::StatusOr<Tensor> {
+  auto place = [&](const char* kind, int i, const std::string& token, uint64_t offset, int64_t size,
+                   const v1::TensorSpec& spec) -> absl::StatusOr<Tensor> {
     FARCALL_ASSIGN_OR_RETURN(std::shared_ptr<ShmRegion> region,
                              agent_.shm->Find(token.empty() ? shm.region() : token, peer_));
     if (offset > region->size() || static_cast<uint64_t>(size) > region->size() - offset) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          kind, "[", i, "] at [", offset, ", ", offset + size,
-          ") lies outside shared-memory region of ", region->size(), " bytes."));
+      return absl::InvalidArgumentError(
+          absl::StrCat(kind, "[", i, "] at [", offset, ", ", offset + size,
+                       ") lies outside shared-memory region of ", region->size(), " bytes."));
     }
     Tensor t;
     t.spec = SpecFromProto(spec);
@@ -342,8 +335,8 @@ absl::Status AgentCall::PlaceInRegion(const ValidatedCall& v) {
   };
   for (int i = 0; i < header_.args_size(); ++i) {
     const std::string& token = i < shm.arg_regions_size() ? shm.arg_regions(i) : "";
-    FARCALL_ASSIGN_OR_RETURN(Tensor t, place("args", i, token, shm.arg_offsets(i),
-                                             v.arg_bytes[i], header_.args(i)));
+    FARCALL_ASSIGN_OR_RETURN(
+        Tensor t, place("args", i, token, shm.arg_offsets(i), v.arg_bytes[i], header_.args(i)));
     args_.push_back(std::move(t));
   }
   for (int o = 0; o < header_.results_size(); ++o) {
@@ -360,8 +353,7 @@ absl::Status AgentCall::PlaceInRegion(const ValidatedCall& v) {
   return absl::OkStatus();
 }
 
-absl::Status AgentCall::OnChunk(uint32_t index, uint64_t offset,
-                                const ChunkBytes& data) {
+absl::Status AgentCall::OnChunk(uint32_t index, uint64_t offset, const ChunkBytes& data) {
   if (!validated_) {
     return MissingHeaderError();
   }
@@ -369,8 +361,7 @@ absl::Status AgentCall::OnChunk(uint32_t index, uint64_t offset,
     return absl::InvalidArgumentError(
         "a shared-memory call carries no chunks; its tensors are in the region.");
   }
-  FARCALL_ASSIGN_OR_RETURN(uint8_t * dst,
-                           assembler_->Accept(index, offset, data.size()));
+  FARCALL_ASSIGN_OR_RETURN(uint8_t * dst, assembler_->Accept(index, offset, data.size()));
   if (dst == nullptr) return StageChunk(index, offset, data);
   data.CopyTo(dst);
   return absl::OkStatus();
@@ -392,8 +383,7 @@ absl::StatusOr<std::unique_ptr<StagingBlock>> AgentCall::NextStagingBlock(
   return std::make_unique<PlainStagingBlock>(std::min(want, kPlainBlockBytes));
 }
 
-absl::Status AgentCall::StageChunk(uint32_t index, uint64_t offset,
-                                   const ChunkBytes& data) {
+absl::Status AgentCall::StageChunk(uint32_t index, uint64_t offset, const ChunkBytes& data) {
   uint64_t done = 0;
   while (done < data.size()) {
     const int64_t at = static_cast<int64_t>(offset + done);
@@ -402,8 +392,7 @@ absl::Status AgentCall::StageChunk(uint32_t index, uint64_t offset,
       FARCALL_RETURN_IF_ERROR(FlushInputBlock());
     }
     if (in_open_ == nullptr) {
-      FARCALL_ASSIGN_OR_RETURN(in_open_,
-                               NextStagingBlock(in_flight_, args_[index].size - at));
+      FARCALL_ASSIGN_OR_RETURN(in_open_, NextStagingBlock(in_flight_, args_[index].size - at));
       in_tensor_ = index;
       in_offset_ = at;
       in_fill_ = 0;
@@ -419,8 +408,8 @@ absl::Status AgentCall::StageChunk(uint32_t index, uint64_t offset,
 
 absl::Status AgentCall::FlushInputBlock() {
   if (in_open_ == nullptr || in_fill_ == 0) return absl::OkStatus();
-  FARCALL_RETURN_IF_ERROR(stream_->CopyToDevice(in_open_->data(), *args_[in_tensor_].memory,
-                                                in_offset_, in_fill_));
+  FARCALL_RETURN_IF_ERROR(
+      stream_->CopyToDevice(in_open_->data(), *args_[in_tensor_].memory, in_offset_, in_fill_));
   FARCALL_RETURN_IF_ERROR(in_open_->Record(*stream_));
   in_flight_.push_back(std::move(in_open_));
   in_fill_ = 0;
@@ -429,8 +418,7 @@ absl::Status AgentCall::FlushInputBlock() {
 
 absl::Status AgentCall::EndOfInputs() {
   if (!validated_) {
-    return absl::InvalidArgumentError(
-        "the call ended before its header was sent.");
+    return absl::InvalidArgumentError("the call ended before its header was sent.");
   }
   FARCALL_RETURN_IF_ERROR(assembler_->Finish());
   if (on_device()) {
@@ -451,17 +439,17 @@ absl::Status AgentCall::CheckFitsOneMessage() const {
   // Leave room for the header and framing.
   const int64_t limit = agent_.config.max_message_bytes - (64 << 10);
   if (total > limit) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the results need ", total, " bytes, over the ", limit,
-        " bytes one Call response can carry; use Execute."));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the results need ", total, " bytes, over the ", limit,
+                     " bytes one Call response can carry; use Execute."));
   }
   return absl::OkStatus();
 }
 
 absl::Status AgentCall::MaxCallTimeExceeded() const {
-  return absl::DeadlineExceededError(absl::StrCat(
-      "the call ran past this agent's limit of ",
-      absl::FormatDuration(agent_.config.max_call_time), " per call (--max_call_seconds)."));
+  return absl::DeadlineExceededError(absl::StrCat("the call ran past this agent's limit of ",
+                                                  absl::FormatDuration(agent_.config.max_call_time),
+                                                  " per call (--max_call_seconds)."));
 }
 
 absl::Status AgentCall::ZeroResults() {
@@ -534,8 +522,7 @@ absl::Status AgentCall::Run(const CancellationToken& cancel) {
         a.str_size = attr.str().size();
         break;
       case v1::Attribute::VALUE_NOT_SET:
-        return absl::InvalidArgumentError(
-            absl::StrCat("attribute '", name, "' has no value."));
+        return absl::InvalidArgumentError(absl::StrCat("attribute '", name, "' has no value."));
     }
     inv.attrs.push_back(a);
   }
@@ -598,8 +585,7 @@ absl::Status AgentCall::FillResultPipeline(int64_t max_chunk_bytes) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<bool> AgentCall::NextResponseFrame(int64_t max_chunk_bytes,
-                                                  grpc::ByteBuffer* out) {
+absl::StatusOr<bool> AgentCall::NextResponseFrame(int64_t max_chunk_bytes, grpc::ByteBuffer* out) {
   if (header_sent_ && out_index_ > results_.size()) return false;
   FrameEncoder enc;
   if (!header_sent_) {
@@ -656,11 +642,10 @@ absl::StatusOr<bool> AgentCall::NextResponseFrame(int64_t max_chunk_bytes,
     if (n > 0) {
       // The frame refers to the result's memory; the keepalive holds it
       // until gRPC has sent it, even if the call is gone by then.
-      std::shared_ptr<const void> keep =
-          t.host_copy ? std::shared_ptr<const void>(t.host_copy)
-                      : std::shared_ptr<const void>(t.memory);
-      enc.AddChunk(static_cast<uint32_t>(out_index_), out_offset_,
-                   t.host() + out_offset_, n, std::move(keep));
+      std::shared_ptr<const void> keep = t.host_copy ? std::shared_ptr<const void>(t.host_copy)
+                                                     : std::shared_ptr<const void>(t.memory);
+      enc.AddChunk(static_cast<uint32_t>(out_index_), out_offset_, t.host() + out_offset_, n,
+                   std::move(keep));
       budget -= n;
       out_offset_ += n;
       sent_bytes_ += n;

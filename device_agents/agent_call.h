@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/string_view.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/call_validation.h"
@@ -71,7 +71,7 @@ struct AgentState {
   AgentConfig config;
   Backend backend;
   HandlerRegistry registry;
-  std::unique_ptr<ShmService> shm;  // null: no same-host path offered
+  std::unique_ptr<ShmService> shm;       // null: no same-host path offered
   std::unique_ptr<Admission> admission;  // the in-flight byte budget
   // call_ids of calls with side effects, so that none runs twice (null: not
   // recorded).
@@ -153,7 +153,6 @@ class AgentCall final : private FrameVisitor {
   // when a device copy of the results failed (the call must end with it).
   absl::StatusOr<bool> NextResponseFrame(int64_t max_chunk_bytes, grpc::ByteBuffer* out);
 
-
   // Records the call's outcome in the agent's metrics. Call once, with the
   // status the caller gets.
   // `answer` is a unary call's response message (kept for a repeat of a
@@ -187,8 +186,7 @@ class AgentCall final : private FrameVisitor {
   };
 
   absl::Status OnMessageField(uint32_t field, absl::string_view bytes) override;
-  absl::Status OnChunk(uint32_t index, uint64_t offset,
-                       const ChunkBytes& data) override;
+  absl::Status OnChunk(uint32_t index, uint64_t offset, const ChunkBytes& data) override;
   // DEADLINE_EXCEEDED naming --max_call_seconds.
   absl::Status MaxCallTimeExceeded() const;
   // Places the tensors of a shared-memory call in its region.

@@ -49,12 +49,11 @@ class FakeStream final : public Stream {
   absl::Status CopyToDevice(const void* host, DeviceMemory& dst, int64_t offset,
                             int64_t size) override {
     ++h2d_enqueued;
-    ops_.push_back([=, &dst] { std::memcpy(static_cast<uint8_t*>(dst.device_ptr()) + offset,
-                                           host, size); });
+    ops_.push_back(
+        [=, &dst] { std::memcpy(static_cast<uint8_t*>(dst.device_ptr()) + offset, host, size); });
     return absl::OkStatus();
   }
-  absl::Status CopyToHost(DeviceMemory& src, int64_t offset, int64_t size,
-                          void* host) override {
+  absl::Status CopyToHost(DeviceMemory& src, int64_t offset, int64_t size, void* host) override {
     ++d2h_enqueued;
     ops_.push_back([=, &src] {
       std::memcpy(host, static_cast<const uint8_t*>(src.device_ptr()) + offset, size);
@@ -182,9 +181,8 @@ class AgentCallDeviceTest : public ::testing::Test {
     for (const FarcallHandlerDef& d : cpu::BuiltinHandlers()) {
       ASSERT_TRUE(state_.registry.Register(d, "builtin").ok());
     }
-    ASSERT_TRUE(state_.registry
-                    .Register(FARCALL_HANDLER_DEF("explode", "cpu", 0, Explode), "test")
-                    .ok());
+    ASSERT_TRUE(
+        state_.registry.Register(FARCALL_HANDLER_DEF("explode", "cpu", 0, Explode), "test").ok());
   }
 
   AgentState state_;
@@ -209,8 +207,8 @@ std::vector<uint8_t> Pattern(int64_t n) {
 
 // Sends `data` as copy's arg in frames of `frame_bytes`, runs it, and
 // returns the result collected from frames of `out_bytes` (0: one frame).
-std::string RunCopy(AgentState& state, const std::vector<uint8_t>& data,
-                    int64_t frame_bytes, int64_t out_bytes, bool alias,
+std::string RunCopy(AgentState& state, const std::vector<uint8_t>& data, int64_t frame_bytes,
+                    int64_t out_bytes, bool alias,
                     std::function<void(int frame)> after_frame = nullptr,
                     std::function<void(int frame)> after_response = nullptr) {
   const int64_t n = static_cast<int64_t>(data.size());
@@ -290,8 +288,7 @@ TEST_F(AgentCallDeviceTest, ByteExactWhenThePinnedPoolRunsOut) {
     for (int64_t out : {int64_t{0}, kBlock, 3 * kBlock}) {
       for (bool alias : {false, true}) {
         std::string got = RunCopy(state_, data, frame, out, alias);
-        ASSERT_EQ(Diff(got, data), "")
-            << "frame " << frame << " out " << out << " alias " << alias;
+        ASSERT_EQ(Diff(got, data), "") << "frame " << frame << " out " << out << " alias " << alias;
       }
     }
   }

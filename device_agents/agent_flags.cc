@@ -12,25 +12,22 @@
 #include "core/limit_flags.h"
 #include "core/log.h"
 #include "core/platform.h"
+#include "core/process.h"
 #include "core/security_flags.h"
 #include "core/status_macros.h"
 #include "core/version.h"
-#include "core/process.h"
 #include "device_agents/fault_injection.h"
 
 ABSL_FLAG(std::string, platform, "cpu", "cpu, cuda, rocm or oneapi");
-ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
-          "HOST:PORT to serve on; port 0 picks a free one");
-ABSL_FLAG(std::vector<std::string>, plugins, {},
-          "comma-separated handler plugins (.so) to load");
+ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "HOST:PORT to serve on; port 0 picks a free one");
+ABSL_FLAG(std::vector<std::string>, plugins, {}, "comma-separated handler plugins (.so) to load");
 ABSL_FLAG(std::string, agent_id, "", "id reported to clients (default: PLATFORM-agent-PORT)");
 ABSL_FLAG(int64_t, max_call_bytes, int64_t{4} << 30,
           "largest call, args plus non-aliased results, in bytes");
 ABSL_FLAG(int64_t, max_inflight_bytes, 0,
           "tensor bytes all calls in flight may hold (0: 3/4 of the memory the host or "
           "the container's cgroup allows)");
-ABSL_FLAG(int64_t, response_chunk_bytes, 1 << 20,
-          "result bytes per streamed response message");
+ABSL_FLAG(int64_t, response_chunk_bytes, 1 << 20, "result bytes per streamed response message");
 ABSL_FLAG(std::string, metrics_listen, "",
           "HOST:PORT to serve Prometheus /metrics on; a bare PORT binds loopback only "
           "(empty: off)");
@@ -73,8 +70,7 @@ ABSL_FLAG(std::string, inject_faults, "",
           "for testing only: make the devices fail as real ones do, e.g. allocate=3 (every "
           "3rd allocation is out of memory), run=10 (every 10th launch fails), "
           "lose_device=5 (the 5th launch loses the device for good)");
-ABSL_FLAG(int, ready_fd, -1,
-          "write the bound port to this file descriptor once serving");
+ABSL_FLAG(int, ready_fd, -1, "write the bound port to this file descriptor once serving");
 
 namespace farcall::agent {
 
@@ -89,8 +85,8 @@ absl::StatusOr<AgentServer::Options> AgentOptionsFromFlags() {
   for (const std::string& d : absl::GetFlag(FLAGS_devices)) {
     int ordinal = -1;
     if (!absl::SimpleAtoi(d, &ordinal) || ordinal < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--devices takes device ordinals such as 0,1; got '", d, "'."));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--devices takes device ordinals such as 0,1; got '", d, "'."));
     }
     options.config.backend.devices.push_back(ordinal);
   }
@@ -104,9 +100,9 @@ absl::StatusOr<AgentServer::Options> AgentOptionsFromFlags() {
         "--call_id_ttl must be positive and --call_id_cache_bytes not negative.");
   }
   if (options.config.backend.graph_cache_bytes < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--graph_cache_bytes must be 0 or positive; got ",
-        options.config.backend.graph_cache_bytes, "."));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--graph_cache_bytes must be 0 or positive; got ",
+                     options.config.backend.graph_cache_bytes, "."));
   }
   options.listen = absl::GetFlag(FLAGS_listen);
   options.plugins = absl::GetFlag(FLAGS_plugins);
@@ -118,8 +114,8 @@ absl::StatusOr<AgentServer::Options> AgentOptionsFromFlags() {
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.shm_socket = absl::GetFlag(FLAGS_shm_socket);
   if (absl::GetFlag(FLAGS_shm_max_bytes) <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--shm_max_bytes must be positive; got ", absl::GetFlag(FLAGS_shm_max_bytes), "."));
+    return absl::InvalidArgumentError(absl::StrCat("--shm_max_bytes must be positive; got ",
+                                                   absl::GetFlag(FLAGS_shm_max_bytes), "."));
   }
   options.shm_max_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_shm_max_bytes));
   for (const std::string& u : absl::GetFlag(FLAGS_shm_allow_uids)) {
@@ -170,8 +166,8 @@ std::optional<int> ListDevicesIfAsked(const AgentServer::Options& options) {
   }
   const std::string name(PlatformName(options.config.platform));
   for (const auto& d : backend->devices) {
-    std::printf("%s device %d: %s, %lld bytes\n", name.c_str(), d->ordinal(),
-                d->name().c_str(), static_cast<long long>(d->memory_bytes()));
+    std::printf("%s device %d: %s, %lld bytes\n", name.c_str(), d->ordinal(), d->name().c_str(),
+                static_cast<long long>(d->memory_bytes()));
   }
   std::fflush(nullptr);
   return 0;
@@ -184,17 +180,17 @@ void AnnounceServing(const AgentServer& server) {
   for (const auto* h : state.registry.List(platform)) names.push_back(h->name);
   std::vector<std::string> devices;
   for (const auto& d : state.backend.devices) {
-    devices.push_back(absl::StrCat(d->ordinal(), ": ", d->name(), " (",
-                                   d->memory_bytes() >> 20, " MiB)"));
+    devices.push_back(
+        absl::StrCat(d->ordinal(), ": ", d->name(), " (", d->memory_bytes() >> 20, " MiB)"));
   }
-  log::Info(absl::StrCat(
-      "farcall-agent ", Version(), " ", state.agent_id(), " serving ", platform,
-      " on port ", server.port(),
-      server.metrics_port() > 0 ? absl::StrCat(", metrics on port ", server.metrics_port())
-                                : std::string(", no metrics"),
-      "; budget ", state.config.max_inflight_bytes >> 20, " MiB; devices: [",
-      absl::StrJoin(devices, "; "), "]; handlers: ", absl::StrJoin(names, ", "),
-      "; flags: ", log::NonDefaultFlags()));
+  log::Info(absl::StrCat("farcall-agent ", Version(), " ", state.agent_id(), " serving ", platform,
+                         " on port ", server.port(),
+                         server.metrics_port() > 0
+                             ? absl::StrCat(", metrics on port ", server.metrics_port())
+                             : std::string(", no metrics"),
+                         "; budget ", state.config.max_inflight_bytes >> 20, " MiB; devices: [",
+                         absl::StrJoin(devices, "; "), "]; handlers: ", absl::StrJoin(names, ", "),
+                         "; flags: ", log::NonDefaultFlags()));
   ReportReady(absl::GetFlag(FLAGS_ready_fd), server.port(), server.metrics_port());
 }
 

@@ -36,7 +36,8 @@ int main(int argc, char** argv) {
   farcall::agent::AnnounceServing(**server);
 
   std::string sig = farcall::WaitForTerminationSignal();
-  farcall::log::Info(absl::StrCat(sig, " received: draining (NOT_SERVING, no new calls), "
+  farcall::log::Info(absl::StrCat(sig,
+                                  " received: draining (NOT_SERVING, no new calls), "
                                   "then shutting down"));
   (*server)->Shutdown();
   farcall::log::Info("stopped");

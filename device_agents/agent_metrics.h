@@ -24,49 +24,53 @@ struct AgentMetrics {
   metrics::HistogramFamily execute{"farcall_agent_execute_seconds",
                                    "Time the handler ran, device synchronisation included.",
                                    {"platform", "handler"}};
-  metrics::CounterFamily received{"farcall_agent_received_bytes_total",
-                                  "Tensor bytes received in calls.", {"platform"}};
-  metrics::CounterFamily sent{"farcall_agent_sent_bytes_total",
-                              "Tensor bytes sent back in results.", {"platform"}};
-  metrics::GaugeFamily inflight_calls{"farcall_agent_inflight_calls",
-                                      "Calls this agent holds now.", {}};
+  metrics::CounterFamily received{
+      "farcall_agent_received_bytes_total", "Tensor bytes received in calls.", {"platform"}};
+  metrics::CounterFamily sent{
+      "farcall_agent_sent_bytes_total", "Tensor bytes sent back in results.", {"platform"}};
+  metrics::GaugeFamily inflight_calls{
+      "farcall_agent_inflight_calls", "Calls this agent holds now.", {}};
   metrics::GaugeFamily inflight_bytes{
       "farcall_agent_inflight_bytes",
-      "Bytes admitted for the calls held now (tensors and per-call overhead).", {}};
-  metrics::GaugeFamily budget{"farcall_agent_budget_bytes",
-                              "The in-flight byte budget (--max_inflight_bytes).", {}};
+      "Bytes admitted for the calls held now (tensors and per-call overhead).",
+      {}};
+  metrics::GaugeFamily budget{
+      "farcall_agent_budget_bytes", "The in-flight byte budget (--max_inflight_bytes).", {}};
   metrics::CounterFamily refused{
       "farcall_agent_refused_calls_total",
       "Calls refused before they ran: limit (a header, size or budget limit), auth (no, "
       "unknown or insufficient token), draining (the agent is shutting down).",
       {"reason"}};
-  metrics::GaugeFamily draining{"farcall_agent_draining",
-                                "1 while the agent drains for shutdown, else 0.", {}};
+  metrics::GaugeFamily draining{
+      "farcall_agent_draining", "1 while the agent drains for shutdown, else 0.", {}};
   metrics::GaugeFamily device_used{
       "farcall_agent_device_memory_used_bytes",
       "Device memory the agent holds: tensors of calls in flight and cached blocks.",
       {"device"}};
-  metrics::GaugeFamily device_total{"farcall_agent_device_memory_total_bytes",
-                                    "Device memory in all.", {"device"}};
+  metrics::GaugeFamily device_total{
+      "farcall_agent_device_memory_total_bytes", "Device memory in all.", {"device"}};
   metrics::CounterFamily graph_hits{
       "farcall_agent_graph_cache_hits_total",
-      "Calls of command-buffer-compatible handlers replayed from a captured graph.", {}};
+      "Calls of command-buffer-compatible handlers replayed from a captured graph.",
+      {}};
   metrics::CounterFamily graph_misses{
       "farcall_agent_graph_cache_misses_total",
-      "Calls of command-buffer-compatible handlers that captured a new graph.", {}};
+      "Calls of command-buffer-compatible handlers that captured a new graph.",
+      {}};
   metrics::CounterFamily graph_evictions{
       "farcall_agent_graph_cache_evictions_total",
-      "Graphs dropped to keep the cache within --graph_cache_bytes.", {}};
-  metrics::GaugeFamily graph_bytes{"farcall_agent_graph_cache_bytes",
-                                   "Device memory held by cached graphs.", {}};
+      "Graphs dropped to keep the cache within --graph_cache_bytes.",
+      {}};
+  metrics::GaugeFamily graph_bytes{
+      "farcall_agent_graph_cache_bytes", "Device memory held by cached graphs.", {}};
   metrics::CounterFamily staging_fallbacks{
       "farcall_agent_staging_fallbacks_total",
       "Staging blocks taken from plain host memory because the pinned pool was all in use.",
       {}};
-  metrics::GaugeFamily shm_regions{"farcall_agent_shm_regions",
-                                   "Shared-memory regions clients have registered now.", {}};
-  metrics::GaugeFamily shm_mapped_bytes{"farcall_agent_shm_mapped_bytes",
-                                        "Bytes of those regions the agent has mapped.", {}};
+  metrics::GaugeFamily shm_regions{
+      "farcall_agent_shm_regions", "Shared-memory regions clients have registered now.", {}};
+  metrics::GaugeFamily shm_mapped_bytes{
+      "farcall_agent_shm_mapped_bytes", "Bytes of those regions the agent has mapped.", {}};
 };
 
 AgentMetrics& Metrics();

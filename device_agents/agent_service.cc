@@ -2,8 +2,8 @@
 
 #include <unistd.h>
 
-#include <cstdio>
 #include <algorithm>
+#include <cstdio>
 #include <functional>
 #include <set>
 #include <thread>
@@ -107,7 +107,6 @@ absl::Status Accept(const TokenTable& tokens, const std::string& authorization,
   return absl::OkStatus();
 }
 
-
 // What the two reactors share: the call, its cancellation and its wait for
 // the budget, the drain gate and the idle watchdog. `GrpcReactor` is gRPC's
 // reactor type of the RPC.
@@ -188,7 +187,7 @@ class ExecuteReactor final
 
   void OnReadDone(bool ok) override {
     if (!Resume()) return;  // ended as idle; nothing of the call is left
-    if (!ok) {  // half-close, or the call broke
+    if (!ok) {              // half-close, or the call broke
       if (ctx_->IsCancelled() || cancel_.cancelled()) {
         // Not a half-close: free the inputs now instead of running.
         return FinishWith(absl::CancelledError("the call was cancelled while sending its inputs."));
@@ -228,8 +227,8 @@ class ExecuteReactor final
   void OnWriteDone(bool ok) override {
     if (!Resume()) return;  // ended as idle
     if (!ok) {
-      return FinishWith(absl::CancelledError(
-          "the caller went away while results were being sent."));
+      return FinishWith(
+          absl::CancelledError("the caller went away while results were being sent."));
     }
     if (replaying_) return FinishWith(absl::OkStatus());
     shared_.DeviceStep(*this, [this] { WriteNext(); });
@@ -286,7 +285,7 @@ class ExecuteReactor final
   grpc::CallbackServerContext* ctx_;
   const std::string authorization_;  // the call's bearer token, if any
   bool replaying_ = false;           // answering with a kept answer
-  bool begun_ = false;  // only touched by the read chain
+  bool begun_ = false;               // only touched by the read chain
   grpc::ByteBuffer in_;
   grpc::ByteBuffer out_;
 };
@@ -294,8 +293,8 @@ class ExecuteReactor final
 // Unary call: the request and the response are one frame each.
 class CallReactor final : public AgentReactor<grpc::ServerUnaryReactor> {
  public:
-  CallReactor(Shared& shared, grpc::CallbackServerContext* ctx,
-              const grpc::ByteBuffer* request, grpc::ByteBuffer* response)
+  CallReactor(Shared& shared, grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+              grpc::ByteBuffer* response)
       : AgentReactor(shared, ctx), response_(response), grpc_call_(ctx->c_call()) {
     // The answer may sit unread after Finish, when the context may already
     // serve another call; the core call, held here, is this call's for good.
@@ -323,9 +322,8 @@ class CallReactor final : public AgentReactor<grpc::ServerUnaryReactor> {
     // that never had it (and runs it again). Other calls may run again
     // harmlessly, and save the extra message.
     if (call_->has_side_effect()) StartSendInitialMetadata();
-    AdmitThen([this, request] {
-      shared_.DeviceStep(*this, [this, request] { TakeRequest(*request); });
-    });
+    AdmitThen(
+        [this, request] { shared_.DeviceStep(*this, [this, request] { TakeRequest(*request); }); });
   }
 
  private:
@@ -333,9 +331,7 @@ class CallReactor final : public AgentReactor<grpc::ServerUnaryReactor> {
 
   // The caller took no answer for the idle timeout: the answer (up to
   // --max_message_bytes) is dropped with the call. Only ever after Finish.
-  void EndIdle(Wait, const absl::Status&) override {
-    grpc_call_cancel(grpc_call_, nullptr);
-  }
+  void EndIdle(Wait, const absl::Status&) override { grpc_call_cancel(grpc_call_, nullptr); }
 
   // Places the request's tensors, then runs the handler on its pool.
   void TakeRequest(const grpc::ByteBuffer& request) {
@@ -365,9 +361,8 @@ class CallReactor final : public AgentReactor<grpc::ServerUnaryReactor> {
 };
 
 class AgentService final
-    : public v1::Agent::WithRawCallbackMethod_Execute<
-          v1::Agent::WithRawCallbackMethod_Call<
-              v1::Agent::WithCallbackMethod_Describe<v1::Agent::Service>>> {
+    : public v1::Agent::WithRawCallbackMethod_Execute<v1::Agent::WithRawCallbackMethod_Call<
+          v1::Agent::WithCallbackMethod_Describe<v1::Agent::Service>>> {
  public:
   explicit AgentService(Shared& shared) : shared_(shared) {}
 
@@ -376,14 +371,12 @@ class AgentService final
     return new ExecuteReactor(shared_, ctx);
   }
 
-  grpc::ServerUnaryReactor* Call(grpc::CallbackServerContext* ctx,
-                                 const grpc::ByteBuffer* request,
+  grpc::ServerUnaryReactor* Call(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
                                  grpc::ByteBuffer* response) override {
     return new CallReactor(shared_, ctx, request, response);
   }
 
-  grpc::ServerUnaryReactor* Describe(grpc::CallbackServerContext* ctx,
-                                     const v1::DescribeRequest*,
+  grpc::ServerUnaryReactor* Describe(grpc::CallbackServerContext* ctx, const v1::DescribeRequest*,
                                      v1::AgentInfo* info) override {
     const AgentState& s = shared_.state;
     grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
@@ -408,8 +401,7 @@ class AgentService final
     for (const RegisteredHandler* h : s.registry.List(PlatformName(s.config.platform))) {
       v1::HandlerInfo* hi = info->add_handlers();
       hi->set_name(h->name);
-      hi->set_command_buffer_compatible(
-          (h->traits & FARCALL_TRAIT_COMMAND_BUFFER_COMPATIBLE) != 0);
+      hi->set_command_buffer_compatible((h->traits & FARCALL_TRAIT_COMMAND_BUFFER_COMPATIBLE) != 0);
       hi->set_source(h->source);
     }
     r->Finish(grpc::Status::OK);
@@ -451,11 +443,10 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(Options options)
   }
   state.admission = std::make_unique<Admission>(state.config.max_inflight_bytes);
   state.ledger = std::make_unique<CallLedger>(state.config.ledger);
-  FARCALL_ASSIGN_OR_RETURN(state.backend,
-                           OpenBackend(state.config.platform, state.config.backend));
+  FARCALL_ASSIGN_OR_RETURN(state.backend, OpenBackend(state.config.platform, state.config.backend));
   if (!state.config.faults.empty()) {
     log::Warning("injecting device faults (--inject_faults=" + state.config.faults.ToString() +
-              "): calls will fail on purpose");
+                 "): calls will fail on purpose");
     InjectFaults(state.config.faults, state.backend);
   }
   ExportAgentSeries();
@@ -484,8 +475,7 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(Options options)
     FARCALL_RETURN_IF_ERROR(state.registry.Disable(name));
   }
   if (!options.metrics_listen.empty()) {
-    FARCALL_ASSIGN_OR_RETURN(impl->metrics,
-                             metrics::MetricsServer::Start(options.metrics_listen));
+    FARCALL_ASSIGN_OR_RETURN(impl->metrics, metrics::MetricsServer::Start(options.metrics_listen));
   }
   if (!options.shm_socket.empty() && state.config.platform == Platform::kCpu) {
     // A random name: unique even for agents in one network namespace but
@@ -499,9 +489,8 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(Options options)
     shm_options.max_bytes_per_connection = options.shm_max_bytes;
     FARCALL_ASSIGN_OR_RETURN(state.shm, ShmService::Start(address, shm_options));
   }
-  int workers = options.workers > 0
-                    ? options.workers
-                    : static_cast<int>(std::thread::hardware_concurrency());
+  int workers =
+      options.workers > 0 ? options.workers : static_cast<int>(std::thread::hardware_concurrency());
   impl->shared.pool = std::make_unique<WorkerPool>(workers);
   impl->shared.device_steps_on_workers = state.config.platform != Platform::kCpu;
   if (options.idle_limits.idle > absl::ZeroDuration() ||
@@ -513,13 +502,16 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(Options options)
   }
   impl->service = std::make_unique<AgentService>(impl->shared);
 
-  FARCALL_ASSIGN_OR_RETURN(
-      RunningServer running,
-      StartGrpcServer(options.listen, impl->service.get(), [&] {
-        GrpcServerLimits limits = options.grpc_limits;
-        limits.max_message_bytes = static_cast<int>(state.config.max_message_bytes);
-        return limits;
-      }(), "farcall-agent", options.credentials));
+  FARCALL_ASSIGN_OR_RETURN(RunningServer running,
+                           StartGrpcServer(
+                               options.listen, impl->service.get(),
+                               [&] {
+                                 GrpcServerLimits limits = options.grpc_limits;
+                                 limits.max_message_bytes =
+                                     static_cast<int>(state.config.max_message_bytes);
+                                 return limits;
+                               }(),
+                               "farcall-agent", options.credentials));
   impl->server = std::move(running.server);
   impl->port = running.port;
   if (state.shm != nullptr) state.shm->set_server_port(running.port);
@@ -531,17 +523,14 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(Options options)
     server->GetHealthCheckService()->SetServingStatus(false);
   });
   state.set_agent_id(state.config.agent_id.empty()
-                         ? absl::StrCat(PlatformName(state.config.platform),
-                                        "-agent-", impl->port)
+                         ? absl::StrCat(PlatformName(state.config.platform), "-agent-", impl->port)
                          : state.config.agent_id);
   return std::unique_ptr<AgentServer>(new AgentServer(std::move(impl)));
 }
 
 int AgentServer::port() const { return impl_->port; }
 
-int AgentServer::metrics_port() const {
-  return impl_->metrics ? impl_->metrics->port() : 0;
-}
+int AgentServer::metrics_port() const { return impl_->metrics ? impl_->metrics->port() : 0; }
 
 const AgentState& AgentServer::state() const { return impl_->shared.state; }
 

@@ -31,18 +31,19 @@ CallLedger::Claim CallLedger::Begin(const std::string& call_id, absl::Time now) 
   c.run = false;
   const Entry& e = it->second;
   if (e.running) {
-    c.status = absl::AlreadyExistsError(absl::StrCat(
-        "call ", Shown(call_id), " is running on this agent; a call with side effects "
-        "is never run twice."));
+    c.status =
+        absl::AlreadyExistsError(absl::StrCat("call ", Shown(call_id),
+                                              " is running on this agent; a call with side effects "
+                                              "is never run twice."));
   } else if (e.answer.has_value()) {
     c.status = e.status;
     c.answer = e.answer;
   } else {
     c.status = absl::AlreadyExistsError(absl::StrCat(
-        "call ", Shown(call_id), " already ran on this agent (", 
+        "call ", Shown(call_id), " already ran on this agent (",
         absl::StatusCodeToString(e.status.code()),
-        "); its answer was not kept (only unary answers of at most ",
-        options_.max_answer_bytes, " bytes are), and a call with side effects is never run "
+        "); its answer was not kept (only unary answers of at most ", options_.max_answer_bytes,
+        " bytes are), and a call with side effects is never run "
         "twice."));
   }
   return c;
@@ -93,8 +94,7 @@ void CallLedger::ExpireLocked(absl::Time now) {
   while (!ended_.empty() && ended_.front().first <= now) {
     auto it = entries_.find(ended_.front().second);
     // The id may have been claimed afresh since (it expired, then came back).
-    if (it != entries_.end() && !it->second.running &&
-        it->second.expires == ended_.front().first) {
+    if (it != entries_.end() && !it->second.running && it->second.expires == ended_.front().first) {
       DropAnswerLocked(it->second);
       entries_.erase(it);
     }

@@ -54,8 +54,8 @@ class CallLedger {
   Claim Begin(const std::string& call_id, absl::Time now = absl::Now());
   // The handler ran and the call ended with `status`; `answer` is its
   // unary response message (null for a streamed call, never kept).
-  void Ran(const std::string& call_id, const absl::Status& status,
-           const grpc::ByteBuffer* answer, absl::Time now = absl::Now());
+  void Ran(const std::string& call_id, const absl::Status& status, const grpc::ByteBuffer* answer,
+           absl::Time now = absl::Now());
   // The call ended before its handler ran: forget it.
   void Forget(const std::string& call_id);
 

@@ -16,9 +16,9 @@ absl::StatusOr<std::vector<int>> SelectDevices(absl::string_view platform, int c
   std::set<int> seen;
   for (int d : wanted) {
     if (d < 0 || d >= count) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--devices names ", platform, " device ", d, ", but this host has ", count,
-          " (ordinals 0 to ", count - 1, ")."));
+      return absl::InvalidArgumentError(absl::StrCat("--devices names ", platform, " device ", d,
+                                                     ", but this host has ", count,
+                                                     " (ordinals 0 to ", count - 1, ")."));
     }
     if (!seen.insert(d).second) {
       return absl::InvalidArgumentError(

@@ -64,15 +64,13 @@ class Stream {
   virtual void* native() = 0;
   // Asynchronous: `host` must stay valid, and unchanged, until the copy is
   // done (a StagingBlock recorded after it, or Synchronize()).
-  virtual absl::Status CopyToDevice(const void* host, DeviceMemory& dst,
-                                    int64_t offset, int64_t size) = 0;
-  virtual absl::Status CopyToHost(DeviceMemory& src, int64_t offset,
-                                  int64_t size, void* host) = 0;
+  virtual absl::Status CopyToDevice(const void* host, DeviceMemory& dst, int64_t offset,
+                                    int64_t size) = 0;
+  virtual absl::Status CopyToHost(DeviceMemory& src, int64_t offset, int64_t size, void* host) = 0;
   // Runs a handler whose work goes on this stream. On CUDA and ROCm a
   // command-buffer-compatible handler is captured once per signature and
   // replayed after; elsewhere the handler's host code simply runs.
-  virtual absl::Status Invoke(const RegisteredHandler& handler,
-                              HandlerInvocation& inv) {
+  virtual absl::Status Invoke(const RegisteredHandler& handler, HandlerInvocation& inv) {
     return RunHandler(handler, inv);
   }
   // Waits for everything enqueued.
@@ -135,8 +133,7 @@ absl::StatusOr<Backend> OpenBackend(Platform p, const BackendOptions& options);
 
 // The devices of `count` that `wanted` selects (all when empty), or
 // INVALID_ARGUMENT naming the first ordinal out of range or repeated.
-absl::StatusOr<std::vector<int>> SelectDevices(absl::string_view platform,
-                                               int count,
+absl::StatusOr<std::vector<int>> SelectDevices(absl::string_view platform, int count,
                                                const std::vector<int>& wanted);
 
 }  // namespace farcall::agent

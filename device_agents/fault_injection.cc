@@ -40,16 +40,16 @@ struct FaultCounters {
     const int64_t n = runs.fetch_add(1) + 1;
     if (plan.lose_device_at > 0 && n == plan.lose_device_at) {
       absl::Status s = absl::InternalError(absl::StrCat(
-          "device ", ordinal, " was lost (injected by --inject_faults=lose_device=",
-          plan.lose_device_at, ")."));
+          "device ", ordinal,
+          " was lost (injected by --inject_faults=lose_device=", plan.lose_device_at, ")."));
       absl::MutexLock l(&mu);
       lost[ordinal] = s;
       return s;
     }
     if (plan.run_every > 0 && n % plan.run_every == 0) {
-      return absl::InternalError(absl::StrCat(
-          "the handler's launch failed on device ", ordinal,
-          " (injected by --inject_faults=run=", plan.run_every, ")."));
+      return absl::InternalError(absl::StrCat("the handler's launch failed on device ", ordinal,
+                                              " (injected by --inject_faults=run=", plan.run_every,
+                                              ")."));
     }
     return absl::OkStatus();
   }
@@ -57,8 +57,7 @@ struct FaultCounters {
 
 class FaultyStream final : public Stream {
  public:
-  FaultyStream(std::unique_ptr<Stream> inner, std::shared_ptr<FaultCounters> counters,
-               int ordinal)
+  FaultyStream(std::unique_ptr<Stream> inner, std::shared_ptr<FaultCounters> counters, int ordinal)
       : inner_(std::move(inner)), counters_(std::move(counters)), ordinal_(ordinal) {}
   FarcallStreamKind kind() const override { return inner_->kind(); }
   void* native() override { return inner_->native(); }
@@ -66,8 +65,7 @@ class FaultyStream final : public Stream {
                             int64_t size) override {
     return inner_->CopyToDevice(host, dst, offset, size);
   }
-  absl::Status CopyToHost(DeviceMemory& src, int64_t offset, int64_t size,
-                          void* host) override {
+  absl::Status CopyToHost(DeviceMemory& src, int64_t offset, int64_t size, void* host) override {
     return inner_->CopyToHost(src, offset, size, host);
   }
   absl::Status Invoke(const RegisteredHandler& handler, HandlerInvocation& inv) override {
@@ -94,9 +92,8 @@ class FaultyDevice final : public Device {
   absl::StatusOr<std::unique_ptr<DeviceMemory>> Allocate(int64_t size) override {
     if (FaultCounters::Hits(counters_->allocations, counters_->plan.allocate_every)) {
       return absl::ResourceExhaustedError(absl::StrCat(
-          "out of device memory: ", size, " bytes could not be allocated on device ",
-          ordinal(), " (injected by --inject_faults=allocate=",
-          counters_->plan.allocate_every, ")."));
+          "out of device memory: ", size, " bytes could not be allocated on device ", ordinal(),
+          " (injected by --inject_faults=allocate=", counters_->plan.allocate_every, ")."));
     }
     return inner_->Allocate(size);
   }
@@ -106,9 +103,7 @@ class FaultyDevice final : public Device {
     return std::unique_ptr<Stream>(
         std::make_unique<FaultyStream>(*std::move(s), counters_, ordinal()));
   }
-  std::unique_ptr<StagingBlock> TryAcquireStaging() override {
-    return inner_->TryAcquireStaging();
-  }
+  std::unique_ptr<StagingBlock> TryAcquireStaging() override { return inner_->TryAcquireStaging(); }
   absl::Status health() const override {
     if (absl::Status s = counters_->Lost(ordinal()); !s.ok()) return s;
     return inner_->health();
@@ -145,9 +140,9 @@ absl::StatusOr<FaultPlan> ParseFaultPlan(absl::string_view spec) {
     } else if (kv.first == "lose_device") {
       plan.lose_device_at = n;
     } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--inject_faults: unknown fault '", kv.first,
-          "'; the faults are allocate, run and lose_device."));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--inject_faults: unknown fault '", kv.first,
+                       "'; the faults are allocate, run and lose_device."));
     }
   }
   return plan;

@@ -138,8 +138,7 @@ TEST(FaultInjectionTest, ALostDeviceFailsEveryLaterLaunchAndReportsItInHealth) {
   EXPECT_TRUE(b.devices[0]->health().ok());
   absl::Status lost = Launch(*b.devices[0]);
   EXPECT_EQ(lost.code(), absl::StatusCode::kInternal);
-  EXPECT_EQ(lost.message(),
-            "device 0 was lost (injected by --inject_faults=lose_device=2).");
+  EXPECT_EQ(lost.message(), "device 0 was lost (injected by --inject_faults=lose_device=2).");
   EXPECT_EQ(Launch(*b.devices[0]), lost);
   EXPECT_EQ(b.devices[0]->health(), lost);
   EXPECT_TRUE(b.devices[1]->health().ok());  // only the device that was lost

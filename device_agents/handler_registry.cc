@@ -1,5 +1,5 @@
-#include "absl/strings/string_view.h"
 #include "device_agents/handler_registry.h"
+#include "absl/strings/string_view.h"
 
 #include <optional>
 
@@ -8,12 +8,10 @@
 
 namespace farcall::agent {
 
-absl::Status HandlerRegistry::Register(const FarcallHandlerDef& def,
-                                       std::string source) {
-  if (def.name == nullptr || def.name[0] == '\0' || def.platform == nullptr ||
-      def.fn == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "handler definition from ", source, " lacks a name, platform or function."));
+absl::Status HandlerRegistry::Register(const FarcallHandlerDef& def, std::string source) {
+  if (def.name == nullptr || def.name[0] == '\0' || def.platform == nullptr || def.fn == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("handler definition from ", source, " lacks a name, platform or function."));
   }
   RegisteredHandler h;
   h.name = def.name;
@@ -26,8 +24,8 @@ absl::Status HandlerRegistry::Register(const FarcallHandlerDef& def,
 
 absl::Status HandlerRegistry::RegisterInProcess(RegisteredHandler handler) {
   if (handler.name.empty() || !handler.invoke) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "handler definition from ", handler.source, " lacks a name or function."));
+    return absl::InvalidArgumentError(
+        absl::StrCat("handler definition from ", handler.source, " lacks a name or function."));
   }
   handler.fn = nullptr;
   return Add(std::move(handler));
@@ -37,17 +35,17 @@ absl::Status HandlerRegistry::Add(RegisteredHandler h) {
   // Platform names are matched in any case, as in JAX; stored canonical.
   std::optional<Platform> platform = ParsePlatform(h.platform);
   if (!platform) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "handler '", h.name, "' from ", h.source, " is for platform '", h.platform,
-        "', which farcall does not serve (cpu, cuda, rocm or oneapi)."));
+    return absl::InvalidArgumentError(
+        absl::StrCat("handler '", h.name, "' from ", h.source, " is for platform '", h.platform,
+                     "', which farcall does not serve (cpu, cuda, rocm or oneapi)."));
   }
   h.platform = std::string(PlatformName(*platform));
   auto key = std::make_pair(h.name, h.platform);
   auto it = handlers_.find(key);
   if (it != handlers_.end()) {
-    return absl::AlreadyExistsError(absl::StrCat(
-        "handler '", h.name, "' for platform '", h.platform, "' from ",
-        h.source, " is already registered by ", it->second.source, "."));
+    return absl::AlreadyExistsError(
+        absl::StrCat("handler '", h.name, "' for platform '", h.platform, "' from ", h.source,
+                     " is already registered by ", it->second.source, "."));
   }
   handlers_.emplace(std::move(key), std::move(h));
   return absl::OkStatus();
@@ -64,8 +62,8 @@ absl::Status HandlerRegistry::Disable(absl::string_view name) {
     }
   }
   if (!found) {
-    return absl::NotFoundError(absl::StrCat(
-        "--disable_handlers names '", name, "', which this agent does not have."));
+    return absl::NotFoundError(
+        absl::StrCat("--disable_handlers names '", name, "', which this agent does not have."));
   }
   return absl::OkStatus();
 }
@@ -82,8 +80,7 @@ std::vector<const RegisteredHandler*> HandlerRegistry::List() const {
   return out;
 }
 
-std::vector<const RegisteredHandler*> HandlerRegistry::List(
-    absl::string_view platform) const {
+std::vector<const RegisteredHandler*> HandlerRegistry::List(absl::string_view platform) const {
   std::vector<const RegisteredHandler*> out;
   for (const auto& [key, h] : handlers_) {
     if (h.platform == platform) out.push_back(&h);

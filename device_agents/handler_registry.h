@@ -14,8 +14,8 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/string_view.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "device_agents/handler_runtime.h"
 #include "farcall/handler_api.h"
 
@@ -38,8 +38,7 @@ struct RegisteredHandler {
 };
 
 // Runs `handler` once on the calling thread.
-inline absl::Status RunHandler(const RegisteredHandler& handler,
-                               const HandlerInvocation& inv) {
+inline absl::Status RunHandler(const RegisteredHandler& handler, const HandlerInvocation& inv) {
   return handler.invoke ? handler.invoke(inv) : InvokeHandler(handler.fn, inv);
 }
 
@@ -55,16 +54,14 @@ class HandlerRegistry {
   // get NOT_FOUND. NOT_FOUND if none has that name (a typo in a flag).
   absl::Status Disable(absl::string_view name);
   // nullptr if not registered. `platform` is a canonical platform name.
-  const RegisteredHandler* Find(absl::string_view name,
-                                absl::string_view platform) const;
+  const RegisteredHandler* Find(absl::string_view name, absl::string_view platform) const;
   std::vector<const RegisteredHandler*> List() const;
   // Only those of `platform` (canonical): what an agent of it serves.
   std::vector<const RegisteredHandler*> List(absl::string_view platform) const;
 
  private:
   absl::Status Add(RegisteredHandler h);
-  std::map<std::pair<std::string, std::string>, RegisteredHandler, std::less<>>
-      handlers_;
+  std::map<std::pair<std::string, std::string>, RegisteredHandler, std::less<>> handlers_;
 };
 
 }  // namespace farcall::agent

@@ -21,9 +21,8 @@ const CancellationToken* TokenOf(const FarcallContext* ctx) {
 FarcallError* ErrorCreate(int32_t code, const char* message, size_t size) {
   // A handler that reports OK or an out-of-range code through the error path
   // still failed; keep the failure visible rather than trusting the code.
-  absl::StatusCode c = (code <= 0 || code > 16)
-                           ? absl::StatusCode::kUnknown
-                           : static_cast<absl::StatusCode>(code);
+  absl::StatusCode c =
+      (code <= 0 || code > 16) ? absl::StatusCode::kUnknown : static_cast<absl::StatusCode>(code);
   return new FarcallError{c, std::string(message ? message : "", size)};
 }
 
@@ -42,10 +41,8 @@ int32_t WaitCancelled(const FarcallContext* ctx, int64_t timeout_ns) {
 }
 
 const FarcallApi kApi = {
-    sizeof(FarcallApi),
-    {sizeof(FarcallApiVersion), FARCALL_API_MAJOR, FARCALL_API_MINOR},
-    &ErrorCreate,
-    &IsCancelled,
+    sizeof(FarcallApi), {sizeof(FarcallApiVersion), FARCALL_API_MAJOR, FARCALL_API_MINOR},
+    &ErrorCreate,       &IsCancelled,
     &WaitCancelled,
 };
 
@@ -73,8 +70,7 @@ bool CancellationToken::deadline_passed() const {
 
 bool CancellationToken::WaitFor(absl::Duration timeout) const {
   absl::MutexLock l(&mu_);
-  mu_.AwaitWithDeadline(absl::Condition(&cancelled_),
-                        std::min(absl::Now() + timeout, deadline_));
+  mu_.AwaitWithDeadline(absl::Condition(&cancelled_), std::min(absl::Now() + timeout, deadline_));
   return cancelled_ || absl::Now() >= deadline_;
 }
 

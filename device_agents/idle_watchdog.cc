@@ -26,10 +26,10 @@ void WatchedCall::ExpireIfIdle(absl::Time now, const IdleLimits& limits, bool co
     expired_ = true;
     waited = waiting_;
   }
-  EndIdle(waited, absl::DeadlineExceededError(absl::StrCat(
-                      "the caller ", waited == Wait::kSend ? "sent nothing" : "read no results",
-                      " for ", absl::FormatDuration(limit), why, " (", flag,
-                      "); the call was ended.")));
+  EndIdle(waited,
+          absl::DeadlineExceededError(absl::StrCat(
+              "the caller ", waited == Wait::kSend ? "sent nothing" : "read no results", " for ",
+              absl::FormatDuration(limit), why, " (", flag, "); the call was ended.")));
 }
 
 void WatchedCall::AwaitClient(Wait w) {

@@ -67,9 +67,8 @@ TEST(WatchedCallTest, ZeroLimitsNeverEnd) {
   FakeCall* c = new FakeCall;
   c->AwaitClient(FakeCall::Wait::kSend);
   c->SetHoldsBudget(true);
-  c->ExpireIfIdle(absl::Now() + absl::Hours(100), IdleLimits{absl::ZeroDuration(),
-                                                             absl::ZeroDuration()},
-                  true);
+  c->ExpireIfIdle(absl::Now() + absl::Hours(100),
+                  IdleLimits{absl::ZeroDuration(), absl::ZeroDuration()}, true);
   EXPECT_EQ(c->ended, "");
   c->Unref();
 }
@@ -85,8 +84,7 @@ TEST(IdleWatchdogTest, ItsThreadEndsAnIdleCall) {
   };
   auto* c = new Signalling;
   {
-    IdleWatchdog w(IdleLimits{absl::Milliseconds(20), absl::ZeroDuration()},
-                   [] { return false; });
+    IdleWatchdog w(IdleLimits{absl::Milliseconds(20), absl::ZeroDuration()}, [] { return false; });
     c->AwaitClient(Signalling::Wait::kSend);
     w.Add(c);
     EXPECT_TRUE(c->ended.WaitForNotificationWithTimeout(absl::Seconds(30)));
@@ -106,8 +104,7 @@ TEST(IdleWatchdogTest, CallsComingAndGoingWhileItScansAreEndedAtMostOnce) {
     void EndIdle(Wait, const absl::Status&) override { ++ends; }
   };
   // A limit so short that the watchdog ends some of the calls mid-wait.
-  IdleWatchdog w(IdleLimits{absl::Microseconds(200), absl::ZeroDuration()},
-                 [] { return false; });
+  IdleWatchdog w(IdleLimits{absl::Microseconds(200), absl::ZeroDuration()}, [] { return false; });
   std::atomic<int> ended{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {

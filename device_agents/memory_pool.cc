@@ -23,8 +23,7 @@ class CachingAllocator::Block final : public DeviceMemory {
   int64_t size_;
 };
 
-CachingAllocator::CachingAllocator(std::string what, RawOps ops,
-                                   int64_t max_cached_bytes)
+CachingAllocator::CachingAllocator(std::string what, RawOps ops, int64_t max_cached_bytes)
     : what_(std::move(what)), ops_(std::move(ops)), max_cached_(max_cached_bytes) {}
 
 CachingAllocator::~CachingAllocator() { Trim(); }
@@ -64,9 +63,9 @@ absl::StatusOr<std::unique_ptr<DeviceMemory>> CachingAllocator::Allocate(int64_t
   }
   if (!ptr.ok()) {
     if (!absl::IsResourceExhausted(ptr.status())) return ptr.status();
-    return absl::ResourceExhaustedError(absl::StrCat(
-        what_, " is out of memory: allocating ", size, " bytes with ",
-        in_use_bytes(), " bytes in use by calls (", ptr.status().message(), ")"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat(what_, " is out of memory: allocating ", size, " bytes with ", in_use_bytes(),
+                     " bytes in use by calls (", ptr.status().message(), ")"));
   }
   absl::MutexLock l(&mu_);
   in_use_bytes_ += want;

@@ -77,7 +77,10 @@ TEST(CachingAllocatorTest, FreedBlocksAreReusedWithoutAnotherDeviceAllocation) {
 TEST(CachingAllocatorTest, OutOfMemoryGivesTheCacheBackThenSaysResourceExhausted) {
   FakeDevice dev{8 << 20};
   CachingAllocator a("fake device 0", dev.Ops(), 8 << 20);
-  { auto m = a.Allocate(6 << 20); ASSERT_TRUE(m.ok()); }
+  {
+    auto m = a.Allocate(6 << 20);
+    ASSERT_TRUE(m.ok());
+  }
   EXPECT_EQ(a.cached_bytes(), 6 << 20);
   // 4 MiB fits only once the cached 6 MiB block is freed.
   auto m = a.Allocate(4 << 20);
@@ -109,15 +112,14 @@ TEST(CachingAllocatorTest, ThreadsAllocatingAndFreeingAtOnceGiveEveryByteBack) {
   std::mutex mu;  // the fake device's own state
   FakeDevice dev{int64_t{1} << 30};
   CachingAllocator::RawOps raw = dev.Ops();
-  CachingAllocator::RawOps locked{
-      [&](int64_t n) {
-        std::lock_guard<std::mutex> l(mu);
-        return raw.allocate(n);
-      },
-      [&](void* p) {
-        std::lock_guard<std::mutex> l(mu);
-        raw.free(p);
-      }};
+  CachingAllocator::RawOps locked{[&](int64_t n) {
+                                    std::lock_guard<std::mutex> l(mu);
+                                    return raw.allocate(n);
+                                  },
+                                  [&](void* p) {
+                                    std::lock_guard<std::mutex> l(mu);
+                                    raw.free(p);
+                                  }};
   {
     CachingAllocator a("fake device 0", locked, 8 << 20);
     std::vector<std::thread> threads;

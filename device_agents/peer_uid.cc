@@ -28,10 +28,10 @@ namespace farcall::agent {
 namespace {
 
 absl::Status NotLoopback(absl::string_view peer) {
-  return absl::PermissionDeniedError(absl::StrCat(
-      "shared memory serves only calls over loopback TCP from this host; this call "
-      "came from ",
-      peer, "."));
+  return absl::PermissionDeniedError(
+      absl::StrCat("shared memory serves only calls over loopback TCP from this host; this call "
+                   "came from ",
+                   peer, "."));
 }
 
 // How /proc/net/tcp{,6} write an address: each 32-bit word of the address
@@ -106,8 +106,8 @@ int AskSockDiag(int family, inet_diag_req_v2 request, uint16_t flags) {
   ask.request.sdiag_protocol = IPPROTO_TCP;
   sockaddr_nl kernel{};
   kernel.nl_family = AF_NETLINK;
-  if (sendto(fd, &ask, sizeof(ask), 0, reinterpret_cast<sockaddr*>(&kernel),
-             sizeof(kernel)) != static_cast<ssize_t>(sizeof(ask))) {
+  if (sendto(fd, &ask, sizeof(ask), 0, reinterpret_cast<sockaddr*>(&kernel), sizeof(kernel)) !=
+      static_cast<ssize_t>(sizeof(ask))) {
     close(fd);
     return -1;
   }
@@ -182,7 +182,7 @@ bool FindByNetlink(const Endpoint& e, int server_port, std::set<uint32_t>& uids)
 }  // namespace
 
 absl::StatusOr<uint32_t> LoopbackPeerUid(absl::string_view peer, int server_port,
-                                        const std::string& proc_net) {
+                                         const std::string& proc_net) {
   // gRPC writes "ipv4:A.B.C.D:PORT" and "ipv6:[ADDR]:PORT", the brackets
   // sometimes escaped.
   std::string rest = absl::StrReplaceAll(peer, {{"%5B", "["}, {"%5D", "]"}, {"%3A", ":"}});
@@ -219,8 +219,7 @@ absl::StatusOr<uint32_t> LoopbackPeerUid(absl::string_view peer, int server_port
     add(AF_INET, v4);
     add(AF_INET6, mapped);
   } else if (v6 && inet_pton(AF_INET6, host.c_str(), v6b) == 1) {
-    static const unsigned char kLoopback[16] = {0, 0, 0, 0, 0, 0, 0, 0,
-                                                0, 0, 0, 0, 0, 0, 0, 1};
+    static const unsigned char kLoopback[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
     static const unsigned char kMappedPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
     const bool mapped = std::memcmp(v6b, kMappedPrefix, 12) == 0;
     if (std::memcmp(v6b, kLoopback, 16) != 0 && !(mapped && v6b[12] == 127)) {
@@ -260,9 +259,8 @@ absl::StatusOr<uint32_t> LoopbackPeerUid(absl::string_view peer, int server_port
   if (uids.empty()) {
     return absl::NotFoundError(absl::StrCat("no open socket of this host is ", peer, "."));
   }
-  return absl::NotFoundError(absl::StrCat(
-      "sockets of ", uids.size(), " different users are ", peer,
-      "; whose call this is cannot be told."));
+  return absl::NotFoundError(absl::StrCat("sockets of ", uids.size(), " different users are ", peer,
+                                          "; whose call this is cannot be told."));
 }
 
 }  // namespace farcall::agent

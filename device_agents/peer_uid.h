@@ -27,7 +27,7 @@ namespace farcall::agent {
 // sockets of different users match (it cannot be told whose the call is).
 // A non-empty `proc_net` reads the tables there instead (tests).
 absl::StatusOr<uint32_t> LoopbackPeerUid(absl::string_view peer, int server_port = 0,
-                                        const std::string& proc_net = "");
+                                         const std::string& proc_net = "");
 
 }  // namespace farcall::agent
 

@@ -74,8 +74,7 @@ TEST(LoopbackPeerUidTest, FindsTheUserOfALiveLoopbackClient) {
   close(p.server);
   p.client = p.server = -1;
   EXPECT_EQ(LoopbackPeerUid(peer).status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(LoopbackPeerUid(peer, 0, "/proc/net").status().code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(LoopbackPeerUid(peer, 0, "/proc/net").status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST(LoopbackPeerUidTest, AClientOfAnotherLoopbackAddressIsFoundToo) {
@@ -100,8 +99,9 @@ TEST(LoopbackPeerUidTest, PeersOffThisHostOrOffTcpAreRefused) {
 TEST(LoopbackPeerUidTest, ReadsEverySpellingTheKernelTablesUse) {
   const std::string dir = absl::StrCat(::testing::TempDir(), "/peer_uid_", getpid());
   std::filesystem::create_directories(dir);
-  const char* kHeader = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when "
-                        "retrnsmt   uid  timeout inode\n";
+  const char* kHeader =
+      "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when "
+      "retrnsmt   uid  timeout inode\n";
   std::ofstream(dir + "/tcp") << kHeader
                               << "   0: 0100007F:1F90 0100007F:C350 01 00000000:00000000 "
                                  "00:00000000 00000000  1234        0 111 1\n"

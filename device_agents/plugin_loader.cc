@@ -24,13 +24,12 @@ absl::Status LoadPlugin(const std::string& path, HandlerRegistry& registry) {
                "library search path)"
              : ""));
   }
-  auto get = reinterpret_cast<FarcallPluginGetFn>(
-      dlsym(lib, FARCALL_PLUGIN_ENTRY_SYMBOL));
+  auto get = reinterpret_cast<FarcallPluginGetFn>(dlsym(lib, FARCALL_PLUGIN_ENTRY_SYMBOL));
   if (get == nullptr) {
     dlclose(lib);
-    return absl::InvalidArgumentError(
-        absl::StrCat("plugin '", path, "' does not export ",
-                     FARCALL_PLUGIN_ENTRY_SYMBOL, "; define it with FARCALL_PLUGIN."));
+    return absl::InvalidArgumentError(absl::StrCat("plugin '", path, "' does not export ",
+                                                   FARCALL_PLUGIN_ENTRY_SYMBOL,
+                                                   "; define it with FARCALL_PLUGIN."));
   }
   const FarcallPlugin* plugin = get();
   constexpr size_t kNeed = offsetof(FarcallPlugin, handlers) + sizeof(void*);
@@ -44,16 +43,16 @@ absl::Status LoadPlugin(const std::string& path, HandlerRegistry& registry) {
   if (v.major != FARCALL_API_MAJOR) {
     dlclose(lib);
     return absl::FailedPreconditionError(absl::StrCat(
-        "plugin '", path, "' was built for farcall handler ABI ", v.major, ".",
-        v.minor, ", but this agent speaks ABI ", FARCALL_API_MAJOR, ".",
-        FARCALL_API_MINOR, "; rebuild the plugin against this agent's "
+        "plugin '", path, "' was built for farcall handler ABI ", v.major, ".", v.minor,
+        ", but this agent speaks ABI ", FARCALL_API_MAJOR, ".", FARCALL_API_MINOR,
+        "; rebuild the plugin against this agent's "
         "farcall/handler_api.h."));
   }
   for (size_t i = 0; i < plugin->num_handlers; ++i) {
     const FarcallHandlerDef& def = plugin->handlers[i];
     if (def.struct_size < sizeof(FarcallHandlerDef)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "plugin '", path, "': handler definition ", i, " is too small."));
+      return absl::InvalidArgumentError(
+          absl::StrCat("plugin '", path, "': handler definition ", i, " is too small."));
     }
     absl::Status s = registry.Register(def, path);
     if (!s.ok()) return s;

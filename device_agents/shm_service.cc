@@ -50,8 +50,8 @@ absl::StatusOr<std::shared_ptr<ShmRegion>> MapRegion(int fd, uint64_t size) {
     return absl::InvalidArgumentError("the passed fd cannot be inspected.");
   }
   if (size == 0 || static_cast<uint64_t>(st.st_size) < size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the region claims ", size, " bytes but its memfd holds ", st.st_size, "."));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the region claims ", size, " bytes but its memfd holds ", st.st_size, "."));
   }
   void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {
@@ -69,7 +69,7 @@ ShmRegion::~ShmRegion() {
 }
 
 absl::StatusOr<std::unique_ptr<ShmService>> ShmService::Start(const std::string& address,
-                                                             Options options) {
+                                                              Options options) {
   absl::StatusOr<int> fd = shm::Listen(address);
   if (!fd.ok()) return fd.status();
   std::unique_ptr<ShmService> s(new ShmService(address, *fd, std::move(options)));
@@ -83,7 +83,9 @@ ShmService::ShmService(std::string address, int listen_fd, Options options)
 void ShmService::Refuse(int fd, const absl::Status& error) {
   // Read the first request, so that the peer gets the answer, not a reset;
   // a peer that sends nothing holds the accept loop for 200 ms at most.
-  struct timeval tv {0, 200 * 1000};
+  struct timeval tv {
+    0, 200 * 1000
+  };
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   absl::StatusOr<shm::Request> req = shm::ReceiveRequest(fd);
   if (req.ok() && req->fd >= 0) close(req->fd);
@@ -140,14 +142,13 @@ void ShmService::AcceptLoop() {
       close(fd);
       continue;
     }
-    const bool allowed =
-        cred.uid == geteuid() || std::find(options_.allowed_uids.begin(),
-                                           options_.allowed_uids.end(),
-                                           cred.uid) != options_.allowed_uids.end();
+    const bool allowed = cred.uid == geteuid() ||
+                         std::find(options_.allowed_uids.begin(), options_.allowed_uids.end(),
+                                   cred.uid) != options_.allowed_uids.end();
     if (!allowed) {
-      Refuse(fd, absl::PermissionDeniedError(absl::StrCat(
-                     "this agent's shared memory serves its own user (uid ", geteuid(),
-                     ") and --shm_allow_uids, not uid ", cred.uid, ".")));
+      Refuse(fd, absl::PermissionDeniedError(
+                     absl::StrCat("this agent's shared memory serves its own user (uid ", geteuid(),
+                                  ") and --shm_allow_uids, not uid ", cred.uid, ".")));
       continue;
     }
     bool full = false;
@@ -164,9 +165,9 @@ void ShmService::AcceptLoop() {
       }
     }
     if (full) {
-      Refuse(fd, absl::ResourceExhaustedError(absl::StrCat(
-                     "this agent serves at most ", options_.max_connections,
-                     " shared-memory connections at once.")));
+      Refuse(fd, absl::ResourceExhaustedError(absl::StrCat("this agent serves at most ",
+                                                           options_.max_connections,
+                                                           " shared-memory connections at once.")));
     }
   }
 }
@@ -182,15 +183,15 @@ void ShmService::Serve(int fd, uint32_t uid) {
       if (req->fd < 0) {
         reply = Error(absl::StatusCode::kInvalidArgument, "register carries no fd.");
       } else if (held >= kMaxRegionsPerConnection) {
-        reply = Error(absl::StatusCode::kResourceExhausted,
-                      absl::StrCat("a connection may hold at most ",
-                                   kMaxRegionsPerConnection, " regions."));
+        reply = Error(
+            absl::StatusCode::kResourceExhausted,
+            absl::StrCat("a connection may hold at most ", kMaxRegionsPerConnection, " regions."));
       } else if (req->size > options_.max_bytes_per_connection - held_bytes) {
-        reply = Error(absl::StatusCode::kResourceExhausted,
-                      absl::StrCat("a connection may register at most ",
-                                   options_.max_bytes_per_connection,
-                                   " bytes of shared memory (--shm_max_bytes); it holds ",
-                                   held_bytes, " and asks for ", req->size, " more."));
+        reply = Error(
+            absl::StatusCode::kResourceExhausted,
+            absl::StrCat("a connection may register at most ", options_.max_bytes_per_connection,
+                         " bytes of shared memory (--shm_max_bytes); it holds ", held_bytes,
+                         " and asks for ", req->size, " more."));
       } else {
         absl::StatusOr<std::shared_ptr<ShmRegion>> region = MapRegion(req->fd, req->size);
         if (!region.ok()) {
@@ -211,8 +212,9 @@ void ShmService::Serve(int fd, uint32_t uid) {
       absl::MutexLock l(&mu_);
       auto it = regions_.find(req->token.substr(0, kTokenIdSize));
       if (it == regions_.end() || it->second.connection != fd ||
-          !ConstantTimeEqual(it->second.secret, absl::string_view(req->token).substr(
-                                                    std::min(kTokenIdSize, req->token.size())))) {
+          !ConstantTimeEqual(
+              it->second.secret,
+              absl::string_view(req->token).substr(std::min(kTokenIdSize, req->token.size())))) {
         reply = Error(absl::StatusCode::kNotFound, "no such region on this connection.");
       } else {
         held_bytes -= it->second.region->size();

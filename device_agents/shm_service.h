@@ -7,8 +7,8 @@
 #ifndef FARCALL_DEVICE_AGENTS_SHM_SERVICE_H_
 #define FARCALL_DEVICE_AGENTS_SHM_SERVICE_H_
 
-#include <cstdint>
 #include <atomic>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -57,7 +57,7 @@ class ShmService {
   // NOT_FOUND for a token that is unknown or another user's. The token's
   // secret part is compared in constant time.
   absl::StatusOr<std::shared_ptr<ShmRegion>> Find(const std::string& token,
-                                                 const std::string& peer);
+                                                  const std::string& peer);
   int64_t region_count() const;
   // The agent's gRPC port, once it serves: a call's socket must be connected
   // to it (LoopbackPeerUid).

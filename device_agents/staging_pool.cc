@@ -21,8 +21,8 @@ class StagingPool::Lease final : public StagingBlock {
   std::unique_ptr<StagingBlock> block_;
 };
 
-std::shared_ptr<StagingPool> StagingPool::Create(int64_t total_bytes,
-                                                 int64_t block_bytes, Factory make) {
+std::shared_ptr<StagingPool> StagingPool::Create(int64_t total_bytes, int64_t block_bytes,
+                                                 Factory make) {
   block_bytes = std::max<int64_t>(block_bytes, 4096);
   const int capacity = static_cast<int>(std::max<int64_t>(1, total_bytes / block_bytes));
   return std::shared_ptr<StagingPool>(new StagingPool(capacity, block_bytes, std::move(make)));

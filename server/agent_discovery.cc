@@ -14,9 +14,7 @@ namespace {
 constexpr char kDnsPrefix[] = "dns:///";
 }  // namespace
 
-bool IsMultiAgentSource(const std::string& source) {
-  return absl::StartsWith(source, kDnsPrefix);
-}
+bool IsMultiAgentSource(const std::string& source) { return absl::StartsWith(source, kDnsPrefix); }
 
 absl::StatusOr<std::vector<std::string>> ExpandAgentSource(const std::string& source) {
   if (!IsMultiAgentSource(source)) return std::vector<std::string>{source};
@@ -42,12 +40,10 @@ absl::StatusOr<std::vector<std::string>> ExpandAgentSource(const std::string& so
   for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
     char ip[INET6_ADDRSTRLEN] = {};
     if (a->ai_family == AF_INET) {
-      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_addr, ip,
-                sizeof(ip));
+      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_addr, ip, sizeof(ip));
       out.push_back(absl::StrCat(ip, ":", port));
     } else if (a->ai_family == AF_INET6) {
-      inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(a->ai_addr)->sin6_addr, ip,
-                sizeof(ip));
+      inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(a->ai_addr)->sin6_addr, ip, sizeof(ip));
       out.push_back(absl::StrCat("[", ip, "]:", port));
     }
   }

@@ -7,12 +7,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
-#include "core/tokens.h"
 #include "core/call_validation.h"
 #include "core/metrics.h"
-#include "server/agent_discovery.h"
+#include "core/tokens.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "server/agent_discovery.h"
 
 namespace farcall::router {
 namespace {
@@ -34,8 +34,8 @@ PoolMetrics& Metrics() {
 
 // Exports an agent's state; `published` is the platform it was last
 // exported under ("" before it described itself), whose series goes.
-void Publish(const std::string& address, const v1::AgentInfo& info,
-             v1::AgentEntry::Health health, int64_t inflight, std::string& published) {
+void Publish(const std::string& address, const v1::AgentInfo& info, v1::AgentEntry::Health health,
+             int64_t inflight, std::string& published) {
   if (published != info.platform()) {
     Metrics().up.Remove({address, published});
     published = info.platform();
@@ -91,9 +91,8 @@ void AgentPool::Resolve() {
     if (!addrs.ok()) continue;
     absl::MutexLock l(&mu_);
     std::erase_if(entries_, [&](const Entry& e) {
-      const bool gone =
-          e.source == source &&
-          std::find(addrs->begin(), addrs->end(), e.handle->address) == addrs->end();
+      const bool gone = e.source == source &&
+                        std::find(addrs->begin(), addrs->end(), e.handle->address) == addrs->end();
       if (gone) Unpublish(e.handle->address, e.published_platform);
       return gone;
     });
@@ -145,8 +144,8 @@ void AgentPool::ProbeOne(const std::shared_ptr<AgentHandle>& h, std::function<vo
       if (e.handle == h) p->need_describe = !e.described || e.health != v1::AgentEntry::SERVING;
     }
   }
-  const auto deadline = std::chrono::system_clock::now() +
-                        absl::ToChronoMilliseconds(options_.probe_timeout);
+  const auto deadline =
+      std::chrono::system_clock::now() + absl::ToChronoMilliseconds(options_.probe_timeout);
   p->hctx.set_deadline(deadline);
   // Waiting for the connection lets a probe see an agent that has just come
   // back, instead of failing fast on the channel's last failure.
@@ -294,8 +293,7 @@ absl::StatusOr<std::vector<std::shared_ptr<AgentHandle>>> AgentPool::Candidates(
   std::vector<std::string> registered;  // by the live agents, for the error
   absl::MutexLock l(&mu_);
   for (const Entry& e : entries_) {
-    if (e.health != v1::AgentEntry::SERVING || !e.described ||
-        e.info.platform() != name) {
+    if (e.health != v1::AgentEntry::SERVING || !e.described || e.info.platform() != name) {
       continue;
     }
     any_live = true;
@@ -318,8 +316,7 @@ void AgentPool::MarkDown(const AgentHandle& agent, absl::string_view why) {
     if (e.handle.get() == &agent) {
       e.health = v1::AgentEntry::DOWN;
       e.last_error = std::string(why);
-      Publish(e.handle->address, e.info, e.health, e.handle->inflight.load(),
-              e.published_platform);
+      Publish(e.handle->address, e.info, e.health, e.handle->inflight.load(), e.published_platform);
     }
   }
 }

@@ -51,8 +51,8 @@ struct AgentStatus {
   int64_t inflight = 0;
   uint64_t calls_total = 0;
   uint64_t errors_total = 0;
-  double call_rate = 0;   // calls per second over the last minute
-  double error_rate = 0;  // failed calls per second over the last minute
+  double call_rate = 0;         // calls per second over the last minute
+  double error_rate = 0;        // failed calls per second over the last minute
   std::string last_call_error;  // empty: none yet
   absl::Time last_call_error_time;
   std::vector<std::string> handlers;

@@ -13,9 +13,8 @@ std::shared_ptr<AgentHandle> PickAgent(
   size_t a = absl::Uniform<size_t>(gen, 0, n);
   size_t b = absl::Uniform<size_t>(gen, 0, n - 1);
   if (b >= a) ++b;  // distinct from a
-  return candidates[a]->inflight.load() <= candidates[b]->inflight.load()
-             ? candidates[a]
-             : candidates[b];
+  return candidates[a]->inflight.load() <= candidates[b]->inflight.load() ? candidates[a]
+                                                                          : candidates[b];
 }
 
 std::shared_ptr<AgentHandle> PickAgentFor(

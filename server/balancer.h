@@ -14,8 +14,7 @@ namespace farcall::router {
 
 // Picks two distinct candidates at random and returns the one with fewer
 // calls in flight. Precondition: `candidates` is not empty.
-std::shared_ptr<AgentHandle> PickAgent(
-    const std::vector<std::shared_ptr<AgentHandle>>& candidates);
+std::shared_ptr<AgentHandle> PickAgent(const std::vector<std::shared_ptr<AgentHandle>>& candidates);
 
 // The candidate that `key` maps to (rendezvous hashing on the agents'
 // addresses): the same while the candidates are, and when one goes only

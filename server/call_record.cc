@@ -14,9 +14,8 @@ struct RouterMetrics {
   metrics::CounterFamily calls{"farcall_router_calls_total",
                                "Calls finished by the router, by handler and status code.",
                                {"platform", "handler", "code"}};
-  metrics::HistogramFamily latency{"farcall_router_call_seconds",
-                                   "Whole-call latency as the router sees it.",
-                                   {"platform"}};
+  metrics::HistogramFamily latency{
+      "farcall_router_call_seconds", "Whole-call latency as the router sees it.", {"platform"}};
   metrics::CounterFamily retries{"farcall_router_retries_total",
                                  "Calls retried on another agent because the first "
                                  "could not be reached.",
@@ -34,8 +33,8 @@ struct RouterMetrics {
       "unknown or insufficient token), platform (not a supported backend), no_agent (no "
       "live agent serves the platform and handler), draining (the router is shutting down).",
       {"reason"}};
-  metrics::GaugeFamily draining{"farcall_router_draining",
-                                "1 while the router drains for shutdown, else 0.", {}};
+  metrics::GaugeFamily draining{
+      "farcall_router_draining", "1 while the router drains for shutdown, else 0.", {}};
 
   // Every series without per-call labels, at zero from start-up.
   void ExportAtStart() {
@@ -81,8 +80,7 @@ void CallRecord::Sent(size_t bytes) {
 }
 
 void CallRecord::Finished(const grpc::Status& s) {
-  const std::string code =
-      absl::StatusCodeToString(static_cast<absl::StatusCode>(s.error_code()));
+  const std::string code = absl::StatusCodeToString(static_cast<absl::StatusCode>(s.error_code()));
   Metrics().calls.With({platform_, handler_, code}).Increment();
   Metrics().latency.With({platform_}).Observe(absl::ToDoubleSeconds(absl::Now() - start_));
   std::shared_ptr<AgentHandle> agent;

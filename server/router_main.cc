@@ -16,12 +16,10 @@
 #include "core/version.h"
 #include "server/router_service.h"
 
-ABSL_FLAG(std::string, listen, "127.0.0.1:50050",
-          "HOST:PORT to serve on; port 0 picks a free one");
+ABSL_FLAG(std::string, listen, "127.0.0.1:50050", "HOST:PORT to serve on; port 0 picks a free one");
 ABSL_FLAG(std::vector<std::string>, agents, {},
           "comma-separated agent addresses (HOST:PORT, or dns:///NAME:PORT)");
-ABSL_FLAG(int64_t, max_call_bytes, int64_t{16} << 30,
-          "largest call the router forwards, in bytes");
+ABSL_FLAG(int64_t, max_call_bytes, int64_t{16} << 30, "largest call the router forwards, in bytes");
 ABSL_FLAG(std::string, metrics_listen, "",
           "HOST:PORT to serve Prometheus /metrics on; a bare PORT binds loopback only "
           "(empty: off)");
@@ -36,8 +34,7 @@ ABSL_FLAG(std::string, agent_tls_server_name, "",
 ABSL_FLAG(std::string, agent_token_file, "",
           "a file with the router's own token for agents that need one (default: "
           "each caller's token is passed on)");
-ABSL_FLAG(int, ready_fd, -1,
-          "write the bound port to this file descriptor once serving");
+ABSL_FLAG(int, ready_fd, -1, "write the bound port to this file descriptor once serving");
 
 int main(int argc, char** argv) {
   farcall::InitFarcallProcess();
@@ -69,11 +66,10 @@ int main(int argc, char** argv) {
     FARCALL_ASSIGN_OR_RETURN(farcall::ServerSecurity security, farcall::ServerSecurityFromFlags());
     options.credentials = std::move(security.credentials);
     options.tokens = std::move(security.tokens);
-    FARCALL_ASSIGN_OR_RETURN(
-        options.pool.credentials,
-        farcall::ChannelCredentials({absl::GetFlag(FLAGS_agent_tls_cert),
-                                     absl::GetFlag(FLAGS_agent_tls_key),
-                                     absl::GetFlag(FLAGS_agent_tls_ca)}));
+    FARCALL_ASSIGN_OR_RETURN(options.pool.credentials,
+                             farcall::ChannelCredentials({absl::GetFlag(FLAGS_agent_tls_cert),
+                                                          absl::GetFlag(FLAGS_agent_tls_key),
+                                                          absl::GetFlag(FLAGS_agent_tls_ca)}));
     options.pool.tls_server_name = absl::GetFlag(FLAGS_agent_tls_server_name);
     const std::string token_file = absl::GetFlag(FLAGS_agent_token_file);
     if (!token_file.empty()) {
@@ -101,13 +97,13 @@ int main(int argc, char** argv) {
       (*router)->metrics_port() > 0
           ? absl::StrCat(", metrics and status page on port ", (*router)->metrics_port())
           : std::string(", no metrics"),
-      "; ", live, " of ", agents.agents_size(), " agent(s) live; flags: ",
-      farcall::log::NonDefaultFlags()));
-  farcall::ReportReady(absl::GetFlag(FLAGS_ready_fd), (*router)->port(),
-                       (*router)->metrics_port());
+      "; ", live, " of ", agents.agents_size(),
+      " agent(s) live; flags: ", farcall::log::NonDefaultFlags()));
+  farcall::ReportReady(absl::GetFlag(FLAGS_ready_fd), (*router)->port(), (*router)->metrics_port());
 
   std::string sig = farcall::WaitForTerminationSignal();
-  farcall::log::Info(absl::StrCat(sig, " received: draining (NOT_SERVING, no new calls), "
+  farcall::log::Info(absl::StrCat(sig,
+                                  " received: draining (NOT_SERVING, no new calls), "
                                   "then shutting down"));
   (*router)->Shutdown();
   farcall::log::Info("stopped");

@@ -12,9 +12,9 @@
 #include "core/wire/frame_codec.h"
 #include "core/wire/grpc_server.h"
 #include "core/wire/grpc_status.h"
-#include "core/wire/security.h"
 #include "core/wire/proto_convert.h"
 #include "core/wire/protocol.h"
+#include "core/wire/security.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "server/balancer.h"
@@ -46,7 +46,7 @@ struct Route {
   Platform platform;
   std::string handler;
   bool has_side_effect = false;  // never run twice: no retry elsewhere
-  std::string call_id;  // with side effects: picks the agent (PickAgentFor)
+  std::string call_id;           // with side effects: picks the agent (PickAgentFor)
   std::vector<std::shared_ptr<AgentHandle>> candidates;
   std::string authorization;  // sent to the agent; empty: none
 };
@@ -83,8 +83,11 @@ absl::StatusOr<Route> RouteCall(const Shared& shared, const grpc::ByteBuffer& fi
     record.Refused("auth");
     return s;
   }
-  Route r{v->platform, header.handler(), header.has_side_effect(),
-          header.has_side_effect() ? header.call_id() : std::string(), {},
+  Route r{v->platform,
+          header.handler(),
+          header.has_side_effect(),
+          header.has_side_effect() ? header.call_id() : std::string(),
+          {},
           shared.agent_authorization.empty() ? authorization : shared.agent_authorization};
   absl::StatusOr<std::vector<std::shared_ptr<AgentHandle>>> candidates =
       shared.pool->Candidates(v->platform, header.handler());
@@ -106,8 +109,8 @@ absl::StatusOr<Route> RouteCall(const Shared& shared, const grpc::ByteBuffer& fi
 std::shared_ptr<AgentHandle> TakeAgent(Route& route) {
   if (route.candidates.empty()) return nullptr;
   std::shared_ptr<AgentHandle> a = route.call_id.empty()
-                                        ? PickAgent(route.candidates)
-                                        : PickAgentFor(route.call_id, route.candidates);
+                                       ? PickAgent(route.candidates)
+                                       : PickAgentFor(route.call_id, route.candidates);
   std::erase(route.candidates, a);
   return a;
 }
@@ -134,9 +137,8 @@ bool Unreachable(const grpc::Status& s, const grpc::ClientContext& ctx) {
 // one for the caller's frames going up (the write flow) and one for the
 // agent's frames coming back (the read flow). Each is removed once, when
 // its flow can start nothing more; the attempt's OnDone comes after both.
-class ForwardingExecute final
-    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
-      public RefCounted {
+class ForwardingExecute final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
+                                public RefCounted {
  public:
   ForwardingExecute(Shared& shared, grpc::CallbackServerContext* ctx)
       : shared_(shared), server_ctx_(ctx), entered_(shared.gate->Enter()) {
@@ -155,8 +157,7 @@ class ForwardingExecute final
         return FinishUp(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                      "the call ended before its header was sent."));
       }
-      absl::StatusOr<Route> r =
-          RouteCall(shared_, up_in_, AuthorizationOf(*server_ctx_), record_);
+      absl::StatusOr<Route> r = RouteCall(shared_, up_in_, AuthorizationOf(*server_ctx_), record_);
       if (!r.ok()) return FinishUp(ToGrpcStatus(r.status()));
       route_ = std::move(*r);
       record_.Routed(route_.platform, route_.handler);
@@ -212,8 +213,7 @@ class ForwardingExecute final
 
  private:
   // One attempt to reach one agent.
-  struct Downstream final
-      : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+  struct Downstream final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
     Downstream(ForwardingExecute* up, std::shared_ptr<AgentHandle> agent)
         : up(up), agent(std::move(agent)) {}
     void OnReadInitialMetadataDone(bool ok) override { up->OnAccepted(ok); }
@@ -254,8 +254,8 @@ class ForwardingExecute final
       writes_held_ = reads_held_ = true;
       awaiting_caller_ = down_reads_ended_ = false;
     }
-    agent->generic->PrepareBidiStreamingCall(&down->ctx, kAgentExecuteMethod,
-                                             grpc::StubOptions(), down);
+    agent->generic->PrepareBidiStreamingCall(&down->ctx, kAgentExecuteMethod, grpc::StubOptions(),
+                                             down);
     down->AddMultipleHolds(2);  // the write flow and the read flow
     down->StartCall();
   }
@@ -332,8 +332,7 @@ class ForwardingExecute final
       absl::MutexLock l(&mu_);
       agent = down_->agent;
       // Nothing reached the agent: safe to try another one.
-      retry = !accepted_ && !cancelled_ && !route_.has_side_effect &&
-              Unreachable(s, down_->ctx);
+      retry = !accepted_ && !cancelled_ && !route_.has_side_effect && Unreachable(s, down_->ctx);
       if (!retry) {
         down_done_ = true;
         final_ = s;
@@ -404,8 +403,8 @@ class ForwardingExecute final
 // Router.Call: one frame each way; the agent's answer is passed through.
 class ForwardingCall final : public grpc::ServerUnaryReactor, public RefCounted {
  public:
-  ForwardingCall(Shared& shared, grpc::CallbackServerContext* ctx,
-                 const grpc::ByteBuffer* request, grpc::ByteBuffer* response)
+  ForwardingCall(Shared& shared, grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                 grpc::ByteBuffer* response)
       : shared_(shared),
         server_ctx_(ctx),
         entered_(shared.gate->Enter()),
@@ -416,8 +415,7 @@ class ForwardingCall final : public grpc::ServerUnaryReactor, public RefCounted 
       FinishAndRecord(Draining());
       return;
     }
-    absl::StatusOr<Route> r =
-        RouteCall(shared_, *request_, AuthorizationOf(*server_ctx_), record_);
+    absl::StatusOr<Route> r = RouteCall(shared_, *request_, AuthorizationOf(*server_ctx_), record_);
     if (!r.ok()) {
       FinishAndRecord(ToGrpcStatus(r.status()));
       return;
@@ -468,8 +466,7 @@ class ForwardingCall final : public grpc::ServerUnaryReactor, public RefCounted 
             retry = !cancelled_ && !route_.has_side_effect && Unreachable(s, *ctx);
           }
           if (retry) {
-            shared_.pool->MarkDown(*agent,
-                                   absl::StrCat("unreachable: ", s.error_message()));
+            shared_.pool->MarkDown(*agent, absl::StrCat("unreachable: ", s.error_message()));
             response_->Clear();
             record_.Retried();
             StartAttempt();
@@ -500,9 +497,8 @@ class ForwardingCall final : public grpc::ServerUnaryReactor, public RefCounted 
 };
 
 class RouterService final
-    : public v1::Router::WithRawCallbackMethod_Execute<
-          v1::Router::WithRawCallbackMethod_Call<
-              v1::Router::WithCallbackMethod_ListAgents<v1::Router::Service>>> {
+    : public v1::Router::WithRawCallbackMethod_Execute<v1::Router::WithRawCallbackMethod_Call<
+          v1::Router::WithCallbackMethod_ListAgents<v1::Router::Service>>> {
  public:
   explicit RouterService(Shared shared) : shared_(shared) {}
 
@@ -510,8 +506,7 @@ class RouterService final
       grpc::CallbackServerContext* ctx) override {
     return new ForwardingExecute(shared_, ctx);
   }
-  grpc::ServerUnaryReactor* Call(grpc::CallbackServerContext* ctx,
-                                 const grpc::ByteBuffer* request,
+  grpc::ServerUnaryReactor* Call(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
                                  grpc::ByteBuffer* response) override {
     return new ForwardingCall(shared_, ctx, request, response);
   }
@@ -576,8 +571,7 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(Options option
     pages["/"] = [] { return metrics::Page{"text/html; charset=utf-8", StatusHtml()}; };
     pages["/status.json"] = [self] {
       RouterStatus r{Version(), self->started, self->gate.draining()};
-      return metrics::Page{"application/json",
-                           StatusJson(r, self->pool->Status(), absl::Now())};
+      return metrics::Page{"application/json", StatusJson(r, self->pool->Status(), absl::Now())};
     };
     FARCALL_ASSIGN_OR_RETURN(impl->metrics,
                              metrics::MetricsServer::Start(options.metrics_listen, pages));
@@ -588,10 +582,9 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(Options option
                                          : absl::StrCat(kBearerPrefix, options.agent_token),
              &impl->gate});
 
-  FARCALL_ASSIGN_OR_RETURN(
-      RunningServer running,
-      StartGrpcServer(options.listen, impl->service.get(), options.grpc_limits,
-                      "farcall-router", options.credentials));
+  FARCALL_ASSIGN_OR_RETURN(RunningServer running,
+                           StartGrpcServer(options.listen, impl->service.get(), options.grpc_limits,
+                                           "farcall-router", options.credentials));
   impl->server = std::move(running.server);
   impl->port = running.port;
   impl->drain = options.grpc_limits.drain;
@@ -600,9 +593,7 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(Options option
 }
 
 int RouterServer::port() const { return impl_->port; }
-int RouterServer::metrics_port() const {
-  return impl_->metrics ? impl_->metrics->port() : 0;
-}
+int RouterServer::metrics_port() const { return impl_->metrics ? impl_->metrics->port() : 0; }
 AgentPool& RouterServer::pool() { return *impl_->pool; }
 
 void RouterServer::Shutdown() {

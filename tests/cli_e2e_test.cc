@@ -48,12 +48,13 @@ TEST_F(CliTest, AxpyInPlacePrintsInputsAndResult) {
   // A directory that does not exist yet: the CLI makes it.
   std::string dir = absl::StrCat(::testing::TempDir(), "/cli_out_", getpid(), "/a/b");
   CommandResult r = Farcall(absl::StrCat("call axpy 'float32[4]:iota' 'float32[4]:ones' ",
-                               "--results='float32[4]' --aliases=1:0 --attr=alpha=2.0 ",
-                               "--out_dir=", dir, " ", Target()));
+                                         "--results='float32[4]' --aliases=1:0 --attr=alpha=2.0 ",
+                                         "--out_dir=", dir, " ", Target()));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("args[0]    float32[4] [0, 1, 2, 3]"));
   EXPECT_THAT(r.output, HasSubstr("args[1]    float32[4] [1, 1, 1, 1]  (aliased to results[0])"));
-  EXPECT_THAT(r.output, HasSubstr("results[0] float32[4] [1, 3, 5, 7]  (written in place into args[1])"));
+  EXPECT_THAT(r.output,
+              HasSubstr("results[0] float32[4] [1, 3, 5, 7]  (written in place into args[1])"));
   std::ifstream npy(dir + "/result0.npy", std::ios::binary);
   EXPECT_TRUE(npy.good());
 }
@@ -69,7 +70,8 @@ TEST(CliAgentFlagsTest, DisabledHandlersAreNotServed) {
   EXPECT_THAT(r.output, ::testing::Not(HasSubstr("sleep")));
   r = Farcall(absl::StrCat("call sleep --results='' --attr=ms=1 ", target));
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("NOT_FOUND: handler 'sleep' is not registered for platform 'cpu'."));
+  EXPECT_THAT(r.output,
+              HasSubstr("NOT_FOUND: handler 'sleep' is not registered for platform 'cpu'."));
   r = testing::RunCommand(
       absl::StrCat(FARCALL_AGENT_BIN, " --listen=127.0.0.1:0 --disable_handlers=slep"));
   EXPECT_EQ(r.exit_code, 1) << r.output;
@@ -77,23 +79,25 @@ TEST(CliAgentFlagsTest, DisabledHandlersAreNotServed) {
 }
 
 TEST(CliAgentFlagsTest, CallsEndAtTheAgentsLimitWhateverTheirDeadline) {
-  auto agent = ChildProcess::Start(FARCALL_AGENT_BIN,
-                                   {"--listen=127.0.0.1:0", "--max_call_seconds=0.5"});
+  auto agent =
+      ChildProcess::Start(FARCALL_AGENT_BIN, {"--listen=127.0.0.1:0", "--max_call_seconds=0.5"});
   ASSERT_TRUE(agent.ok()) << agent.status();
   // The client allows an hour; the agent stops the call after half a second.
-  CommandResult r = Farcall(absl::StrCat("call sleep --results='' --attr=ms=600000 --timeout_s=3600 ",
-                                         "--target=", (*agent)->address()));
+  CommandResult r =
+      Farcall(absl::StrCat("call sleep --results='' --attr=ms=600000 --timeout_s=3600 ",
+                           "--target=", (*agent)->address()));
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_THAT(r.output, HasSubstr("DEADLINE_EXCEEDED: the call ran past this agent's limit of "
                                   "500ms per call (--max_call_seconds)."));
 }
 
 TEST_F(CliTest, ErrorsPrintCodeAndMessageAndExitNonZero) {
-  CommandResult r = Farcall(absl::StrCat("call copy 'float32[4]' --results='float32[4]' --platform=tpu ",
-                               Target()));
+  CommandResult r = Farcall(
+      absl::StrCat("call copy 'float32[4]' --results='float32[4]' --platform=tpu ", Target()));
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_THAT(r.output,
-              HasSubstr("farcall: INVALID_ARGUMENT: `buffer_callback` not supported on tpu backend."));
+  EXPECT_THAT(
+      r.output,
+      HasSubstr("farcall: INVALID_ARGUMENT: `buffer_callback` not supported on tpu backend."));
   r = Farcall(absl::StrCat("call nope 'float32[4]' --results='float32[4]' ", Target()));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.output, HasSubstr("farcall: NOT_FOUND: handler 'nope' is not registered"));
@@ -115,13 +119,14 @@ TEST_F(CliTest, HealthOfRouterAndAgent) {
 }
 
 TEST_F(CliTest, BenchChecksResultsAndEndsWithJson) {
-  CommandResult r = Farcall(absl::StrCat("bench --bytes=100000 --calls=20 --concurrency=2 --alias --json ",
-                               Target()));
+  CommandResult r = Farcall(
+      absl::StrCat("bench --bytes=100000 --calls=20 --concurrency=2 --alias --json ", Target()));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::string last = r.output.substr(r.output.rfind('{'));
   EXPECT_THAT(last, HasSubstr("\"calls\": 20"));
   EXPECT_THAT(last, HasSubstr("\"bytes_per_call\": 100000"));
-  EXPECT_THAT(last, MatchesRegex(".*\"p50_us\": [0-9.]+, \"p90_us\": [0-9.]+, \"p99_us\": [0-9.]+.*\n"));
+  EXPECT_THAT(last,
+              MatchesRegex(".*\"p50_us\": [0-9.]+, \"p90_us\": [0-9.]+, \"p99_us\": [0-9.]+.*\n"));
 }
 
 }  // namespace

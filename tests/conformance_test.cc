@@ -62,9 +62,8 @@ class ClusterEnv : public ::testing::Environment {
     g_cluster->agent_b = *std::move(b);
     auto r = ChildProcess::Start(
         FARCALL_ROUTER_BIN,
-        {"--listen=127.0.0.1:0",
-         absl::StrCat("--agents=", g_cluster->agent_a->address(), ",",
-                      g_cluster->agent_b->address())});
+        {"--listen=127.0.0.1:0", absl::StrCat("--agents=", g_cluster->agent_a->address(), ",",
+                                              g_cluster->agent_b->address())});
     ASSERT_TRUE(r.ok()) << r.status();
     g_cluster->router = *std::move(r);
   }
@@ -100,8 +99,7 @@ v1::CallHeader CopyHeader(int64_t n, const std::string& platform = TestPlatform(
   return h;
 }
 
-void AddChunk(v1::ExecuteRequest* r, uint32_t index, uint64_t offset, size_t size,
-              char fill = 1) {
+void AddChunk(v1::ExecuteRequest* r, uint32_t index, uint64_t offset, size_t size, char fill = 1) {
   v1::Chunk* c = r->add_chunks();
   c->set_index(index);
   c->set_offset(offset);
@@ -117,7 +115,7 @@ class ConformanceTest : public ::testing::TestWithParam<Param> {
  protected:
   std::string address() const {
     return GetParam().target == Target::kAgent ? g_cluster->agent_a->address()
-                                                : g_cluster->router->address();
+                                               : g_cluster->router->address();
   }
   bool via_router() const { return GetParam().target == Target::kRouter; }
   bool unary() const { return GetParam().transport == Transport::kUnary; }
@@ -134,8 +132,7 @@ class ConformanceTest : public ::testing::TestWithParam<Param> {
                 int deadline_ms = 20000) {
     auto channel = Channel();
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() +
-                     std::chrono::milliseconds(deadline_ms));
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(deadline_ms));
     RawAnswer a;
     if (unary() && !force_stream) {
       v1::ExecuteResponse resp;
@@ -231,8 +228,7 @@ TEST_P(ConformanceTest, MultiplePlatformsUnimplemented) {
 TEST_P(ConformanceTest, NoPlatform) {
   v1::CallHeader h = CopyHeader(4);
   h.clear_platforms();
-  ExpectStatusHas(RawHeaderOnly(h), grpc::StatusCode::INVALID_ARGUMENT,
-                  "exactly one platform");
+  ExpectStatusHas(RawHeaderOnly(h), grpc::StatusCode::INVALID_ARGUMENT, "exactly one platform");
 }
 
 TEST_P(ConformanceTest, AliasInputOutOfRange) {
@@ -283,8 +279,7 @@ TEST_P(ConformanceTest, NegativeDim) {
 TEST_P(ConformanceTest, ByteSizeOverflow) {
   v1::CallHeader h = CopyHeader(4);
   *h.mutable_results(0) = Spec(DType::kF64, {int64_t{1} << 40, int64_t{1} << 40});
-  ExpectStatusHas(RawHeaderOnly(h), grpc::StatusCode::INVALID_ARGUMENT,
-                  "overflows int64");
+  ExpectStatusHas(RawHeaderOnly(h), grpc::StatusCode::INVALID_ARGUMENT, "overflows int64");
 }
 
 TEST_P(ConformanceTest, UnknownDType) {
@@ -342,15 +337,14 @@ TEST_P(ConformanceTest, HeaderOnlyInFirstMessage) {
   AddChunk(&first, 0, 0, 8);
   *second.mutable_header() = CopyHeader(4);
   AddChunk(&second, 0, 8, 8);
-  ExpectStatusHas(Raw({first, second}, /*force_stream=*/true),
-                  grpc::StatusCode::INVALID_ARGUMENT, "only the first message may");
+  ExpectStatusHas(Raw({first, second}, /*force_stream=*/true), grpc::StatusCode::INVALID_ARGUMENT,
+                  "only the first message may");
 }
 
 TEST_P(ConformanceTest, FirstMessageWithoutHeader) {
   v1::ExecuteRequest empty, second;
   *second.mutable_header() = CopyHeader(4);
-  ExpectStatus(Raw({empty, second}, /*force_stream=*/true),
-               grpc::StatusCode::INVALID_ARGUMENT,
+  ExpectStatus(Raw({empty, second}, /*force_stream=*/true), grpc::StatusCode::INVALID_ARGUMENT,
                "the first request message must carry the call header.");
 }
 
@@ -490,7 +484,8 @@ TEST_P(ConformanceTest, RoundTripEveryDType) {
     TensorSpec spec{d, {3, 5}};
     std::vector<uint8_t> in(15 * ItemSize(d));
     for (auto& b : in) b = static_cast<uint8_t>(rng());
-    if (d == DType::kPred) for (auto& b : in) b &= 1;
+    if (d == DType::kPred)
+      for (auto& b : in) b &= 1;
     CallRequest req;
     req.platform = TestPlatform();
     req.handler = "copy";
@@ -702,13 +697,12 @@ TEST_P(ConformanceTest, UncheckedCallsGetTheServersAnswer) {
             "bfloat16[4].");
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    AllPaths, ConformanceTest,
-    ::testing::Values(Param{Target::kAgent, Transport::kUnary},
-                      Param{Target::kAgent, Transport::kStream},
-                      Param{Target::kRouter, Transport::kUnary},
-                      Param{Target::kRouter, Transport::kStream}),
-    ParamName);
+INSTANTIATE_TEST_SUITE_P(AllPaths, ConformanceTest,
+                         ::testing::Values(Param{Target::kAgent, Transport::kUnary},
+                                           Param{Target::kAgent, Transport::kStream},
+                                           Param{Target::kRouter, Transport::kUnary},
+                                           Param{Target::kRouter, Transport::kStream}),
+                         ParamName);
 
 }  // namespace
 }  // namespace farcall

@@ -41,10 +41,11 @@ TEST_P(DeviceAgentTest, ServesItsDevicesOrExitsCleanlyWithoutOne) {
     return;
   }
   // No device: serving fails before it binds a port, with a clear message.
-  ::farcall::testing::CommandResult r = RunAgent(absl::StrCat("--platform=", platform, " --listen=127.0.0.1:0"));
+  ::farcall::testing::CommandResult r =
+      RunAgent(absl::StrCat("--platform=", platform, " --listen=127.0.0.1:0"));
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_THAT(r.output, HasSubstr(absl::StrCat("FAILED_PRECONDITION: ", platform,
-                                               ": no device found")));
+  EXPECT_THAT(r.output,
+              HasSubstr(absl::StrCat("FAILED_PRECONDITION: ", platform, ": no device found")));
   EXPECT_THAT(r.output, HasSubstr(absl::StrCat("cannot serve platform '", platform, "'")));
   std::printf("no %s device here, as expected in CI: %s", platform.c_str(), r.output.c_str());
 }

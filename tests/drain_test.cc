@@ -72,9 +72,9 @@ struct BusyAgent {
 
 absl::StatusOr<BusyAgent> StartBusyAgent(const std::string& drain, int64_t ms) {
   BusyAgent b;
-  auto agent = ChildProcess::Start(FARCALL_AGENT_BIN, {"--listen=127.0.0.1:0",
-                                                       "--metrics_listen=127.0.0.1:0",
-                                                       absl::StrCat("--drain_seconds=", drain)});
+  auto agent = ChildProcess::Start(FARCALL_AGENT_BIN,
+                                   {"--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0",
+                                    absl::StrCat("--drain_seconds=", drain)});
   if (!agent.ok()) return agent.status();
   b.agent = *std::move(agent);
   auto client = Client::Connect(b.agent->address());
@@ -126,9 +126,9 @@ TEST(DrainTest, CallsStillRunningWhenTheDrainEndsAreCancelled) {
 TEST(DrainTest, TheRouterSendsNewCallsToTheAgentsThatRemain) {
   std::vector<std::unique_ptr<ChildProcess>> agents;
   for (int i = 0; i < 2; ++i) {
-    auto a = ChildProcess::Start(FARCALL_AGENT_BIN, {"--listen=127.0.0.1:0",
-                                                     "--metrics_listen=127.0.0.1:0",
-                                                     "--drain_seconds=20"});
+    auto a = ChildProcess::Start(
+        FARCALL_AGENT_BIN,
+        {"--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0", "--drain_seconds=20"});
     ASSERT_TRUE(a.ok()) << a.status();
     agents.push_back(*std::move(a));
   }
@@ -170,9 +170,9 @@ TEST(DrainTest, ARouterFinishesTheCallsItCarriesAndExitsZero) {
   auto agent = ChildProcess::Start(FARCALL_AGENT_BIN,
                                    {"--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0"});
   ASSERT_TRUE(agent.ok()) << agent.status();
-  auto router = ChildProcess::Start(
-      FARCALL_ROUTER_BIN, {"--listen=127.0.0.1:0", "--drain_seconds=20",
-                           absl::StrCat("--agents=", (*agent)->address())});
+  auto router =
+      ChildProcess::Start(FARCALL_ROUTER_BIN, {"--listen=127.0.0.1:0", "--drain_seconds=20",
+                                               absl::StrCat("--agents=", (*agent)->address())});
   ASSERT_TRUE(router.ok()) << router.status();
   auto client = Client::Connect((*router)->address());
   ASSERT_TRUE(client.ok());

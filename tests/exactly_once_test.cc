@@ -18,8 +18,8 @@ using ::farcall::testing::ChildProcess;
 using ::testing::HasSubstr;
 
 // test.count: bumps the agent's counter and answers its new value.
-absl::StatusOr<int64_t> Count(Client& client, const std::string& call_id,
-                              bool side_effect = true, Transport t = Transport::kUnary) {
+absl::StatusOr<int64_t> Count(Client& client, const std::string& call_id, bool side_effect = true,
+                              Transport t = Transport::kUnary) {
   CallRequest req;
   req.handler = "test.count";
   req.results = {TensorSpec{DType::kS64, {1}}};

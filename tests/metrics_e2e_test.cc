@@ -12,9 +12,9 @@
 #include "absl/time/clock.h"
 #include "farcall/client.h"
 #include "farcall/v1/farcall.grpc.pb.h"
-#include "grpcpp/grpcpp.h"
 #include "gmock/gmock.h"
 #include "grpc/grpc.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tests/process_harness.h"
 #include "tests/test_calls.h"
@@ -38,13 +38,13 @@ absl::StatusOr<CallResult> Copy(Client& client, const std::string& handler) {
 }
 
 TEST(MetricsEndToEndTest, AgentAndRouterCountCalls) {
-  auto agent = ChildProcess::Start(
-      FARCALL_AGENT_BIN, {"--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0"});
+  auto agent = ChildProcess::Start(FARCALL_AGENT_BIN,
+                                   {"--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0"});
   ASSERT_TRUE(agent.ok()) << agent.status();
   ASSERT_GT((*agent)->metrics_port(), 0);
-  auto router = ChildProcess::Start(
-      FARCALL_ROUTER_BIN, {"--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0",
-                           absl::StrCat("--agents=", (*agent)->address())});
+  auto router = ChildProcess::Start(FARCALL_ROUTER_BIN,
+                                    {"--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0",
+                                     absl::StrCat("--agents=", (*agent)->address())});
   ASSERT_TRUE(router.ok()) << router.status();
   ASSERT_GT((*router)->metrics_port(), 0);
 
@@ -80,8 +80,8 @@ TEST(MetricsEndToEndTest, AgentAndRouterCountCalls) {
   // not become a label value.
   EXPECT_THAT(r, HasSubstr("farcall_router_calls_total{code=\"NOT_FOUND\",handler=\"-\","
                            "platform=\"-\"} 1"));
-  EXPECT_THAT(r, HasSubstr(absl::StrCat("farcall_router_agent_up{agent=\"",
-                                        (*agent)->address(), "\",platform=\"cpu\"} 1")));
+  EXPECT_THAT(r, HasSubstr(absl::StrCat("farcall_router_agent_up{agent=\"", (*agent)->address(),
+                                        "\",platform=\"cpu\"} 1")));
   // Once described, an agent is exported under its platform only.
   EXPECT_THAT(r, ::testing::Not(HasSubstr("platform=\"\"}")));
   EXPECT_THAT(r, HasSubstr("farcall_router_retries_total{platform=\"cpu\"} 0"));
@@ -104,8 +104,8 @@ TEST(MetricsEndToEndTest, AgentAndRouterCountCalls) {
 }
 
 TEST(MetricsEndToEndTest, CancelledCallFreesItsMemoryAtOnce) {
-  auto agent = ChildProcess::Start(
-      FARCALL_AGENT_BIN, {"--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0"});
+  auto agent = ChildProcess::Start(FARCALL_AGENT_BIN,
+                                   {"--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0"});
   ASSERT_TRUE(agent.ok()) << agent.status();
   auto channel = grpc::CreateChannel((*agent)->address(), grpc::InsecureChannelCredentials());
   auto stub = v1::Agent::NewStub(channel);
@@ -146,8 +146,8 @@ TEST(MetricsEndToEndTest, CancelledCallFreesItsMemoryAtOnce) {
 }
 
 TEST(MetricsEndToEndTest, AgentRefusesBadMetricsAddress) {
-  auto agent = ChildProcess::Start(
-      FARCALL_AGENT_BIN, {"--listen=127.0.0.1:0", "--metrics_listen=256.1.1.1:1"});
+  auto agent = ChildProcess::Start(FARCALL_AGENT_BIN,
+                                   {"--listen=127.0.0.1:0", "--metrics_listen=256.1.1.1:1"});
   EXPECT_FALSE(agent.ok());
 }
 

@@ -11,16 +11,16 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/ascii.h"
+#include "absl/strings/strip.h"
 
 namespace farcall::testing {
 
-absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(
-    const std::string& binary, std::vector<std::string> args) {
+absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(const std::string& binary,
+                                                                  std::vector<std::string> args) {
   int fds[2];
   if (pipe(fds) != 0) return absl::InternalError("pipe failed");
   // Tests leave calls in flight at teardown: drain for 2 s, not 30, unless
@@ -61,8 +61,8 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(
   if (words.empty() || !absl::SimpleAtoi(words[0], &port) || port <= 0) {
     int status = 0;
     waitpid(pid, &status, 0);
-    return absl::InternalError(absl::StrCat(binary, " exited before serving (status ",
-                                            status, ")"));
+    return absl::InternalError(
+        absl::StrCat(binary, " exited before serving (status ", status, ")"));
   }
   return std::unique_ptr<ChildProcess>(new ChildProcess(pid, port, metrics_port));
 }
@@ -127,8 +127,7 @@ absl::StatusOr<std::unique_ptr<AgentAndRouter>> StartAgentAndRouter(
   if (!agent.ok()) return agent.status();
   procs->agent = *std::move(agent);
   auto router = ChildProcess::Start(
-      router_binary,
-      {"--listen=127.0.0.1:0", absl::StrCat("--agents=", procs->agent->address())});
+      router_binary, {"--listen=127.0.0.1:0", absl::StrCat("--agents=", procs->agent->address())});
   if (!router.ok()) return router.status();
   procs->router = *std::move(router);
   return procs;

@@ -18,8 +18,8 @@ class ChildProcess {
  public:
   // Runs `binary args... --ready_fd=N` and waits until it reports its port.
   // Fails with the child's exit status if it exits first.
-  static absl::StatusOr<std::unique_ptr<ChildProcess>> Start(
-      const std::string& binary, std::vector<std::string> args);
+  static absl::StatusOr<std::unique_ptr<ChildProcess>> Start(const std::string& binary,
+                                                             std::vector<std::string> args);
   // Sends SIGTERM and reaps the child.
   ~ChildProcess();
 

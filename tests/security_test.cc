@@ -75,8 +75,7 @@ absl::Status Copy(const std::string& target, const ClientOptions& options,
   opts.timeout = absl::Seconds(10);
   absl::StatusOr<CallResult> r = ::farcall::testing::CallOnFour(**client, handler, opts);
   if (!r.ok()) return r.status();
-  return r->results[0].as<float>()[3] == 4 ? absl::OkStatus()
-                                           : absl::InternalError("wrong result");
+  return r->results[0].as<float>()[3] == 4 ? absl::OkStatus() : absl::InternalError("wrong result");
 }
 
 ClientOptions Tls(bool with_client_cert = false, std::string token = "") {
@@ -93,7 +92,8 @@ ClientOptions Tls(bool with_client_cert = false, std::string token = "") {
 
 TEST(SecurityTest, TlsAgentRefusesPlaintextAndServesTls) {
   const Pki& p = Certificates();
-  auto agent = Start(FARCALL_AGENT_BIN, {"--tls_cert=" + p.server_cert, "--tls_key=" + p.server_key});
+  auto agent =
+      Start(FARCALL_AGENT_BIN, {"--tls_cert=" + p.server_cert, "--tls_key=" + p.server_key});
   ASSERT_NE(agent, nullptr);
   absl::Status plain = Copy(agent->address(), {});
   EXPECT_EQ(plain.code(), absl::StatusCode::kUnavailable) << plain;
@@ -145,12 +145,11 @@ TEST(SecurityTest, TlsAndTokensThroughTheRouter) {
                      {"--tls_cert=" + p.server_cert, "--tls_key=" + p.server_key,
                       "--tls_ca=" + p.ca, "--require_client_cert", "--tokens_file=" + p.tokens});
   ASSERT_NE(agent, nullptr);
-  auto router = Start(FARCALL_ROUTER_BIN,
-                      {"--agents=" + agent->address(), "--tls_cert=" + p.server_cert,
-                       "--tls_key=" + p.server_key, "--tokens_file=" + p.tokens,
-                       "--agent_tls_ca=" + p.ca, "--agent_tls_cert=" + p.client_cert,
-                       "--agent_tls_key=" + p.client_key,
-                       "--agent_token_file=" + p.dir + "/router-token"});
+  auto router = Start(
+      FARCALL_ROUTER_BIN,
+      {"--agents=" + agent->address(), "--tls_cert=" + p.server_cert, "--tls_key=" + p.server_key,
+       "--tokens_file=" + p.tokens, "--agent_tls_ca=" + p.ca, "--agent_tls_cert=" + p.client_cert,
+       "--agent_tls_key=" + p.client_key, "--agent_token_file=" + p.dir + "/router-token"});
   ASSERT_NE(router, nullptr);
   EXPECT_TRUE(Copy(router->address(), Tls(false, "alpha")).ok());
   absl::Status s = Copy(router->address(), Tls(false, ""));
@@ -174,13 +173,13 @@ TEST(SecurityTest, AgentsSharingOneCertificateAreCheckedAgainstItsName) {
   auto agent = Start(FARCALL_AGENT_BIN,
                      {"--tls_cert=" + p.dir + "/agents.pem", "--tls_key=" + p.dir + "/agents.key"});
   ASSERT_NE(agent, nullptr);
-  auto by_address = Start(FARCALL_ROUTER_BIN, {"--agents=" + agent->address(),
-                                               "--agent_tls_ca=" + p.ca});
+  auto by_address =
+      Start(FARCALL_ROUTER_BIN, {"--agents=" + agent->address(), "--agent_tls_ca=" + p.ca});
   ASSERT_NE(by_address, nullptr);
   EXPECT_EQ(Copy(by_address->address(), {}).code(), absl::StatusCode::kUnavailable);
-  auto by_name = Start(FARCALL_ROUTER_BIN,
-                       {"--agents=" + agent->address(), "--agent_tls_ca=" + p.ca,
-                        "--agent_tls_server_name=farcall-agent.farcall.svc"});
+  auto by_name =
+      Start(FARCALL_ROUTER_BIN, {"--agents=" + agent->address(), "--agent_tls_ca=" + p.ca,
+                                 "--agent_tls_server_name=farcall-agent.farcall.svc"});
   ASSERT_NE(by_name, nullptr);
   EXPECT_TRUE(Copy(by_name->address(), {}).ok());
 }

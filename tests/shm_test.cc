@@ -13,8 +13,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "core/shm_protocol.h"
 #include "client/shm_channel.h"
+#include "core/shm_protocol.h"
 #include "farcall/client.h"
 #include "farcall/v1/farcall.grpc.pb.h"
 #include "gmock/gmock.h"
@@ -40,9 +40,7 @@ class ShmTest : public ::testing::Test {
   }
   static void TearDownTestSuite() { delete procs_; }
 
-  static std::unique_ptr<Client> AgentClient() {
-    return *Client::Connect(agent_->address());
-  }
+  static std::unique_ptr<Client> AgentClient() { return *Client::Connect(agent_->address()); }
   static AgentDescription Describe() { return *AgentClient()->Describe(); }
 
  public:
@@ -227,9 +225,8 @@ TEST_F(ShmTest, OtherUsersAreRefusedAndTheirCallsGoOverGrpc) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to run a client as another user";
   // The CLI as user nobody (65534): its shared memory is refused, so its
   // call goes over gRPC, and bench --shm, which insists, says why.
-  const std::string as_nobody =
-      absl::StrCat("setpriv --reuid=65534 --regid=65534 --clear-groups ", FARCALL_CLI_BIN,
-                   " --target=", agent_->address());
+  const std::string as_nobody = absl::StrCat("setpriv --reuid=65534 --regid=65534 --clear-groups ",
+                                             FARCALL_CLI_BIN, " --target=", agent_->address());
   testing::CommandResult r = testing::RunCommand(as_nobody + " --help");
   if (r.exit_code == 126 || r.exit_code == 127) {
     GTEST_SKIP() << "user nobody cannot run the CLI from this build folder: " << r.output;
@@ -261,7 +258,7 @@ TEST_F(ShmTest, RegionsOfFailedCallsAreNeverReused) {
     ASSERT_TRUE(r.ok());
     second = (*r)->token;
     EXPECT_EQ(second, first);  // a region of a call that ended well is reused
-    (*r)->reusable = false;     // as after a deadline
+    (*r)->reusable = false;    // as after a deadline
   }
   auto r = (*channel)->Acquire(100);
   ASSERT_TRUE(r.ok());
@@ -314,8 +311,7 @@ TEST(ShmChild, CallNamingAToken) {
     GTEST_SKIP() << "a helper that AnotherUserCannotUseARegionsToken runs as another user";
   }
   grpc::Status s = RawShmCall(token, 0, false, target);
-  std::printf("child-answer %d %s\n", static_cast<int>(s.error_code()),
-              s.error_message().c_str());
+  std::printf("child-answer %d %s\n", static_cast<int>(s.error_code()), s.error_message().c_str());
 }
 
 TEST_F(ShmTest, AnotherUserCannotUseARegionsToken) {
@@ -331,10 +327,10 @@ TEST_F(ShmTest, AnotherUserCannotUseARegionsToken) {
   self[n] = '\0';
   // Even knowing the token, user nobody (65534) on the same host gets the
   // same answer as for a token that does not exist.
-  ::farcall::testing::CommandResult r = ::farcall::testing::RunCommand(absl::StrCat(
-      "FARCALL_CHILD_TARGET=", agent_->address(), " FARCALL_CHILD_TOKEN=", token,
-      " setpriv --reuid=65534 --regid=65534 --clear-groups ", self,
-      " --gtest_filter=ShmChild.CallNamingAToken"));
+  ::farcall::testing::CommandResult r = ::farcall::testing::RunCommand(
+      absl::StrCat("FARCALL_CHILD_TARGET=", agent_->address(), " FARCALL_CHILD_TOKEN=", token,
+                   " setpriv --reuid=65534 --regid=65534 --clear-groups ", self,
+                   " --gtest_filter=ShmChild.CallNamingAToken"));
   EXPECT_THAT(r.output, HasSubstr(absl::StrCat("child-answer 5 ", kNotHeld))) << r.output;
   close(*sock);
 }
@@ -384,8 +380,8 @@ TEST_F(ShmTest, RegionsGoAwayWithTheClient) {
 }
 
 TEST(ShmLimitTest, AConnectionRegistersAtMostShmMaxBytes) {
-  auto agent = ChildProcess::Start(FARCALL_AGENT_BIN,
-                                   {"--listen=127.0.0.1:0", "--shm_max_bytes=1572864"});
+  auto agent =
+      ChildProcess::Start(FARCALL_AGENT_BIN, {"--listen=127.0.0.1:0", "--shm_max_bytes=1572864"});
   ASSERT_TRUE(agent.ok()) << agent.status();
   auto client = Client::Connect((*agent)->address());
   ASSERT_TRUE(client.ok());

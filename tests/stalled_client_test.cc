@@ -85,9 +85,8 @@ bool BudgetHeld(const std::string& address, int64_t n) {
 }
 
 TEST(GrpcLimitsTest, CallsPastTheStreamLimitOfAConnectionWait) {
-  auto a = ChildProcess::Start(FARCALL_AGENT_BIN,
-                               {"--platform=cpu",
-                                "--listen=127.0.0.1:0", "--max_concurrent_streams=1"});
+  auto a = ChildProcess::Start(
+      FARCALL_AGENT_BIN, {"--platform=cpu", "--listen=127.0.0.1:0", "--max_concurrent_streams=1"});
   ASSERT_TRUE(a.ok()) << a.status();
   auto client = Client::Connect((*a)->address());
   ASSERT_TRUE(client.ok());
@@ -133,8 +132,8 @@ struct StalledUpload {
 };
 
 std::unique_ptr<StalledUpload> StartStalledUpload(std::vector<std::string> flags) {
-  flags.insert(flags.begin(), {"--platform=cpu", "--listen=127.0.0.1:0",
-                               "--max_inflight_bytes=6291456"});
+  flags.insert(flags.begin(),
+               {"--platform=cpu", "--listen=127.0.0.1:0", "--max_inflight_bytes=6291456"});
   auto a = ChildProcess::Start(FARCALL_AGENT_BIN, flags);
   if (!a.ok()) {
     ADD_FAILURE() << a.status();
@@ -173,13 +172,14 @@ TEST(StreamIdleTest, ACallerThatStopsSendingIsEndedAndItsBudgetFreed) {
 
 TEST(StreamIdleTest, ACallerThatStopsReadingIsEndedAndItsBudgetFreed) {
   constexpr int64_t kN = 24 << 20;  // results far past any flow-control window
-  auto a = ChildProcess::Start(FARCALL_AGENT_BIN,
-                               {"--platform=cpu", "--listen=127.0.0.1:0",
-                                "--max_inflight_bytes=62914560", "--stream_idle_timeout=1s"});
+  auto a = ChildProcess::Start(
+      FARCALL_AGENT_BIN, {"--platform=cpu", "--listen=127.0.0.1:0", "--max_inflight_bytes=62914560",
+                          "--stream_idle_timeout=1s"});
   ASSERT_TRUE(a.ok()) << a.status();
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);
-  auto channel = grpc::CreateCustomChannel((*a)->address(), grpc::InsecureChannelCredentials(), args);
+  auto channel =
+      grpc::CreateCustomChannel((*a)->address(), grpc::InsecureChannelCredentials(), args);
   auto stub = v1::Agent::NewStub(channel);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
@@ -310,8 +310,8 @@ TEST(StreamStallTest, AStalledCallHoldingMemoryOthersWaitForIsEndedSooner) {
 }
 
 TEST(UnaryIdleTest, AnAnswerNobodyTakesIsDroppedAfterTheIdleTimeout) {
-  auto a = ChildProcess::Start(FARCALL_AGENT_BIN, {"--platform=cpu", "--listen=127.0.0.1:0",
-                                                   "--stream_idle_timeout=1s"});
+  auto a = ChildProcess::Start(
+      FARCALL_AGENT_BIN, {"--platform=cpu", "--listen=127.0.0.1:0", "--stream_idle_timeout=1s"});
   ASSERT_TRUE(a.ok()) << a.status();
   // A window of 0: the agent can send none of its answer. (A small call: its
   // one DATA frame stays under HTTP/2's smallest frame and window sizes.)
@@ -325,8 +325,8 @@ TEST(UnaryIdleTest, AnAnswerNobodyTakesIsDroppedAfterTheIdleTimeout) {
 }
 
 TEST(ConnectionAgeTest, AnOldConnectionIsAskedToGoAway) {
-  auto a = ChildProcess::Start(FARCALL_AGENT_BIN, {"--platform=cpu", "--listen=127.0.0.1:0",
-                                                   "--max_connection_age=1s"});
+  auto a = ChildProcess::Start(
+      FARCALL_AGENT_BIN, {"--platform=cpu", "--listen=127.0.0.1:0", "--max_connection_age=1s"});
   ASSERT_TRUE(a.ok()) << a.status();
   auto h2 = RawHttp2::Connect((*a)->port(), 65535);
   ASSERT_NE(h2, nullptr);
@@ -349,8 +349,8 @@ TEST(ConnectionAgeTest, BadValuesAreRefusedAtStartUp) {
   ::farcall::testing::CommandResult r = ::farcall::testing::RunCommand(
       absl::StrCat(FARCALL_AGENT_BIN, " --listen=127.0.0.1:0 --max_connection_age=-1s"));
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_THAT(r.output, ::testing::HasSubstr(
-                            "--max_connection_age must be between 0 and 8760h; got -1s."));
+  EXPECT_THAT(r.output,
+              ::testing::HasSubstr("--max_connection_age must be between 0 and 8760h; got -1s."));
 }
 
 TEST(MaxSleepTest, TheTestHandlerSleepHonoursItsCap) {
@@ -365,7 +365,8 @@ TEST(MaxSleepTest, TheTestHandlerSleepHonoursItsCap) {
   sleep.attributes["ms"] = int64_t{5000};
   absl::Status s = (*client)->Call(sleep).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(s.message(), "sleep: attribute 'ms' is 5000, over this agent's limit of 1000 (--max_sleep)");
+  EXPECT_EQ(s.message(),
+            "sleep: attribute 'ms' is 5000, over this agent's limit of 1000 (--max_sleep)");
   sleep.attributes["ms"] = int64_t{10};
   EXPECT_TRUE((*client)->Call(sleep).ok());
 }

@@ -70,10 +70,10 @@ inline std::vector<std::string> AgentArgs() {
 
 // Skips the test, saying why, when the platform has no device here (ctest
 // reports the per-platform runs of such a suite as skipped).
-#define SKIP_WITHOUT_DEVICE()                                                  \
-  if (!::farcall::testing::SkipReason().empty()) {                             \
-    GTEST_SKIP() << "SKIPPED: no " << ::farcall::testing::TestPlatform()       \
-                 << " device here: " << ::farcall::testing::SkipReason();      \
+#define SKIP_WITHOUT_DEVICE()                                             \
+  if (!::farcall::testing::SkipReason().empty()) {                        \
+    GTEST_SKIP() << "SKIPPED: no " << ::farcall::testing::TestPlatform()  \
+                 << " device here: " << ::farcall::testing::SkipReason(); \
   }
 
 #endif  // FARCALL_TESTS_TEST_PLATFORM_H_

@@ -73,8 +73,8 @@ void Worker(Client& client, const BenchOptions& o, int id, bool timed, int64_t l
   if (o.handler == "sum") {
     for (int64_t i = 0; i < o.bytes; ++i) expected_sum = static_cast<uint8_t>(expected_sum + in[i]);
   }
-  std::vector<uint8_t> expected = o.alias ? std::vector<uint8_t>(in, in + o.bytes)
-                                          : std::vector<uint8_t>();
+  std::vector<uint8_t> expected =
+      o.alias ? std::vector<uint8_t>(in, in + o.bytes) : std::vector<uint8_t>();
 
   CallRequest req;
   req.handler = o.handler;
@@ -112,8 +112,7 @@ void Worker(Client& client, const BenchOptions& o, int id, bool timed, int64_t l
       }
     } else {
       const uint8_t* want = o.alias ? expected.data() : in;
-      if (r->results[0].size != o.bytes ||
-          std::memcmp(r->results[0].data, want, o.bytes) != 0) {
+      if (r->results[0].size != o.bytes || std::memcmp(r->results[0].data, want, o.bytes) != 0) {
         bad = absl::DataLossError("copy returned bytes that differ from its input");
       }
     }
@@ -144,8 +143,8 @@ std::string BenchReport::Table() const {
       "calls %d x %d bytes in %.3f s\n"
       "throughput  %.3f GB/s (one way)  %.1f calls/s\n"
       "latency     p50 %.1f us   p90 %.1f us   p99 %.1f us   max %.1f us\n",
-      calls, bytes_per_call, seconds, gbps, seconds > 0 ? calls / seconds : 0, p50_us,
-      p90_us, p99_us, max_us);
+      calls, bytes_per_call, seconds, gbps, seconds > 0 ? calls / seconds : 0, p50_us, p90_us,
+      p99_us, max_us);
 }
 
 absl::StatusOr<BenchReport> RunBenchWith(Client& client, const BenchOptions& o);

@@ -18,10 +18,10 @@ struct BenchOptions {
   int64_t bytes = 1 << 20;       // arg bytes per call
   int64_t calls = 100;
   int concurrency = 1;
-  int warmup = 1;                // calls per worker before timing starts
-  bool alias = false;            // copy in place ({0: 0})
-  bool shm = false;              // same-host shared memory; fails if not offered
-  bool progress = false;         // redraw a progress line on stderr
+  int warmup = 1;         // calls per worker before timing starts
+  bool alias = false;     // copy in place ({0: 0})
+  bool shm = false;       // same-host shared memory; fails if not offered
+  bool progress = false;  // redraw a progress line on stderr
   CallOptions call;
 };
 

@@ -25,16 +25,15 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/cli/bench.h"
-#include "core/process.h"
 #include "client/cli/npy.h"
 #include "client/cli/tensor_args.h"
+#include "core/process.h"
 #include "core/tokens.h"
 #include "farcall/client.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50050", "router or agent address");
 ABSL_FLAG(std::string, platform, "cpu", "platform to run on");
-ABSL_FLAG(std::string, results, "",
-          "result specs, separated by ';', e.g. 'float32[4,8];int32[]'");
+ABSL_FLAG(std::string, results, "", "result specs, separated by ';', e.g. 'float32[4,8];int32[]'");
 ABSL_FLAG(std::vector<std::string>, aliases, {},
           "call: input_output_aliases as IN:OUT, comma-separated");
 ABSL_FLAG(std::vector<std::string>, attr, {},
@@ -45,7 +44,8 @@ ABSL_FLAG(double, timeout_s, 60, "deadline of the call in seconds");
 ABSL_FLAG(int64_t, chunk_bytes, 1 << 20, "tensor bytes per message");
 ABSL_FLAG(std::string, transport, "auto", "auto, unary or stream");
 ABSL_FLAG(bool, refresh, true, "agents: probe every agent before listing");
-ABSL_FLAG(std::string, handler, "copy", "bench: copy, crc32c or sum (sum and crc32c send the bytes one way)");
+ABSL_FLAG(std::string, handler, "copy",
+          "bench: copy, crc32c or sum (sum and crc32c send the bytes one way)");
 ABSL_FLAG(int64_t, bytes, 1 << 20, "bench: arg bytes per call");
 ABSL_FLAG(int64_t, calls, 100, "bench: timed calls");
 ABSL_FLAG(int, concurrency, 1, "bench: calls in flight at once");
@@ -62,8 +62,7 @@ ABSL_FLAG(std::string, token_file, "",
 namespace {
 
 int Fail(const absl::Status& s) {
-  std::fprintf(stderr, "farcall: %s: %s\n",
-               absl::StatusCodeToString(s.code()).c_str(),
+  std::fprintf(stderr, "farcall: %s: %s\n", absl::StatusCodeToString(s.code()).c_str(),
                std::string(s.message()).c_str());
   return 1;
 }
@@ -89,8 +88,8 @@ absl::StatusOr<std::unique_ptr<farcall::Client>> Connect() {
 int RunCall(const std::vector<char*>& pos) {
   using farcall::cli::HostTensor;
   if (pos.size() < 3) {
-    return Fail(absl::InvalidArgumentError(
-        "usage: farcall call HANDLER [ARG ...] --results=SPECS"));
+    return Fail(
+        absl::InvalidArgumentError("usage: farcall call HANDLER [ARG ...] --results=SPECS"));
   }
   farcall::CallRequest req;
   req.handler = pos[2];
@@ -147,15 +146,16 @@ int RunCall(const std::vector<char*>& pos) {
   }
   const int n = absl::GetFlag(FLAGS_print);
   std::fflush(stdout);
-  std::printf("farcall call %s on %s via %s\n", req.handler.c_str(),
-              req.platform.c_str(), absl::GetFlag(FLAGS_target).c_str());
+  std::printf("farcall call %s on %s via %s\n", req.handler.c_str(), req.platform.c_str(),
+              absl::GetFlag(FLAGS_target).c_str());
   for (size_t i = 0; i < inputs.size(); ++i) {
     std::string note;
     for (const auto& [in, out] : req.aliases)
       if (in == i) note = absl::StrCat("  (aliased to results[", out, "])");
     std::printf("  args[%zu]    %s%s\n", i,
                 farcall::cli::FormatTensor(inputs[i].spec, inputs[i].bytes.data(),
-                                           inputs[i].bytes.size(), n).c_str(),
+                                           inputs[i].bytes.size(), n)
+                    .c_str(),
                 note.c_str());
   }
   // The CLI prints the inputs before the call because aliased ones change.
@@ -171,16 +171,15 @@ int RunCall(const std::vector<char*>& pos) {
   std::printf("  -> agent %s (%s), %s, %s (queue %s, transfer %s, execute %s)\n",
               r->agent_id.c_str(), r->platform.c_str(),
               r->transport == farcall::Transport::kUnary ? "unary Call" : "streamed Execute",
-              Ms(took).c_str(), Ms(r->queue_time).c_str(),
-              Ms(r->transfer_time).c_str(), Ms(r->execute_time).c_str());
+              Ms(took).c_str(), Ms(r->queue_time).c_str(), Ms(r->transfer_time).c_str(),
+              Ms(r->execute_time).c_str());
   for (size_t o = 0; o < r->results.size(); ++o) {
     const farcall::ResultTensor& t = r->results[o];
     std::string note;
     for (const auto& [in, out] : req.aliases)
       if (out == o) note = absl::StrCat("  (written in place into args[", in, "])");
     std::printf("  results[%zu] %s%s\n", o,
-                farcall::cli::FormatTensor(t.spec, t.data, t.size, n).c_str(),
-                note.c_str());
+                farcall::cli::FormatTensor(t.spec, t.data, t.size, n).c_str(), note.c_str());
     if (!out_dir.empty()) {
       std::string path = absl::StrCat(out_dir, "/result", o, ".npy");
       absl::Status s = farcall::cli::WriteNpy(path, t.spec, t.data, t.size);
@@ -196,8 +195,8 @@ int RunAgents() {
   if (!client.ok()) return Fail(client.status());
   auto list = (*client)->ListAgents(absl::GetFlag(FLAGS_refresh));
   if (!list.ok()) return Fail(list.status());
-  std::printf("%-22s %-20s %-8s %-12s %8s %8s  %s\n", "ADDRESS", "AGENT", "PLATFORM",
-              "HEALTH", "INFLIGHT", "CALLS", "HANDLERS / LAST ERROR");
+  std::printf("%-22s %-20s %-8s %-12s %8s %8s  %s\n", "ADDRESS", "AGENT", "PLATFORM", "HEALTH",
+              "INFLIGHT", "CALLS", "HANDLERS / LAST ERROR");
   for (const farcall::AgentStatus& a : *list) {
     std::vector<std::string> handlers;
     for (const auto& h : a.info.handlers) handlers.push_back(h.name);
@@ -224,8 +223,8 @@ int RunDescribe() {
   if (!client.ok()) return Fail(client.status());
   auto info = (*client)->Describe();
   if (!info.ok()) return Fail(info.status());
-  std::printf("agent %s, platform %s, version %s, max call %lld bytes\n",
-              info->agent_id.c_str(), info->platform.c_str(), info->version.c_str(),
+  std::printf("agent %s, platform %s, version %s, max call %lld bytes\n", info->agent_id.c_str(),
+              info->platform.c_str(), info->version.c_str(),
               static_cast<long long>(info->max_call_bytes));
   for (const auto& d : info->devices) {
     std::printf("  device %d: %s, %lld bytes\n", d.ordinal, d.name.c_str(),
@@ -255,9 +254,8 @@ int RunBenchCommand() {
   o.call.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
   std::printf("farcall bench %s on %s via %s: %lld calls of %lld bytes, concurrency %d%s%s\n",
               o.handler.c_str(), o.platform.c_str(), absl::GetFlag(FLAGS_target).c_str(),
-              static_cast<long long>(o.calls), static_cast<long long>(o.bytes),
-              o.concurrency, o.alias ? ", aliased" : "",
-              o.shm ? ", shared memory" : "");
+              static_cast<long long>(o.calls), static_cast<long long>(o.bytes), o.concurrency,
+              o.alias ? ", aliased" : "", o.shm ? ", shared memory" : "");
   std::fflush(stdout);
   absl::StatusOr<farcall::cli::BenchReport> r = farcall::cli::RunBench(**client, o);
   if (!r.ok()) return Fail(r.status());

@@ -19,8 +19,7 @@ namespace farcall::cli {
 namespace {
 
 // The byte swapping and the little-endian descrs we write assume this.
-static_assert(std::endian::native == std::endian::little,
-              "npy.cc assumes a little-endian host");
+static_assert(std::endian::native == std::endian::little, "npy.cc assumes a little-endian host");
 
 constexpr absl::string_view kMagic = "\x93NUMPY";
 // Magic, two version bytes, then the header length.
@@ -41,8 +40,7 @@ struct NpyHeader {
 // It is not a general literal parser: the three values have fixed types.
 class HeaderParser {
  public:
-  HeaderParser(absl::string_view text, absl::string_view what)
-      : text_(text), what_(what) {}
+  HeaderParser(absl::string_view text, absl::string_view what) : text_(text), what_(what) {}
 
   absl::StatusOr<NpyHeader> Parse() {
     NpyHeader h;
@@ -97,8 +95,7 @@ class HeaderParser {
     while (pos_ < text_.size() && absl::ascii_isspace(text_[pos_])) ++pos_;
   }
   absl::Status Error(absl::string_view why) const {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what_, ": bad .npy header: ", why));
+    return absl::InvalidArgumentError(absl::StrCat(what_, ": bad .npy header: ", why));
   }
 
   absl::StatusOr<std::string> ParseString() {
@@ -154,18 +151,16 @@ struct StoredType {
   int64_t swap_unit = 1;
 };
 
-absl::StatusOr<StoredType> ParseDescr(absl::string_view descr,
-                                      absl::string_view what) {
+absl::StatusOr<StoredType> ParseDescr(absl::string_view descr, absl::string_view what) {
   auto unsupported = [&] {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ": unsupported .npy dtype '", descr,
-        "' (supported: bool, int8-64, uint8-64, float16/32/64, "
-        "complex64/128, and void types read with an explicit dtype)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": unsupported .npy dtype '", descr,
+                     "' (supported: bool, int8-64, uint8-64, float16/32/64, "
+                     "complex64/128, and void types read with an explicit dtype)"));
   };
   StoredType t;
   absl::string_view s = descr;
-  if (!s.empty() && (s[0] == '<' || s[0] == '>' || s[0] == '|' ||
-                     s[0] == '=')) {
+  if (!s.empty() && (s[0] == '<' || s[0] == '>' || s[0] == '|' || s[0] == '=')) {
     t.big_endian = s[0] == '>';
     s.remove_prefix(1);
   }
@@ -174,8 +169,8 @@ absl::StatusOr<StoredType> ParseDescr(absl::string_view descr,
   if (!absl::SimpleAtoi(s.substr(1), &t.item_size) || t.item_size <= 0) {
     return unsupported();
   }
-  auto pick = [&](std::initializer_list<std::pair<int64_t, DType>> sizes)
-      -> absl::StatusOr<StoredType> {
+  auto pick =
+      [&](std::initializer_list<std::pair<int64_t, DType>> sizes) -> absl::StatusOr<StoredType> {
     for (const auto& [size, dtype] : sizes) {
       if (size == t.item_size) {
         t.dtype = dtype;
@@ -189,15 +184,9 @@ absl::StatusOr<StoredType> ParseDescr(absl::string_view descr,
     case 'b':
       return pick({{1, DType::kPred}});
     case 'i':
-      return pick({{1, DType::kS8},
-                   {2, DType::kS16},
-                   {4, DType::kS32},
-                   {8, DType::kS64}});
+      return pick({{1, DType::kS8}, {2, DType::kS16}, {4, DType::kS32}, {8, DType::kS64}});
     case 'u':
-      return pick({{1, DType::kU8},
-                   {2, DType::kU16},
-                   {4, DType::kU32},
-                   {8, DType::kU64}});
+      return pick({{1, DType::kU8}, {2, DType::kU16}, {4, DType::kU32}, {8, DType::kU64}});
     case 'f':
       return pick({{2, DType::kF16}, {4, DType::kF32}, {8, DType::kF64}});
     case 'c':
@@ -254,8 +243,8 @@ absl::StatusOr<absl::string_view> DescrFor(DType d) {
     case DType::kInvalid:
       break;
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "cannot write dtype ", DTypeName(d), " to a .npy file"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("cannot write dtype ", DTypeName(d), " to a .npy file"));
 }
 
 uint64_t ReadLittleEndian(absl::string_view bytes) {
@@ -278,8 +267,7 @@ using FilePtr = std::unique_ptr<std::FILE, FileCloser>;
 
 }  // namespace
 
-absl::StatusOr<HostTensor> DecodeNpy(absl::string_view file,
-                                     absl::string_view what,
+absl::StatusOr<HostTensor> DecodeNpy(absl::string_view file, absl::string_view what,
                                      std::optional<DType> as) {
   auto bad = [&](absl::string_view why) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": ", why));
@@ -295,20 +283,17 @@ absl::StatusOr<HostTensor> DecodeNpy(absl::string_view file,
   } else if ((major == 2 || major == 3) && minor == 0) {
     preamble = kPreambleV2;
   } else {
-    return bad(absl::StrCat("unsupported .npy format version ", major, ".",
-                            minor));
+    return bad(absl::StrCat("unsupported .npy format version ", major, ".", minor));
   }
   if (file.size() < preamble) return bad("truncated .npy header");
-  const uint64_t header_len =
-      ReadLittleEndian(file.substr(8, preamble - 8));
+  const uint64_t header_len = ReadLittleEndian(file.substr(8, preamble - 8));
   if (header_len > file.size() - preamble) {
     return bad("truncated .npy header");
   }
   // Version 3.0 only differs in allowing UTF-8 in the header, which can only
   // appear in structured dtypes' field names; those are rejected anyway.
-  FARCALL_ASSIGN_OR_RETURN(
-      NpyHeader header,
-      HeaderParser(file.substr(preamble, header_len), what).Parse());
+  FARCALL_ASSIGN_OR_RETURN(NpyHeader header,
+                           HeaderParser(file.substr(preamble, header_len), what).Parse());
   if (header.fortran_order) {
     return bad(
         "fortran_order arrays are not supported; save with "
@@ -320,28 +305,25 @@ absl::StatusOr<HostTensor> DecodeNpy(absl::string_view file,
   t.spec.dims = header.shape;
   if (as.has_value()) {
     if (ItemSize(*as) != stored.item_size) {
-      return bad(absl::StrCat("cannot read dtype '", header.descr, "' (",
-                              stored.item_size, " bytes per item) as ",
-                              DTypeName(*as), " (", ItemSize(*as),
+      return bad(absl::StrCat("cannot read dtype '", header.descr, "' (", stored.item_size,
+                              " bytes per item) as ", DTypeName(*as), " (", ItemSize(*as),
                               " bytes per item)"));
     }
     t.spec.dtype = *as;
   } else if (stored.dtype.has_value()) {
     t.spec.dtype = *stored.dtype;
   } else {
-    return bad(absl::StrCat(
-        "void dtype '", header.descr,
-        "' needs an explicit dtype (ml_dtypes types such as bfloat16 are "
-        "saved this way); name one, e.g. file.npy:bfloat16"));
+    return bad(absl::StrCat("void dtype '", header.descr,
+                            "' needs an explicit dtype (ml_dtypes types such as bfloat16 are "
+                            "saved this way); name one, e.g. file.npy:bfloat16"));
   }
   FARCALL_ASSIGN_OR_RETURN(int64_t size, ByteSize(t.spec, what));
   absl::string_view data = file.substr(preamble + header_len);
   if (data.size() != static_cast<uint64_t>(size)) {
-    return bad(absl::StrCat(data.size() < static_cast<uint64_t>(size)
-                                ? "truncated data: "
-                                : "extra bytes after the data: ",
-                            SpecToString(t.spec), " needs ", size,
-                            " bytes, the file has ", data.size()));
+    return bad(
+        absl::StrCat(data.size() < static_cast<uint64_t>(size) ? "truncated data: "
+                                                               : "extra bytes after the data: ",
+                     SpecToString(t.spec), " needs ", size, " bytes, the file has ", data.size()));
   }
   t.bytes.assign(data.begin(), data.end());
   if (stored.big_endian && stored.swap_unit > 1) {
@@ -353,21 +335,18 @@ absl::StatusOr<HostTensor> DecodeNpy(absl::string_view file,
   return t;
 }
 
-absl::StatusOr<std::string> EncodeNpy(const TensorSpec& spec, const void* data,
-                                      size_t size) {
+absl::StatusOr<std::string> EncodeNpy(const TensorSpec& spec, const void* data, size_t size) {
   FARCALL_ASSIGN_OR_RETURN(absl::string_view descr, DescrFor(spec.dtype));
   FARCALL_ASSIGN_OR_RETURN(int64_t want, ByteSize(spec, "tensor"));
   if (static_cast<uint64_t>(want) != size) {
     return absl::InvalidArgumentError(
-        absl::StrCat(SpecToString(spec), " needs ", want, " bytes, got ",
-                     size));
+        absl::StrCat(SpecToString(spec), " needs ", want, " bytes, got ", size));
   }
   // Python's tuple syntax: (), (3,), (2, 3).
   std::string shape = absl::StrJoin(spec.dims, ", ");
   if (spec.dims.size() == 1) shape += ",";
   std::string header =
-      absl::StrCat("{'descr': '", descr,
-                   "', 'fortran_order': False, 'shape': (", shape, "), }");
+      absl::StrCat("{'descr': '", descr, "', 'fortran_order': False, 'shape': (", shape, "), }");
   size_t preamble = kPreambleV1;
   // +1 for the newline that ends the header.
   size_t total = (preamble + header.size() + 1 + kAlign - 1) / kAlign * kAlign;
@@ -389,8 +368,7 @@ absl::StatusOr<std::string> EncodeNpy(const TensorSpec& spec, const void* data,
   return out;
 }
 
-absl::StatusOr<HostTensor> ReadNpy(const std::string& path,
-                                   std::optional<DType> as) {
+absl::StatusOr<HostTensor> ReadNpy(const std::string& path, std::optional<DType> as) {
   FilePtr f(std::fopen(path.c_str(), "rb"));
   if (f == nullptr) {
     return absl::ErrnoToStatus(errno, absl::StrCat("cannot open ", path));
@@ -408,12 +386,11 @@ absl::StatusOr<HostTensor> ReadNpy(const std::string& path,
   return DecodeNpy(file, path, as);
 }
 
-absl::Status WriteNpy(const std::string& path, const TensorSpec& spec,
-                      const void* data, size_t size) {
+absl::Status WriteNpy(const std::string& path, const TensorSpec& spec, const void* data,
+                      size_t size) {
   absl::StatusOr<std::string> file = EncodeNpy(spec, data, size);
   if (!file.ok()) {
-    return absl::Status(file.status().code(),
-                        absl::StrCat(path, ": ", file.status().message()));
+    return absl::Status(file.status().code(), absl::StrCat(path, ": ", file.status().message()));
   }
   FilePtr f(std::fopen(path.c_str(), "wb"));
   if (f == nullptr) {

@@ -42,21 +42,19 @@ namespace farcall::cli {
 // Reads the .npy file at `path`. With `as`, the stored bytes are reinterpreted
 // as that dtype, which must have the stored item size (INVALID_ARGUMENT
 // otherwise); a void type ('<V2') can only be read this way.
-absl::StatusOr<HostTensor> ReadNpy(const std::string& path,
-                                   std::optional<DType> as = std::nullopt);
+absl::StatusOr<HostTensor> ReadNpy(const std::string& path, std::optional<DType> as = std::nullopt);
 
 // Writes `size` bytes at `data`, which must be ByteSize(spec), as a
 // little-endian, C-order .npy file (version 1.0, or 2.0 if the header needs
 // it). Replaces an existing file.
-absl::Status WriteNpy(const std::string& path, const TensorSpec& spec,
-                      const void* data, size_t size);
+absl::Status WriteNpy(const std::string& path, const TensorSpec& spec, const void* data,
+                      size_t size);
 
 // The in-memory forms of ReadNpy and WriteNpy. `what` names the data in
 // error messages.
 absl::StatusOr<HostTensor> DecodeNpy(absl::string_view file, absl::string_view what,
                                      std::optional<DType> as = std::nullopt);
-absl::StatusOr<std::string> EncodeNpy(const TensorSpec& spec, const void* data,
-                                      size_t size);
+absl::StatusOr<std::string> EncodeNpy(const TensorSpec& spec, const void* data, size_t size);
 
 }  // namespace farcall::cli
 

@@ -123,9 +123,7 @@ uint64_t Mix(uint64_t x) {
 }
 
 // Uniform in [-1, 1), from the top 53 bits.
-double Signed01(uint64_t h) {
-  return static_cast<double>(h >> 11) * 0x1p-53 * 2.0 - 1.0;
-}
+double Signed01(uint64_t h) { return static_cast<double>(h >> 11) * 0x1p-53 * 2.0 - 1.0; }
 
 Element RandomElement(DType d, int64_t i) {
   const uint64_t h = Mix(static_cast<uint64_t>(i) * 2);
@@ -143,8 +141,7 @@ Element RandomElement(DType d, int64_t i) {
     case DTypeKind::kFloat:
     case DTypeKind::kComplex:
       e.re = Signed01(h);
-      e.im = IsComplex(d) ? Signed01(Mix(static_cast<uint64_t>(i) * 2 + 1))
-                          : 0.0;
+      e.im = IsComplex(d) ? Signed01(Mix(static_cast<uint64_t>(i) * 2 + 1)) : 0.0;
       break;
   }
   return e;
@@ -156,8 +153,7 @@ bool IsInteger(DType d) {
 
 // The one element a numeric FILL stands for, checked against `d`; nullopt
 // (with `why` set) if it does not fit, or if `fill` is not a number.
-std::optional<Element> NumberElement(DType d, absl::string_view fill,
-                                     std::string& why) {
+std::optional<Element> NumberElement(DType d, absl::string_view fill, std::string& why) {
   const int bits = static_cast<int>(ItemSize(d) * 8);
   const bool is_signed = KindOf(d) == DTypeKind::kSigned;
   auto out_of_range = [&] {
@@ -181,8 +177,7 @@ std::optional<Element> NumberElement(DType d, absl::string_view fill,
         (i < -(int64_t{1} << (bits - 1)) || i >= (int64_t{1} << (bits - 1)))) {
       return out_of_range();
     }
-    if (KindOf(d) == DTypeKind::kUnsigned &&
-        (i < 0 || (bits < 64 && i >= (int64_t{1} << bits)))) {
+    if (KindOf(d) == DTypeKind::kUnsigned && (i < 0 || (bits < 64 && i >= (int64_t{1} << bits)))) {
       return out_of_range();
     }
     e.bits = static_cast<uint64_t>(i);
@@ -191,8 +186,7 @@ std::optional<Element> NumberElement(DType d, absl::string_view fill,
   }
   // Only uint64 values above INT64_MAX get here.
   if (absl::SimpleAtoi(fill, &u)) {
-    if (KindOf(d) == DTypeKind::kBool || is_signed ||
-        (IsInteger(d) && bits < 64)) {
+    if (KindOf(d) == DTypeKind::kBool || is_signed || (IsInteger(d) && bits < 64)) {
       return out_of_range();
     }
     e.bits = u;
@@ -200,9 +194,8 @@ std::optional<Element> NumberElement(DType d, absl::string_view fill,
     return e;
   }
   if (!absl::SimpleAtod(fill, &v)) {
-    why = absl::StrCat(
-        "unknown fill '", fill,
-        "' (expected iota, zeros, ones, random, a number, true or false)");
+    why = absl::StrCat("unknown fill '", fill,
+                       "' (expected iota, zeros, ones, random, a number, true or false)");
     return std::nullopt;
   }
   if (IsFloating(d) || IsComplex(d)) {
@@ -212,8 +205,7 @@ std::optional<Element> NumberElement(DType d, absl::string_view fill,
   // bool and integers take a float literal only if it is a whole number in
   // range (1e3 for int32 is fine, 2.5 is not); numpy would truncate silently.
   if (v != std::floor(v)) {
-    why = absl::StrCat(fill, " is not a whole number, as ",
-                       DTypeName(d), " needs");
+    why = absl::StrCat(fill, " is not a whole number, as ", DTypeName(d), " needs");
     return std::nullopt;
   }
   if (KindOf(d) == DTypeKind::kBool) {
@@ -225,8 +217,7 @@ std::optional<Element> NumberElement(DType d, absl::string_view fill,
   const double lo = is_signed ? -std::ldexp(1.0, bits - 1) : 0.0;
   const double hi = std::ldexp(1.0, is_signed ? bits - 1 : bits);
   if (!(v >= lo && v < hi)) return out_of_range();
-  e.bits = is_signed ? static_cast<uint64_t>(static_cast<int64_t>(v))
-                     : static_cast<uint64_t>(v);
+  e.bits = is_signed ? static_cast<uint64_t>(static_cast<int64_t>(v)) : static_cast<uint64_t>(v);
   return e;
 }
 
@@ -290,16 +281,14 @@ std::string FormatElement(DType d, const uint8_t* p) {
 
 absl::StatusOr<HostTensor> ParseTensorArg(absl::string_view text) {
   auto bad = [&](absl::string_view why) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("bad tensor argument '", text, "': ", why));
+    return absl::InvalidArgumentError(absl::StrCat("bad tensor argument '", text, "': ", why));
   };
   if (text.empty()) {
     return bad("empty (expected PATH.npy[:DTYPE] or DTYPE[DIMS][:FILL])");
   }
   if (absl::EndsWith(text, ".npy")) return ReadNpy(std::string(text));
   if (size_t colon = text.rfind(':');
-      colon != absl::string_view::npos &&
-      absl::EndsWith(text.substr(0, colon), ".npy")) {
+      colon != absl::string_view::npos && absl::EndsWith(text.substr(0, colon), ".npy")) {
     absl::string_view name = text.substr(colon + 1);
     std::optional<DType> as = DTypeFromName(name);
     if (!as) return bad(absl::StrCat("unknown dtype '", name, "'"));
@@ -308,10 +297,8 @@ absl::StatusOr<HostTensor> ParseTensorArg(absl::string_view text) {
 
   // Dims never contain ':' but a FILL such as -1 may follow the ']'.
   size_t close = text.find(']');
-  absl::string_view spec_text =
-      close == absl::string_view::npos ? text : text.substr(0, close + 1);
-  absl::string_view rest =
-      close == absl::string_view::npos ? "" : text.substr(close + 1);
+  absl::string_view spec_text = close == absl::string_view::npos ? text : text.substr(0, close + 1);
+  absl::string_view rest = close == absl::string_view::npos ? "" : text.substr(close + 1);
   absl::StatusOr<TensorSpec> spec = ParseTensorSpec(spec_text);
   if (!spec.ok()) return bad(spec.status().message());
   absl::string_view fill = "iota";
@@ -324,9 +311,8 @@ absl::StatusOr<HostTensor> ParseTensorArg(absl::string_view text) {
   absl::StatusOr<int64_t> size = ByteSize(*spec, "tensor");
   if (!size.ok()) return bad(size.status().message());
   if (*size > kMaxGeneratedBytes) {
-    return bad(absl::StrCat("too large to generate (", *size,
-                            " bytes; the limit is ", kMaxGeneratedBytes,
-                            ")"));
+    return bad(absl::StrCat("too large to generate (", *size, " bytes; the limit is ",
+                            kMaxGeneratedBytes, ")"));
   }
 
   HostTensor t;
@@ -355,8 +341,7 @@ absl::StatusOr<HostTensor> ParseTensorArg(absl::string_view text) {
   return t;
 }
 
-std::string FormatTensor(const TensorSpec& spec, const void* data, size_t size,
-                         int max_elements) {
+std::string FormatTensor(const TensorSpec& spec, const void* data, size_t size, int max_elements) {
   std::string out = absl::StrCat(SpecToString(spec), " ");
   absl::StatusOr<int64_t> want = ByteSize(spec, "tensor");
   if (!want.ok()) return absl::StrCat(out, "<", want.status().message(), ">");
@@ -386,8 +371,7 @@ std::string FormatTensor(const TensorSpec& spec, const void* data, size_t size,
   return out;
 }
 
-absl::StatusOr<std::pair<uint32_t, uint32_t>> ParseAlias(
-    absl::string_view text) {
+absl::StatusOr<std::pair<uint32_t, uint32_t>> ParseAlias(absl::string_view text) {
   size_t colon = text.find(':');
   uint32_t in, out;
   // SimpleAtoi would accept " 1" and "+1"; an index is plain digits.
@@ -399,27 +383,22 @@ absl::StatusOr<std::pair<uint32_t, uint32_t>> ParseAlias(
     return true;
   };
   if (colon == absl::string_view::npos || !digits(text.substr(0, colon)) ||
-      !digits(text.substr(colon + 1)) ||
-      !absl::SimpleAtoi(text.substr(0, colon), &in) ||
+      !digits(text.substr(colon + 1)) || !absl::SimpleAtoi(text.substr(0, colon), &in) ||
       !absl::SimpleAtoi(text.substr(colon + 1), &out)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("bad alias '", text,
-                     "': expected INPUT:OUTPUT indices, such as 0:0"));
+        absl::StrCat("bad alias '", text, "': expected INPUT:OUTPUT indices, such as 0:0"));
   }
   return std::make_pair(in, out);
 }
 
-absl::StatusOr<std::pair<std::string, AttrValue>> ParseAttr(
-    absl::string_view text) {
+absl::StatusOr<std::pair<std::string, AttrValue>> ParseAttr(absl::string_view text) {
   size_t eq = text.find('=');
-  absl::string_view name =
-      eq == absl::string_view::npos ? text : text.substr(0, eq);
+  absl::string_view name = eq == absl::string_view::npos ? text : text.substr(0, eq);
   bool name_ok = eq != absl::string_view::npos && !name.empty();
   for (char c : name) name_ok &= !absl::ascii_isspace(c);
   if (!name_ok) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "bad attribute '", text,
-        "': expected NAME=VALUE, such as scale=2.5 or mode=str:fast"));
+        "bad attribute '", text, "': expected NAME=VALUE, such as scale=2.5 or mode=str:fast"));
   }
   std::string key(name);
   absl::string_view value = text.substr(eq + 1);
@@ -438,15 +417,14 @@ absl::StatusOr<std::pair<std::string, AttrValue>> ParseAttr(
   if (all_digits) {
     int64_t i;
     if (!absl::SimpleAtoi(value, &i)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "bad attribute '", text, "': ", value,
-          " does not fit int64 (write str:", value, " for a string)"));
+      return absl::InvalidArgumentError(absl::StrCat("bad attribute '", text, "': ", value,
+                                                     " does not fit int64 (write str:", value,
+                                                     " for a string)"));
     }
     return std::make_pair(key, AttrValue(i));
   }
   double v;
-  if (value.find_first_of(".eE") != absl::string_view::npos &&
-      absl::SimpleAtod(value, &v)) {
+  if (value.find_first_of(".eE") != absl::string_view::npos && absl::SimpleAtod(value, &v)) {
     return std::make_pair(key, AttrValue(v));
   }
   return std::make_pair(key, AttrValue(std::string(value)));

@@ -63,8 +63,7 @@ absl::StatusOr<std::pair<uint32_t, uint32_t>> ParseAlias(absl::string_view text)
 //   [+-]digits          int64 (INVALID_ARGUMENT if it does not fit)
 //   a number with '.', 'e' or 'E' (2.5, 1e-3)   double
 //   anything else       the string as written (including "")
-absl::StatusOr<std::pair<std::string, AttrValue>> ParseAttr(
-    absl::string_view text);
+absl::StatusOr<std::pair<std::string, AttrValue>> ParseAttr(absl::string_view text);
 
 }  // namespace farcall::cli
 

@@ -39,10 +39,8 @@ std::vector<T> As(const HostTensor& t) {
 
 void ExpectInvalid(absl::string_view text, absl::string_view why = "") {
   absl::StatusOr<HostTensor> t = ParseTensorArg(text);
-  ASSERT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument)
-      << text << ": " << t.status();
-  EXPECT_THAT(std::string(t.status().message()),
-              HasSubstr(absl::StrCat("'", text, "'")));
+  ASSERT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << text << ": " << t.status();
+  EXPECT_THAT(std::string(t.status().message()), HasSubstr(absl::StrCat("'", text, "'")));
   EXPECT_THAT(std::string(t.status().message()), HasSubstr(std::string(why)));
 }
 
@@ -102,10 +100,8 @@ TEST(ParseTensorArgTest, FillsNumbers) {
   EXPECT_EQ(Show("complex128[1]:-1"), "complex128[1] [(-1+0j)]");
   EXPECT_EQ(Show("float32[2]:-inf"), "float32[2] [-inf, -inf]");
   EXPECT_EQ(Show("float32[1]:nan"), "float32[1] [nan]");
-  EXPECT_EQ(Show("uint64[1]:18446744073709551615"),
-            "uint64[1] [18446744073709551615]");
-  EXPECT_EQ(Show("int64[1]:-9223372036854775808"),
-            "int64[1] [-9223372036854775808]");
+  EXPECT_EQ(Show("uint64[1]:18446744073709551615"), "uint64[1] [18446744073709551615]");
+  EXPECT_EQ(Show("int64[1]:-9223372036854775808"), "int64[1] [-9223372036854775808]");
   EXPECT_EQ(Show("int8[2]:-128"), "int8[2] [-128, -128]");
   EXPECT_EQ(Show("uint16[1]:65535"), "uint16[1] [65535]");
 }
@@ -190,8 +186,7 @@ TEST(ParseTensorArgTest, RejectsBadText) {
 }
 
 TEST(FormatTensorTest, ElidesTheMiddle) {
-  EXPECT_EQ(Show("int8[100]"),
-            "int8[100] [0, 1, 2, 3, ..., 96, 97, 98, 99]");
+  EXPECT_EQ(Show("int8[100]"), "int8[100] [0, 1, 2, 3, ..., 96, 97, 98, 99]");
   EXPECT_EQ(Show("int8[100]", 3), "int8[100] [0, 1, ..., 99]");
   EXPECT_EQ(Show("int8[100]", 1), "int8[100] [0, ...]");
   EXPECT_EQ(Show("int8[100]", 0), "int8[100] [...]");
@@ -202,26 +197,20 @@ TEST(FormatTensorTest, ElidesTheMiddle) {
 
 TEST(FormatTensorTest, FormatsValues) {
   float f[3] = {1.0f / 3.0f, 1e10f, -0.0f};
-  EXPECT_EQ(FormatTensor({DType::kF32, {3}}, f, sizeof(f)),
-            "float32[3] [0.333333, 1e+10, -0]");
+  EXPECT_EQ(FormatTensor({DType::kF32, {3}}, f, sizeof(f)), "float32[3] [0.333333, 1e+10, -0]");
   float c[4] = {1, -2, 0.5f, 3};
-  EXPECT_EQ(FormatTensor({DType::kC64, {2}}, c, sizeof(c)),
-            "complex64[2] [(1-2j), (0.5+3j)]");
+  EXPECT_EQ(FormatTensor({DType::kC64, {2}}, c, sizeof(c)), "complex64[2] [(1-2j), (0.5+3j)]");
   double z[2] = {std::nan(""), std::numeric_limits<double>::infinity()};
-  EXPECT_EQ(FormatTensor({DType::kC128, {}}, z, sizeof(z)),
-            "complex128[] (nan+infj)");
+  EXPECT_EQ(FormatTensor({DType::kC128, {}}, z, sizeof(z)), "complex128[] (nan+infj)");
   int16_t s[2] = {-32768, 32767};
-  EXPECT_EQ(FormatTensor({DType::kS16, {2}}, s, sizeof(s)),
-            "int16[2] [-32768, 32767]");
+  EXPECT_EQ(FormatTensor({DType::kS16, {2}}, s, sizeof(s)), "int16[2] [-32768, 32767]");
   uint32_t u = 4294967295u;
-  EXPECT_EQ(FormatTensor({DType::kU32, {}}, &u, sizeof(u)),
-            "uint32[] 4294967295");
+  EXPECT_EQ(FormatTensor({DType::kU32, {}}, &u, sizeof(u)), "uint32[] 4294967295");
 }
 
 TEST(FormatTensorTest, SaysWhenTheSizeIsWrong) {
   float f[3] = {};
-  EXPECT_EQ(FormatTensor({DType::kF32, {4}}, f, sizeof(f)),
-            "float32[4] <12 bytes; expected 16>");
+  EXPECT_EQ(FormatTensor({DType::kF32, {4}}, f, sizeof(f)), "float32[4] <12 bytes; expected 16>");
 }
 
 TEST(ParseAliasTest, ParsesInputAndOutput) {
@@ -231,12 +220,11 @@ TEST(ParseAliasTest, ParsesInputAndOutput) {
   a = ParseAlias("4294967295:12");
   ASSERT_TRUE(a.ok()) << a.status();
   EXPECT_EQ(*a, std::make_pair(4294967295u, 12u));
-  for (const char* bad : {"", "1", ":1", "1:", "a:b", "-1:0", "1:2:3", " 1:2",
-                          "+1:2", "4294967296:0"}) {
+  for (const char* bad :
+       {"", "1", ":1", "1:", "a:b", "-1:0", "1:2:3", " 1:2", "+1:2", "4294967296:0"}) {
     a = ParseAlias(bad);
     ASSERT_EQ(a.status().code(), absl::StatusCode::kInvalidArgument) << bad;
-    EXPECT_THAT(std::string(a.status().message()),
-                HasSubstr(absl::StrCat("'", bad, "'")));
+    EXPECT_THAT(std::string(a.status().message()), HasSubstr(absl::StrCat("'", bad, "'")));
   }
 }
 
@@ -248,8 +236,7 @@ TEST(ParseAttrTest, PicksTheType) {
   };
   using P = std::pair<std::string, AttrValue>;
   EXPECT_EQ(parse("n=3"), (P{"n", int64_t{3}}));
-  EXPECT_EQ(parse("n=-9223372036854775808"),
-            (P{"n", std::numeric_limits<int64_t>::min()}));
+  EXPECT_EQ(parse("n=-9223372036854775808"), (P{"n", std::numeric_limits<int64_t>::min()}));
   EXPECT_EQ(parse("x=2.5"), (P{"x", 2.5}));
   EXPECT_EQ(parse("x=1e-3"), (P{"x", 1e-3}));
   EXPECT_EQ(parse("x=-2."), (P{"x", -2.0}));
@@ -265,12 +252,10 @@ TEST(ParseAttrTest, PicksTheType) {
 }
 
 TEST(ParseAttrTest, RejectsBadText) {
-  for (const char* bad : {"", "noequals", "=3", "a b=1",
-                          "big=99999999999999999999"}) {
+  for (const char* bad : {"", "noequals", "=3", "a b=1", "big=99999999999999999999"}) {
     absl::StatusOr<std::pair<std::string, AttrValue>> a = ParseAttr(bad);
     ASSERT_EQ(a.status().code(), absl::StatusCode::kInvalidArgument) << bad;
-    EXPECT_THAT(std::string(a.status().message()),
-                HasSubstr(absl::StrCat("'", bad, "'")));
+    EXPECT_THAT(std::string(a.status().message()), HasSubstr(absl::StrCat("'", bad, "'")));
   }
 }
 

@@ -1,5 +1,5 @@
-#include "absl/strings/string_view.h"
 #include "core/wire/frame_codec.h"
+#include "absl/strings/string_view.h"
 
 #include <cstring>
 #include <utility>
@@ -16,8 +16,7 @@ constexpr uint64_t kCopyBelow = 4096;
 enum WireType : uint32_t { kVarint = 0, kFixed64 = 1, kLen = 2, kFixed32 = 5 };
 
 absl::Status Malformed(absl::string_view what) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("malformed farcall frame: ", what, "."));
+  return absl::InvalidArgumentError(absl::StrCat("malformed farcall frame: ", what, "."));
 }
 
 // As protobuf's parser: field 0 is invalid, and a tag fits in 32 bits.
@@ -171,8 +170,8 @@ class FrameDecoder {
 
   // Walks the top-level fields. With `only_field` set, other message fields
   // and all chunks are skipped.
-  absl::Status Walk(FrameVisitor* visitor, uint32_t only_field,
-                    std::string* only_bytes, bool* found) {
+  absl::Status Walk(FrameVisitor* visitor, uint32_t only_field, std::string* only_bytes,
+                    bool* found) {
     while (remaining_ > 0) {
       uint64_t tag;
       if (!ReadVarint(&tag)) return Malformed("truncated tag");
@@ -182,8 +181,7 @@ class FrameDecoder {
       if (visitor != nullptr && field == kChunksField && type == kLen) {
         absl::Status s = ReadChunk(*visitor);
         if (!s.ok()) return s;
-      } else if ((field == kHeaderField || field == kStatsField) &&
-                 type == kLen &&
+      } else if ((field == kHeaderField || field == kStatsField) && type == kLen &&
                  (visitor != nullptr || field == only_field)) {
         uint64_t n;
         std::string bytes;
@@ -242,8 +240,7 @@ absl::Status DecodeFrame(const grpc::ByteBuffer& frame, FrameVisitor& visitor) {
   return d.Walk(&visitor, 0, nullptr, nullptr);
 }
 
-absl::StatusOr<bool> DecodeMessageField(const grpc::ByteBuffer& frame,
-                                        uint32_t field,
+absl::StatusOr<bool> DecodeMessageField(const grpc::ByteBuffer& frame, uint32_t field,
                                         google::protobuf::MessageLite* message,
                                         const HeaderLimits* header_limits) {
   FrameDecoder d(frame);
@@ -266,8 +263,7 @@ absl::StatusOr<bool> DecodeMessageField(const grpc::ByteBuffer& frame,
   return true;
 }
 
-void FrameEncoder::AddMessageField(uint32_t field,
-                                   const google::protobuf::MessageLite& m) {
+void FrameEncoder::AddMessageField(uint32_t field, const google::protobuf::MessageLite& m) {
   std::string bytes = m.SerializeAsString();
   const size_t before = pending_.size();
   PutTag(&pending_, field, kLen);
@@ -276,8 +272,7 @@ void FrameEncoder::AddMessageField(uint32_t field,
   size_ += pending_.size() - before;
 }
 
-void FrameEncoder::AddChunk(uint32_t index, uint64_t offset,
-                            const uint8_t* data, uint64_t size,
+void FrameEncoder::AddChunk(uint32_t index, uint64_t offset, const uint8_t* data, uint64_t size,
                             std::shared_ptr<const void> keepalive) {
   uint64_t inner = 0;
   if (index != 0) inner += 1 + VarintSize(index);
@@ -310,8 +305,8 @@ void FrameEncoder::AddChunk(uint32_t index, uint64_t offset,
   if (keepalive == nullptr) {
     slices_.emplace_back(bytes, size, grpc::Slice::STATIC_SLICE);
   } else {
-    slices_.push_back(grpc::Slice(bytes, size, &ReleaseKeepalive,
-                                  new Keepalive(std::move(keepalive))));
+    slices_.push_back(
+        grpc::Slice(bytes, size, &ReleaseKeepalive, new Keepalive(std::move(keepalive))));
   }
 }
 

@@ -18,9 +18,9 @@
 #include <string_view>
 #include <vector>
 
-#include "absl/strings/string_view.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "core/wire/header_limits.h"
 #include "google/protobuf/message_lite.h"
 #include "grpcpp/support/byte_buffer.h"
@@ -57,8 +57,7 @@ class FrameVisitor {
   // A message-typed field (header or stats), serialized.
   virtual absl::Status OnMessageField(uint32_t field, absl::string_view bytes) = 0;
   // One Chunk, in wire order.
-  virtual absl::Status OnChunk(uint32_t index, uint64_t offset,
-                               const ChunkBytes& data) = 0;
+  virtual absl::Status OnChunk(uint32_t index, uint64_t offset, const ChunkBytes& data) = 0;
 };
 
 // Walks one frame, calling `visitor` for each field. Malformed protobuf
@@ -69,8 +68,7 @@ absl::Status DecodeFrame(const grpc::ByteBuffer& frame, FrameVisitor& visitor);
 // Chunks are skipped without being read.
 // With `header_limits`, a call header (kHeaderField) is checked against them
 // before it is parsed (core/wire/header_limits.h).
-absl::StatusOr<bool> DecodeMessageField(const grpc::ByteBuffer& frame,
-                                        uint32_t field,
+absl::StatusOr<bool> DecodeMessageField(const grpc::ByteBuffer& frame, uint32_t field,
                                         google::protobuf::MessageLite* message,
                                         const HeaderLimits* header_limits = nullptr);
 
@@ -82,8 +80,8 @@ class FrameEncoder {
   // copied: the frame refers to it, and `keepalive` is held until gRPC
   // releases the frame. With a null `keepalive` the caller guarantees that
   // the memory outlives the RPC.
-  void AddChunk(uint32_t index, uint64_t offset, const uint8_t* data,
-                uint64_t size, std::shared_ptr<const void> keepalive);
+  void AddChunk(uint32_t index, uint64_t offset, const uint8_t* data, uint64_t size,
+                std::shared_ptr<const void> keepalive);
   // Bytes added so far.
   uint64_t size() const { return size_; }
   bool empty() const { return size_ == 0; }

@@ -14,9 +14,9 @@
 #include "absl/strings/string_view.h"
 #include "farcall/v1/farcall.pb.h"
 #include "gmock/gmock.h"
-#include "gtest/gtest.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/slice.h"
+#include "gtest/gtest.h"
 
 namespace farcall {
 namespace {
@@ -39,9 +39,7 @@ std::string Varint(uint64_t v) {
 std::string Tag(uint32_t field, uint32_t type) {
   return Varint((static_cast<uint64_t>(field) << 3) | type);
 }
-std::string VarintField(uint32_t field, uint64_t v) {
-  return Tag(field, 0) + Varint(v);
-}
+std::string VarintField(uint32_t field, uint64_t v) { return Tag(field, 0) + Varint(v); }
 std::string LenField(uint32_t field, const std::string& bytes) {
   return Tag(field, 2) + Varint(bytes.size()) + bytes;
 }
@@ -96,8 +94,7 @@ class Recorder : public FrameVisitor {
     fields.emplace_back(field, std::string(bytes));
     return absl::OkStatus();
   }
-  absl::Status OnChunk(uint32_t index, uint64_t offset,
-                       const ChunkBytes& data) override {
+  absl::Status OnChunk(uint32_t index, uint64_t offset, const ChunkBytes& data) override {
     SeenChunk c{index, offset, std::string(data.size(), '\0')};
     data.CopyTo(reinterpret_cast<uint8_t*>(c.data.data()));
     chunks.push_back(std::move(c));
@@ -136,13 +133,11 @@ TEST(FrameEncoderTest, RequestParsesAsExecuteRequest) {
   FrameEncoder enc;
   EXPECT_TRUE(enc.empty());
   enc.AddMessageField(kHeaderField, header);
-  enc.AddChunk(0, 0, reinterpret_cast<const uint8_t*>(small.data()),
-               small.size(), nullptr);
-  enc.AddChunk(1, 0, reinterpret_cast<const uint8_t*>(large.data()),
-               large.size(), nullptr);
+  enc.AddChunk(0, 0, reinterpret_cast<const uint8_t*>(small.data()), small.size(), nullptr);
+  enc.AddChunk(1, 0, reinterpret_cast<const uint8_t*>(large.data()), large.size(), nullptr);
   enc.AddChunk(1, 10000, nullptr, 0, nullptr);  // empty
-  enc.AddChunk(7, (uint64_t{1} << 40) + 3,
-               reinterpret_cast<const uint8_t*>(small.data()), 5, nullptr);
+  enc.AddChunk(7, (uint64_t{1} << 40) + 3, reinterpret_cast<const uint8_t*>(small.data()), 5,
+               nullptr);
   const uint64_t size = enc.size();
   EXPECT_FALSE(enc.empty());
   grpc::ByteBuffer bb = enc.Finish();
@@ -196,10 +191,8 @@ TEST(FrameEncoderTest, SameBytesAsProtobufSerialization) {
 
   FrameEncoder enc;
   enc.AddMessageField(kHeaderField, want.header());
-  enc.AddChunk(0, 0, reinterpret_cast<const uint8_t*>(d0.data()), d0.size(),
-               nullptr);
-  enc.AddChunk(2, 300, reinterpret_cast<const uint8_t*>(d1.data()), d1.size(),
-               nullptr);
+  enc.AddChunk(0, 0, reinterpret_cast<const uint8_t*>(d0.data()), d0.size(), nullptr);
+  enc.AddChunk(2, 300, reinterpret_cast<const uint8_t*>(d1.data()), d1.size(), nullptr);
   enc.AddChunk(3, 0, nullptr, 0, nullptr);
   enc.AddMessageField(kStatsField, want.stats());
   const std::string wire = Flatten(enc.Finish());
@@ -224,8 +217,7 @@ TEST(FrameEncoderTest, EmptyFrame) {
 TEST(FrameEncoderTest, EncoderIsReusableAfterFinish) {
   FrameEncoder enc;
   const std::string a = Pattern(8000, 5);
-  enc.AddChunk(1, 2, reinterpret_cast<const uint8_t*>(a.data()), a.size(),
-               nullptr);
+  enc.AddChunk(1, 2, reinterpret_cast<const uint8_t*>(a.data()), a.size(), nullptr);
   grpc::ByteBuffer first = enc.Finish();
   enc.AddChunk(4, 0, reinterpret_cast<const uint8_t*>(a.data()), 3, nullptr);
   grpc::ByteBuffer second = enc.Finish();
@@ -290,8 +282,7 @@ TEST(FrameEncoderTest, LargeChunkIsReferencedAndKeepaliveHeldUntilBufferDies) {
   pb::ExecuteRequest req;
   ASSERT_TRUE(req.ParseFromString(Flatten(*bb)));
   ASSERT_EQ(req.chunks_size(), 1);
-  EXPECT_EQ(req.chunks(0).data(),
-            std::string(want.begin(), want.end()));
+  EXPECT_EQ(req.chunks(0).data(), std::string(want.begin(), want.end()));
 
   {
     grpc::ByteBuffer copy = *bb;  // shares the slices
@@ -435,16 +426,14 @@ TEST(DecodeFrameTest, ChunkFieldsOutOfOrderAndUnknownFieldsSkipped) {
   const std::string data = Pattern(300, 20);
   // Chunk: data first, then unknown fields of every wire type, then offset,
   // then index.
-  std::string chunk = LenField(3, data) + VarintField(9, 77) + Tag(10, 1) +
-                      std::string(8, '\x11') + Tag(11, 5) +
-                      std::string(4, '\x22') + LenField(12, "unknown bytes") +
+  std::string chunk = LenField(3, data) + VarintField(9, 77) + Tag(10, 1) + std::string(8, '\x11') +
+                      Tag(11, 5) + std::string(4, '\x22') + LenField(12, "unknown bytes") +
                       VarintField(2, 4096) + VarintField(1, 3);
   // Top level: unknown fields around a header and the chunk.
   std::string frame = VarintField(15, 1) + LenField(1, SampleHeader().SerializeAsString()) +
                       Tag(20, 1) + std::string(8, '\0') + LenField(2, chunk) +
                       LenField(100, "ignored") + Tag(4, 5) + std::string(4, '\x7f') +
-                      LenField(2, VarintField(1, 1) + LenField(3, "b") +
-                                      VarintField(2, 9));
+                      LenField(2, VarintField(1, 1) + LenField(3, "b") + VarintField(2, 9));
 
   // Sanity: protobuf reads the same thing.
   pb::ExecuteRequest req;
@@ -472,9 +461,8 @@ TEST(DecodeFrameTest, ChunkFieldsOutOfOrderAndUnknownFieldsSkipped) {
 TEST(DecodeFrameTest, RepeatedChunkFieldsLastOneWins) {
   // As in protobuf: a scalar field repeated in one message takes its last
   // value.
-  std::string chunk = VarintField(1, 1) + LenField(3, "first") +
-                      VarintField(2, 5) + VarintField(1, 2) +
-                      LenField(3, "second") + VarintField(2, 6);
+  std::string chunk = VarintField(1, 1) + LenField(3, "first") + VarintField(2, 5) +
+                      VarintField(1, 2) + LenField(3, "second") + VarintField(2, 6);
   std::string frame = LenField(2, chunk);
   pb::ExecuteRequest req;
   ASSERT_TRUE(req.ParseFromString(frame));
@@ -544,27 +532,24 @@ TEST(DecodeFrameTest, LargeDataOverManySlicesCuttingThroughVarints) {
   const size_t header_len_at = 1;
   const size_t chunk_tag_at = 1 + Varint(header.size()).size() + header.size();
   const size_t chunk_len_at = chunk_tag_at + 1;
-  const std::string first_chunk_inner_prefix =
-      VarintField(1, 1) + VarintField(2, 300) + Tag(3, 2);
+  const std::string first_chunk_inner_prefix = VarintField(1, 1) + VarintField(2, 300) + Tag(3, 2);
   ASSERT_EQ(Varint(f.big.size()).size(), 4u);
   const size_t inner_at =
-      chunk_len_at +
-      Varint(first_chunk_inner_prefix.size() + 4 + f.big.size()).size();
+      chunk_len_at + Varint(first_chunk_inner_prefix.size() + 4 + f.big.size()).size();
   const size_t offset_varint_at = inner_at + 3;  // inside 10 ac 02
   const size_t data_len_at = inner_at + first_chunk_inner_prefix.size();
   const size_t data_at = data_len_at + 4;
-  ASSERT_EQ(f.wire.substr(inner_at, first_chunk_inner_prefix.size()),
-            first_chunk_inner_prefix);
+  ASSERT_EQ(f.wire.substr(inner_at, first_chunk_inner_prefix.size()), first_chunk_inner_prefix);
 
-  std::vector<size_t> cuts = {header_len_at,     // between tag and length
-                              chunk_tag_at,      // at the chunk tag
-                              chunk_len_at + 1,  // inside the chunk length
-                              chunk_len_at + 2,  // ... again
+  std::vector<size_t> cuts = {header_len_at,         // between tag and length
+                              chunk_tag_at,          // at the chunk tag
+                              chunk_len_at + 1,      // inside the chunk length
+                              chunk_len_at + 2,      // ... again
                               offset_varint_at + 1,  // inside the offset
-                              data_len_at + 1,   // inside the data length
+                              data_len_at + 1,       // inside the data length
                               data_len_at + 3,
-                              data_at,           // at the start of the data
-                              data_at,           // an empty slice
+                              data_at,  // at the start of the data
+                              data_at,  // an empty slice
                               data_at + 1,
                               data_at + 1000000,
                               data_at + 2000001,
@@ -632,31 +617,39 @@ void ExpectMalformed(const std::string& frame, const std::string& why = "") {
 
 TEST(DecodeFrameTest, MalformedInput) {
   ExpectMalformed("\x0a", "truncated message field");  // tag, no length
-  ExpectMalformed("\x0a\x05" "abc", "truncated message field");
+  ExpectMalformed(
+      "\x0a\x05"
+      "abc",
+      "truncated message field");
   ExpectMalformed("\x1a\x80", "truncated message field");  // length cut
   ExpectMalformed("\x12", "truncated chunk");
   ExpectMalformed("\x12\x05\x08\x01", "truncated chunk");
   // Data that runs past its chunk (but not past the frame).
-  ExpectMalformed("\x12\x03\x1a\x05" "ab" "cdefgh", "chunk data runs past");
+  ExpectMalformed(
+      "\x12\x03\x1a\x05"
+      "ab"
+      "cdefgh",
+      "chunk data runs past");
   // A field inside the chunk that runs past it.
-  ExpectMalformed(LenField(2, VarintField(1, 1) + Tag(9, 2)) + "\x03" "abc",
+  ExpectMalformed(LenField(2, VarintField(1, 1) + Tag(9, 2)) +
+                      "\x03"
+                      "abc",
                   "chunk");
   ExpectMalformed(LenField(2, "\x08"), "chunk");  // index varint cut
   ExpectMalformed(LenField(2, "\x08\x80"), "chunk");
-  ExpectMalformed("\x08", "");                    // top-level varint cut
-  ExpectMalformed("\x80", "truncated tag");       // tag cut
+  ExpectMalformed("\x08", "");                                     // top-level varint cut
+  ExpectMalformed("\x80", "truncated tag");                        // tag cut
   ExpectMalformed("\x08" + std::string(11, '\xff') + "\x01", "");  // long varint
-  ExpectMalformed("\x0b", "bad field");           // group start
-  ExpectMalformed("\x0c", "bad field");           // group end
-  ExpectMalformed("\x0e", "bad field");           // wire type 6
-  ExpectMalformed("\x0f", "bad field");           // wire type 7
-  ExpectMalformed(Tag(5, 1) + "1234567", "bad field");  // fixed64 cut
-  ExpectMalformed(Tag(5, 5) + "123", "bad field");      // fixed32 cut
+  ExpectMalformed("\x0b", "bad field");                            // group start
+  ExpectMalformed("\x0c", "bad field");                            // group end
+  ExpectMalformed("\x0e", "bad field");                            // wire type 6
+  ExpectMalformed("\x0f", "bad field");                            // wire type 7
+  ExpectMalformed(Tag(5, 1) + "1234567", "bad field");             // fixed64 cut
+  ExpectMalformed(Tag(5, 5) + "123", "bad field");                 // fixed32 cut
   ExpectMalformed(LenField(2, Tag(4, 3)), "bad field in chunk");
   ExpectMalformed(LenField(2, Tag(4, 1) + "1234"), "chunk");
   // Index wider than uint32.
-  ExpectMalformed(LenField(2, VarintField(1, uint64_t{1} << 32)),
-                  "chunk index over 32 bits");
+  ExpectMalformed(LenField(2, VarintField(1, uint64_t{1} << 32)), "chunk index over 32 bits");
 }
 
 TEST(DecodeFrameTest, TruncationAgreesWithProtobuf) {
@@ -682,8 +675,7 @@ TEST(DecodeFrameTest, TruncationAgreesWithProtobuf) {
       EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
     }
     pb::CallHeader header;
-    absl::StatusOr<bool> found =
-        DecodeMessageField(OneSlice(prefix), kHeaderField, &header);
+    absl::StatusOr<bool> found = DecodeMessageField(OneSlice(prefix), kHeaderField, &header);
     EXPECT_EQ(found.ok(), pb_ok) << found.status();
     if (!found.ok()) {
       EXPECT_EQ(found.status().code(), absl::StatusCode::kInvalidArgument);
@@ -694,9 +686,8 @@ TEST(DecodeFrameTest, TruncationAgreesWithProtobuf) {
 // Field number 0 is not valid protobuf; protobuf's own parser refuses it,
 // both at the top level and inside a Chunk.
 TEST(DecodeFrameTest, FieldNumberZeroIsMalformed) {
-  for (const std::string& frame :
-       {std::string("\x00\x00", 2), std::string("\x02\x00", 2),
-        LenField(2, std::string("\x00\x00", 2))}) {
+  for (const std::string& frame : {std::string("\x00\x00", 2), std::string("\x02\x00", 2),
+                                   LenField(2, std::string("\x00\x00", 2))}) {
     pb::ExecuteRequest req;
     EXPECT_FALSE(req.ParseFromString(frame));
     ExpectMalformed(frame);
@@ -716,8 +707,7 @@ TEST(DecodeFrameTest, OverlongTagIsMalformed) {
 
 class FailingVisitor : public Recorder {
  public:
-  absl::Status OnChunk(uint32_t index, uint64_t offset,
-                       const ChunkBytes& data) override {
+  absl::Status OnChunk(uint32_t index, uint64_t offset, const ChunkBytes& data) override {
     absl::Status s = Recorder::OnChunk(index, offset, data);
     if (index == fail_at) return absl::ResourceExhaustedError("stop here");
     return s;
@@ -732,8 +722,8 @@ class FailingVisitor : public Recorder {
 
 TEST(DecodeFrameTest, VisitorErrorStopsTheWalk) {
   std::string frame = LenField(1, "") + LenField(2, VarintField(1, 1)) +
-                      LenField(2, VarintField(1, 2)) +
-                      LenField(2, VarintField(1, 3)) + LenField(3, "");
+                      LenField(2, VarintField(1, 2)) + LenField(2, VarintField(1, 3)) +
+                      LenField(3, "");
   FailingVisitor v;
   v.fail_at = 2;
   absl::Status s = DecodeFrame(OneSlice(frame), v);
@@ -754,8 +744,7 @@ TEST(DecodeFrameTest, VisitorErrorStopsTheWalk) {
 TEST(DecodeMessageFieldTest, FindsHeaderAndSkipsChunks) {
   const BigFrame f = MakeBigFrame();
   pb::CallHeader h;
-  absl::StatusOr<bool> found =
-      DecodeMessageField(OneSlice(f.wire), kHeaderField, &h);
+  absl::StatusOr<bool> found = DecodeMessageField(OneSlice(f.wire), kHeaderField, &h);
   ASSERT_TRUE(found.ok()) << found.status();
   EXPECT_TRUE(*found);
   EXPECT_EQ(h.SerializeAsString(), SampleHeader().SerializeAsString());
@@ -765,8 +754,7 @@ TEST(DecodeMessageFieldTest, HeaderAfterChunks) {
   pb::CallStats stats;
   stats.set_transfer_ns(5);
   std::string frame = LenField(2, VarintField(1, 1) + LenField(3, "abc")) +
-                      LenField(3, stats.SerializeAsString()) +
-                      LenField(2, VarintField(1, 2));
+                      LenField(3, stats.SerializeAsString()) + LenField(2, VarintField(1, 2));
   pb::CallStats got;
   absl::StatusOr<bool> found = DecodeMessageField(OneSlice(frame), kStatsField, &got);
   ASSERT_TRUE(found.ok()) << found.status();
@@ -782,16 +770,14 @@ TEST(DecodeMessageFieldTest, HeaderAfterChunks) {
 TEST(DecodeMessageFieldTest, ChunkContentsAreNotRead) {
   // The chunk's inside is garbage: DecodeFrame refuses it, but
   // DecodeMessageField only skips it as a length-delimited field.
-  std::string frame = LenField(1, SampleHeader().SerializeAsString()) +
-                      LenField(2, "\x0b\xff\xff");
+  std::string frame = LenField(1, SampleHeader().SerializeAsString()) + LenField(2, "\x0b\xff\xff");
   pb::CallHeader h;
   absl::StatusOr<bool> found = DecodeMessageField(OneSlice(frame), kHeaderField, &h);
   ASSERT_TRUE(found.ok()) << found.status();
   EXPECT_TRUE(*found);
   EXPECT_EQ(h.handler(), "axpy");
   Recorder r;
-  EXPECT_EQ(DecodeFrame(OneSlice(frame), r).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(DecodeFrame(OneSlice(frame), r).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(DecodeMessageFieldTest, LastOneWins) {
@@ -799,8 +785,7 @@ TEST(DecodeMessageFieldTest, LastOneWins) {
   a.set_queue_ns(1);
   a.set_execute_ns(7);
   b.set_queue_ns(2);
-  std::string frame =
-      LenField(3, a.SerializeAsString()) + LenField(3, b.SerializeAsString());
+  std::string frame = LenField(3, a.SerializeAsString()) + LenField(3, b.SerializeAsString());
   pb::CallStats got;
   absl::StatusOr<bool> found = DecodeMessageField(OneSlice(frame), kStatsField, &got);
   ASSERT_TRUE(found.ok()) << found.status();
@@ -810,7 +795,9 @@ TEST(DecodeMessageFieldTest, LastOneWins) {
 }
 
 TEST(DecodeMessageFieldTest, UnparsableMessage) {
-  std::string frame = LenField(1, "\x0a\x05" "ab");  // truncated inside
+  std::string frame = LenField(1,
+                               "\x0a\x05"
+                               "ab");  // truncated inside
   pb::CallHeader h;
   absl::StatusOr<bool> found = DecodeMessageField(OneSlice(frame), kHeaderField, &h);
   ASSERT_FALSE(found.ok());
@@ -829,9 +816,11 @@ TEST(DecodeMessageFieldTest, UnparsableStatsNameTheField) {
 
 TEST(DecodeMessageFieldTest, MalformedFrame) {
   pb::CallHeader h;
-  for (const std::string& frame :
-       {std::string("\x0a\x05" "ab"), std::string("\x12\x09" "abc"),
-        std::string("\x0b"), std::string("\x80")}) {
+  for (const std::string& frame : {std::string("\x0a\x05"
+                                               "ab"),
+                                   std::string("\x12\x09"
+                                               "abc"),
+                                   std::string("\x0b"), std::string("\x80")}) {
     absl::StatusOr<bool> found = DecodeMessageField(OneSlice(frame), kHeaderField, &h);
     ASSERT_FALSE(found.ok());
     EXPECT_EQ(found.status().code(), absl::StatusCode::kInvalidArgument);
@@ -854,8 +843,7 @@ TEST(FrameCodecTest, EncoderToDecoderRoundTrip) {
   auto owned = MakeOwned(70000, &released);
   FrameEncoder enc;
   enc.AddMessageField(kHeaderField, SampleHeader());
-  enc.AddChunk(0, 0, reinterpret_cast<const uint8_t*>(big.data()), big.size(),
-               nullptr);
+  enc.AddChunk(0, 0, reinterpret_cast<const uint8_t*>(big.data()), big.size(), nullptr);
   enc.AddChunk(UINT32_MAX, UINT64_MAX - 1, owned->data(), owned->size(), owned);
   enc.AddChunk(9, 0, nullptr, 0, nullptr);
   pb::CallStats st;

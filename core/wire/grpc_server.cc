@@ -43,8 +43,8 @@ absl::StatusOr<RunningServer> StartGrpcServer(
   }
   r.server = builder.BuildAndStart();
   if (r.server == nullptr || r.port == 0) {
-    return absl::UnavailableError(absl::StrCat(
-        who, " could not listen on ", listen, " (address in use, or not a HOST:PORT)."));
+    return absl::UnavailableError(absl::StrCat(who, " could not listen on ", listen,
+                                               " (address in use, or not a HOST:PORT)."));
   }
   r.server->GetHealthCheckService()->SetServingStatus(true);
   return r;

@@ -22,7 +22,7 @@ struct RunningServer {
 // Transport limits of one server, so that no client holds more of it than
 // these allow.
 struct GrpcServerLimits {
-  int max_message_bytes = -1;        // < 0: unlimited
+  int max_message_bytes = -1;         // < 0: unlimited
   int max_concurrent_streams = 1024;  // calls in flight on one connection
   // Bytes gRPC itself may hold for all connections (buffers, not tensors
   // placed by the servers); 0: gRPC's default.

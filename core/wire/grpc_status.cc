@@ -5,8 +5,8 @@
 namespace farcall {
 namespace {
 
-#define FARCALL_SAME_CODE(name, absl_name)                           \
-  static_assert(static_cast<int>(grpc::StatusCode::name) ==          \
+#define FARCALL_SAME_CODE(name, absl_name)                  \
+  static_assert(static_cast<int>(grpc::StatusCode::name) == \
                 static_cast<int>(absl::StatusCode::absl_name))
 FARCALL_SAME_CODE(OK, kOk);
 FARCALL_SAME_CODE(CANCELLED, kCancelled);
@@ -31,14 +31,12 @@ FARCALL_SAME_CODE(UNAUTHENTICATED, kUnauthenticated);
 
 grpc::Status ToGrpcStatus(const absl::Status& s) {
   if (s.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()),
-                      std::string(s.message()));
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
 }
 
 absl::Status FromGrpcStatus(const grpc::Status& s) {
   if (s.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                      s.error_message());
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
 }
 
 }  // namespace farcall

@@ -9,8 +9,8 @@
 namespace farcall {
 namespace {
 
-using google::protobuf::io::CodedInputStream;
 using google::protobuf::internal::WireFormatLite;
+using google::protobuf::io::CodedInputStream;
 
 // CallHeader's field numbers (proto/farcall/v1/farcall.proto).
 constexpr int kHandler = 1, kPlatforms = 2, kArgs = 3, kResults = 4, kAttributes = 8;
@@ -18,8 +18,8 @@ constexpr int kHandler = 1, kPlatforms = 2, kArgs = 3, kResults = 4, kAttributes
 constexpr int kDims = 2, kEntryKey = 1, kEntryValue = 2, kAttrStr = 4;
 
 absl::Status Over(absl::string_view what, int64_t limit, absl::string_view flag) {
-  return absl::ResourceExhaustedError(absl::StrCat(
-      what, ", over the limit of ", limit, " (--", flag, ")."));
+  return absl::ResourceExhaustedError(
+      absl::StrCat(what, ", over the limit of ", limit, " (--", flag, ")."));
 }
 
 // Reads a length-delimited field's length; false when it cannot.
@@ -112,15 +112,15 @@ absl::Status CheckHeaderLimits(absl::string_view header, const HeaderLimits& lim
     CodedInputStream::Limit lim = in.PushLimit(static_cast<int>(len));
     if (field == kHandler || field == kPlatforms) {
       if (len > limits.max_name_bytes) {
-        return Over(absl::StrCat(field == kHandler ? "the handler" : "a platform",
-                                 " name is ", len, " bytes"),
+        return Over(absl::StrCat(field == kHandler ? "the handler" : "a platform", " name is ", len,
+                                 " bytes"),
                     limits.max_name_bytes, "max_name_bytes");
       }
     } else if (field == kArgs || field == kResults) {
       int64_t& n = field == kArgs ? args : results;
       if (args + results + 1 > limits.max_tensors) {
-        return Over("the call header declares more tensors (args plus results)",
-                    limits.max_tensors, "max_tensors");
+        return Over("the call header declares more tensors (args plus results)", limits.max_tensors,
+                    "max_tensors");
       }
       int64_t rank = 0;
       if (!CountRank(in, &rank)) return absl::OkStatus();
@@ -131,18 +131,17 @@ absl::Status CheckHeaderLimits(absl::string_view header, const HeaderLimits& lim
       ++n;
     } else {  // an attribute
       if (++attributes > limits.max_attributes) {
-        return Over("the call header has more attributes", limits.max_attributes,
-                    "max_attributes");
+        return Over("the call header has more attributes", limits.max_attributes, "max_attributes");
       }
       uint32_t key = 0, str = 0;
       if (!EntrySizes(in, &key, &str)) return absl::OkStatus();
       if (key > limits.max_name_bytes) {
-        return Over(absl::StrCat("an attribute name is ", key, " bytes"),
-                    limits.max_name_bytes, "max_name_bytes");
+        return Over(absl::StrCat("an attribute name is ", key, " bytes"), limits.max_name_bytes,
+                    "max_name_bytes");
       }
       if (str > limits.max_string_bytes) {
-        return Over(absl::StrCat("a string attribute is ", str, " bytes"),
-                    limits.max_string_bytes, "max_string_bytes");
+        return Over(absl::StrCat("a string attribute is ", str, " bytes"), limits.max_string_bytes,
+                    "max_string_bytes");
       }
     }
     // Skip what the field holds beyond what was read.
@@ -153,12 +152,13 @@ absl::Status CheckHeaderLimits(absl::string_view header, const HeaderLimits& lim
 }
 
 absl::Status ValidateHeaderLimits(const HeaderLimits& l) {
-  for (auto [value, flag] : {std::pair<int64_t, const char*>{l.max_header_bytes, "max_header_bytes"},
-                             {l.max_tensors, "max_tensors"},
-                             {l.max_rank, "max_rank"},
-                             {l.max_attributes, "max_attributes"},
-                             {l.max_name_bytes, "max_name_bytes"},
-                             {l.max_string_bytes, "max_string_bytes"}}) {
+  for (auto [value, flag] :
+       {std::pair<int64_t, const char*>{l.max_header_bytes, "max_header_bytes"},
+        {l.max_tensors, "max_tensors"},
+        {l.max_rank, "max_rank"},
+        {l.max_attributes, "max_attributes"},
+        {l.max_name_bytes, "max_name_bytes"},
+        {l.max_string_bytes, "max_string_bytes"}}) {
     if (value <= 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("--", flag, " must be positive; got ", value, "."));

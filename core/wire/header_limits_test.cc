@@ -71,7 +71,8 @@ TEST(HeaderLimitsTest, RankPackedOrNot) {
   ExpectOver(Header(0, 2, 4), l, "results[0] has rank 4");
   // Unpacked dims (another encoder's choice) count the same.
   v1::CallHeader h;
-  std::string bytes = h.SerializeAsString() + std::string("\x22\x08\x10\x02\x10\x02\x10\x02\x10\x02", 10);
+  std::string bytes =
+      h.SerializeAsString() + std::string("\x22\x08\x10\x02\x10\x02\x10\x02\x10\x02", 10);
   EXPECT_THAT(CheckHeaderLimits(bytes, l).message(), HasSubstr("results[0] has rank 4"));
 }
 
@@ -86,16 +87,19 @@ TEST(HeaderLimitsTest, AttributesNamesAndStrings) {
   EXPECT_TRUE(CheckHeaderLimits(h.SerializeAsString(), l).ok());
   v1::CallHeader more = h;
   (*more.mutable_attributes())["c"].set_b(true);
-  ExpectOver(more, l, "the call header has more attributes, over the limit of 2 (--max_attributes).");
+  ExpectOver(more, l,
+             "the call header has more attributes, over the limit of 2 (--max_attributes).");
   v1::CallHeader long_string = h;
   (*long_string.mutable_attributes())["b"].set_str(std::string(17, 's'));
-  ExpectOver(long_string, l, "a string attribute is 17 bytes, over the limit of 16 (--max_string_bytes).");
+  ExpectOver(long_string, l,
+             "a string attribute is 17 bytes, over the limit of 16 (--max_string_bytes).");
   v1::CallHeader long_name = Header(1, 1, 1);
   (*long_name.mutable_attributes())["nine_char"].set_i64(1);
   ExpectOver(long_name, l, "an attribute name is 9 bytes");
   v1::CallHeader long_handler = Header(1, 1, 1);
   long_handler.set_handler("a_long_handler_name");
-  ExpectOver(long_handler, l, "the handler name is 19 bytes, over the limit of 8 (--max_name_bytes).");
+  ExpectOver(long_handler, l,
+             "the handler name is 19 bytes, over the limit of 8 (--max_name_bytes).");
 }
 
 TEST(HeaderLimitsTest, FieldsOfAnotherWireTypeAreSkippedNotTrusted) {

@@ -63,10 +63,8 @@ inline std::string ToStr(std::string_view s) { return std::string(s); }
 inline std::string ToStr(const char* s) { return std::string(s); }
 inline std::string ToStr(const std::string& s) { return s; }
 template <typename T>
-  requires std::is_integral_v<T>
-inline std::string ToStr(T v) {
-  return std::to_string(v);
-}
+requires std::is_integral_v<T>
+inline std::string ToStr(T v) { return std::to_string(v); }
 
 template <typename... T>
 std::string StrCat(const T&... parts) {
@@ -108,44 +106,37 @@ inline std::string SpecString(const Buffer& b) {
 // ---------------------------------------------------------------------------
 // Frame checks
 
-inline Status CheckCounts(const CallFrame& call, std::string_view handler,
-                   size_t args, size_t results) {
+inline Status CheckCounts(const CallFrame& call, std::string_view handler, size_t args,
+                          size_t results) {
   if (call.num_args() == args && call.num_results() == results) {
     return OkStatus();
   }
-  return InvalidArgument(StrCat(handler, ": takes ", Plural(args, "arg"),
-                                " and ", Plural(results, "result"), ", got ",
-                                Plural(call.num_args(), "arg"), " and ",
-                                Plural(call.num_results(), "result")));
+  return InvalidArgument(StrCat(handler, ": takes ", Plural(args, "arg"), " and ",
+                                Plural(results, "result"), ", got ", Plural(call.num_args(), "arg"),
+                                " and ", Plural(call.num_results(), "result")));
 }
 
 // The agent builds frames from validated specs, but a handler writes through
 // these pointers, so a frame whose sizes disagree with its dims must fail
 // here rather than overrun memory.
-inline Status CheckBuffer(std::string_view handler, std::string_view what,
-                   const Buffer& b, DType* dtype) {
+inline Status CheckBuffer(std::string_view handler, std::string_view what, const Buffer& b,
+                          DType* dtype) {
   std::optional<DType> d = DTypeFromNumber(b.dtype());
   if (!d.has_value()) {
     return InvalidArgument(
-        StrCat(handler, ": ", what, " has unknown dtype ",
-               static_cast<int32_t>(b.dtype())));
+        StrCat(handler, ": ", what, " has unknown dtype ", static_cast<int32_t>(b.dtype())));
   }
   if (b.rank() < 0 || (b.rank() > 0 && b.dims() == nullptr)) {
-    return InvalidArgument(
-        StrCat(handler, ": ", what, " has invalid rank ", b.rank()));
+    return InvalidArgument(StrCat(handler, ": ", what, " has invalid rank ", b.rank()));
   }
   uint64_t bytes = static_cast<uint64_t>(ItemSize(*d));
   for (int64_t i = 0; i < b.rank(); ++i) {
-    if (b.dim(i) < 0 ||
-        __builtin_mul_overflow(bytes, static_cast<uint64_t>(b.dim(i)),
-                               &bytes)) {
-      return InvalidArgument(
-          StrCat(handler, ": ", what, " has invalid dims ", SpecString(b)));
+    if (b.dim(i) < 0 || __builtin_mul_overflow(bytes, static_cast<uint64_t>(b.dim(i)), &bytes)) {
+      return InvalidArgument(StrCat(handler, ": ", what, " has invalid dims ", SpecString(b)));
     }
   }
   if (bytes != b.size_bytes()) {
-    return InvalidArgument(StrCat(handler, ": ", what, " holds ",
-                                  b.size_bytes(), " bytes but ",
+    return InvalidArgument(StrCat(handler, ": ", what, " holds ", b.size_bytes(), " bytes but ",
                                   SpecString(b), " needs ", bytes));
   }
   if (bytes > 0 && b.raw() == nullptr) {
@@ -155,13 +146,11 @@ inline Status CheckBuffer(std::string_view handler, std::string_view what,
   return OkStatus();
 }
 
-inline Status CheckSameSpec(std::string_view handler, std::string_view what,
-                     const Buffer& want, std::string_view want_name,
-                     const Buffer& got) {
+inline Status CheckSameSpec(std::string_view handler, std::string_view what, const Buffer& want,
+                            std::string_view want_name, const Buffer& got) {
   if (got.SameSpec(want)) return OkStatus();
-  return InvalidArgument(StrCat(handler, ": ", what, " must have ", want_name,
-                                "'s spec ", SpecString(want), ", got ",
-                                SpecString(got)));
+  return InvalidArgument(StrCat(handler, ": ", what, " must have ", want_name, "'s spec ",
+                                SpecString(want), ", got ", SpecString(got)));
 }
 
 inline std::string_view AttrTypeName(int32_t type) {
@@ -179,42 +168,40 @@ inline std::string_view AttrTypeName(int32_t type) {
   }
 }
 
-inline Status AttrError(const CallFrame& call, std::string_view handler,
-                 std::string_view name, std::string_view type) {
+inline Status AttrError(const CallFrame& call, std::string_view handler, std::string_view name,
+                        std::string_view type) {
   const FarcallAttribute* a = call.FindAttr(name);
   if (a == nullptr) {
-    return InvalidArgument(StrCat(handler, ": attribute '", name, "' (", type,
-                                  ") is required"));
+    return InvalidArgument(StrCat(handler, ": attribute '", name, "' (", type, ") is required"));
   }
-  return InvalidArgument(StrCat(handler, ": attribute '", name, "' must be ",
-                                type, ", got ", AttrTypeName(a->type)));
+  return InvalidArgument(
+      StrCat(handler, ": attribute '", name, "' must be ", type, ", got ", AttrTypeName(a->type)));
 }
 
 // Numeric attributes: the SDK also accepts an i64 where an f64 is asked for.
-inline Status GetF64Attr(const CallFrame& call, std::string_view handler,
-                  std::string_view name, double* out) {
+inline Status GetF64Attr(const CallFrame& call, std::string_view handler, std::string_view name,
+                         double* out) {
   std::optional<double> v = call.GetF64(name);
   if (!v.has_value()) return AttrError(call, handler, name, "f64");
   *out = *v;
   return OkStatus();
 }
 
-inline Status GetI64Attr(const CallFrame& call, std::string_view handler,
-                  std::string_view name, int64_t* out) {
+inline Status GetI64Attr(const CallFrame& call, std::string_view handler, std::string_view name,
+                         int64_t* out) {
   std::optional<int64_t> v = call.GetI64(name);
   if (!v.has_value()) return AttrError(call, handler, name, "i64");
   *out = *v;
   return OkStatus();
 }
 
-inline Status GetStrAttr(const CallFrame& call, std::string_view handler,
-                  std::string_view name, std::string_view* out) {
+inline Status GetStrAttr(const CallFrame& call, std::string_view handler, std::string_view name,
+                         std::string_view* out) {
   std::optional<std::string_view> v = call.GetStr(name);
   if (!v.has_value()) return AttrError(call, handler, name, "str");
   *out = *v;
   return OkStatus();
 }
-
 
 // ---------------------------------------------------------------------------
 // Dtypes
@@ -230,13 +217,12 @@ inline DType PartDType(DType d) {
 inline int64_t Lanes(DType d) { return IsComplex(d) ? 2 : 1; }
 
 inline Status Unsupported(std::string_view handler, DType d, std::string_view needs) {
-  return InvalidArgument(StrCat(handler, ": dtype ", Name(d),
-                                " is not supported (needs ", needs, ")"));
+  return InvalidArgument(
+      StrCat(handler, ": dtype ", Name(d), " is not supported (needs ", needs, ")"));
 }
 
 inline constexpr std::string_view kNeedsFloat = "a float or complex dtype";
-inline constexpr std::string_view kNeedsNumeric =
-    "an integer, float or complex dtype";
+inline constexpr std::string_view kNeedsNumeric = "an integer, float or complex dtype";
 
 // The checks of a two-arg elementwise handler (axpy, add): both args of one
 // spec and a `supported` dtype, and a result of the same spec (named after
@@ -247,8 +233,8 @@ struct Binary {
 };
 
 inline Status CheckBinary(CallFrame& call, std::string_view handler, std::string_view a_name,
-                          std::string_view b_name, bool result_like_b,
-                          bool (*supported)(DType), std::string_view needs, Binary* v) {
+                          std::string_view b_name, bool result_like_b, bool (*supported)(DType),
+                          std::string_view needs, Binary* v) {
   Status s = CheckCounts(call, handler, 2, 1);
   if (!s.ok()) return s;
   v->a = call.arg(0);
@@ -275,9 +261,8 @@ template <class K>
 Status Copy(CallFrame& call) {
   const size_t n = call.num_args();
   if (call.num_results() != n) {
-    return InvalidArgument(StrCat("copy: takes as many results as args, got ",
-                                  Plural(n, "arg"), " and ",
-                                  Plural(call.num_results(), "result")));
+    return InvalidArgument(StrCat("copy: takes as many results as args, got ", Plural(n, "arg"),
+                                  " and ", Plural(call.num_results(), "result")));
   }
   for (size_t i = 0; i < n; ++i) {
     DType d = DType::kInvalid;
@@ -285,8 +270,8 @@ Status Copy(CallFrame& call) {
     if (!s.ok()) return s;
     s = CheckBuffer("copy", StrCat("results[", i, "]"), call.result(i), &d);
     if (!s.ok()) return s;
-    s = CheckSameSpec("copy", StrCat("results[", i, "]"), call.arg(i),
-                      StrCat("args[", i, "]"), call.result(i));
+    s = CheckSameSpec("copy", StrCat("results[", i, "]"), call.arg(i), StrCat("args[", i, "]"),
+                      call.result(i));
     if (!s.ok()) return s;
   }
   // A result aliasing its own arg already holds the value.
@@ -344,8 +329,8 @@ Status Axpy(CallFrame& call) {
 template <class K>
 Status Add(CallFrame& call) {
   Binary v;
-  Status s = CheckBinary(call, "add", "a", "b", /*result_like_b=*/false, IsNumeric,
-                         kNeedsNumeric, &v);
+  Status s =
+      CheckBinary(call, "add", "a", "b", /*result_like_b=*/false, IsNumeric, kNeedsNumeric, &v);
   if (!s.ok()) return s;
   const int64_t n = v.a.element_count() * Lanes(v.d);
   if (n == 0) return OkStatus();
@@ -367,11 +352,10 @@ Status Sum(CallFrame& call) {
   if (!(s = CheckBuffer("sum", "result", out, &rd)).ok()) return s;
   if (!IsNumeric(d)) return Unsupported("sum", d, kNeedsNumeric);
   if (rd != d || out.rank() != 0) {
-    return InvalidArgument(StrCat("sum: result must be a scalar of x's dtype (",
-                                  Name(d), "[]), got ", SpecString(out)));
+    return InvalidArgument(StrCat("sum: result must be a scalar of x's dtype (", Name(d),
+                                  "[]), got ", SpecString(out)));
   }
-  return K::Sum(call, PartDType(d), x.raw(), x.element_count() * Lanes(d), Lanes(d),
-                out.raw());
+  return K::Sum(call, PartDType(d), x.raw(), x.element_count() * Lanes(d), Lanes(d), out.raw());
 }
 
 // ---------------------------------------------------------------------------
@@ -387,8 +371,7 @@ Status Crc32c(CallFrame& call) {
   if (!(s = CheckBuffer("crc32c", "x", x, &d)).ok()) return s;
   if (!(s = CheckBuffer("crc32c", "result", out, &rd)).ok()) return s;
   if (rd != DType::kU32 || out.rank() != 0) {
-    return InvalidArgument(
-        StrCat("crc32c: result must be uint32[], got ", SpecString(out)));
+    return InvalidArgument(StrCat("crc32c: result must be uint32[], got ", SpecString(out)));
   }
   return K::Crc32c(call, x.raw(), x.size_bytes(), out.raw());
 }
@@ -409,24 +392,21 @@ inline Status Sleep(CallFrame& call) {
   int64_t ms = 0;
   if (!(s = GetI64Attr(call, "sleep", "ms", &ms)).ok()) return s;
   if (ms < 0) {
-    return InvalidArgument(
-        StrCat("sleep: attribute 'ms' must be >= 0, got ", ms));
+    return InvalidArgument(StrCat("sleep: attribute 'ms' must be >= 0, got ", ms));
   }
   if (const int64_t cap = MaxSleepMs().load(); ms > cap) {
-    return InvalidArgument(StrCat("sleep: attribute 'ms' is ", ms,
-                                  ", over this agent's limit of ", cap, " (--max_sleep)"));
+    return InvalidArgument(StrCat("sleep: attribute 'ms' is ", ms, ", over this agent's limit of ",
+                                  cap, " (--max_sleep)"));
   }
   // Waiting on the call's cancellation, never a plain sleep, is what lets a
   // cancelled or timed-out sleep free its slot at once.
   constexpr int64_t kMaxMs = std::numeric_limits<int64_t>::max() / 1'000'000;
   const auto start = std::chrono::steady_clock::now();
   if (call.WaitCancelled(std::min(ms, kMaxMs) * 1'000'000)) {
-    const int64_t waited =
-        std::chrono::duration_cast<std::chrono::milliseconds>(
-            std::chrono::steady_clock::now() - start)
-            .count();
-    return sdk::Cancelled(
-        StrCat("sleep: cancelled after ", waited, " ms of ", ms));
+    const int64_t waited = std::chrono::duration_cast<std::chrono::milliseconds>(
+                               std::chrono::steady_clock::now() - start)
+                               .count();
+    return sdk::Cancelled(StrCat("sleep: cancelled after ", waited, " ms of ", ms));
   }
   return OkStatus();
 }
@@ -443,19 +423,16 @@ inline Status Fail(CallFrame& call) {
   if (!(s = GetStrAttr(call, "fail", "message", &message)).ok()) return s;
   if (code == 0) return OkStatus();
   if (code < 1 || code > 16) {
-    return InvalidArgument(
-        StrCat("fail: code ", code, " is not a status code (1..16)"));
+    return InvalidArgument(StrCat("fail: code ", code, " is not a status code (1..16)"));
   }
   return Status(static_cast<FarcallCode>(code), std::string(message));
 }
-
 
 // The built-ins for `platform`, run by kernel policy K. `capturable` are the
 // traits of the handlers whose work is all enqueued on the call's stream, so
 // that graph capture may record them (0 on platforms without graphs).
 template <class K>
-constexpr std::array<FarcallHandlerDef, 8> BuiltinDefs(const char* platform,
-                                                       uint32_t capturable) {
+constexpr std::array<FarcallHandlerDef, 8> BuiltinDefs(const char* platform, uint32_t capturable) {
   // Every built-in writes all of its results: none needs them zeroed first.
   constexpr uint32_t kAll = FARCALL_TRAIT_WRITES_ALL_RESULTS;
   return {{

@@ -43,9 +43,8 @@ uint32_t PortableCore(uint32_t c, const unsigned char* p, size_t n) {
     std::memcpy(&lo, p, 4);
     std::memcpy(&hi, p + 4, 4);
     lo ^= c;
-    c = kTables[7][lo & 0xFF] ^ kTables[6][(lo >> 8) & 0xFF] ^
-        kTables[5][(lo >> 16) & 0xFF] ^ kTables[4][lo >> 24] ^
-        kTables[3][hi & 0xFF] ^ kTables[2][(hi >> 8) & 0xFF] ^
+    c = kTables[7][lo & 0xFF] ^ kTables[6][(lo >> 8) & 0xFF] ^ kTables[5][(lo >> 16) & 0xFF] ^
+        kTables[4][lo >> 24] ^ kTables[3][hi & 0xFF] ^ kTables[2][(hi >> 8) & 0xFF] ^
         kTables[1][(hi >> 16) & 0xFF] ^ kTables[0][hi >> 24];
     p += 8;
     n -= 8;
@@ -57,8 +56,8 @@ uint32_t PortableCore(uint32_t c, const unsigned char* p, size_t n) {
 #ifdef FARCALL_CRC32C_HAVE_SSE42_PATH
 // Compiled for SSE4.2 on its own, so the binary still runs on CPUs without
 // it; only called after the runtime check below.
-__attribute__((target("sse4.2"))) uint32_t HardwareCore(
-    uint32_t c, const unsigned char* p, size_t n) {
+__attribute__((target("sse4.2"))) uint32_t HardwareCore(uint32_t c, const unsigned char* p,
+                                                        size_t n) {
 #if defined(__x86_64__)
   uint64_t c64 = c;
   while (n >= 8) {

@@ -37,8 +37,7 @@ TEST(Crc32cTest, Extends) {
     const uint32_t head = Crc32c(s.data(), split);
     EXPECT_EQ(Crc32c(s.data() + split, s.size() - split, head), 0xE3069283u);
     const uint32_t phead = Crc32cPortableForTest(s.data(), split);
-    EXPECT_EQ(Crc32cPortableForTest(s.data() + split, s.size() - split, phead),
-              0xE3069283u);
+    EXPECT_EQ(Crc32cPortableForTest(s.data() + split, s.size() - split, phead), 0xE3069283u);
   }
 }
 
@@ -53,8 +52,7 @@ TEST(Crc32cTest, HardwareAndPortableAgree) {
   for (unsigned char& b : data) b = static_cast<unsigned char>(rng());
   for (size_t offset = 0; offset < 16; ++offset) {
     for (size_t n : {0, 1, 3, 7, 8, 9, 15, 17, 31, 63, 255, 1001, 4095}) {
-      ASSERT_EQ(Crc32c(data.data() + offset, n),
-                Crc32cPortableForTest(data.data() + offset, n))
+      ASSERT_EQ(Crc32c(data.data() + offset, n), Crc32cPortableForTest(data.data() + offset, n))
           << "offset " << offset << " n " << n;
       ASSERT_EQ(Crc32c(data.data() + offset, n, 0x12345678u),
                 Crc32cPortableForTest(data.data() + offset, n, 0x12345678u))

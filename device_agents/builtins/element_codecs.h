@@ -63,9 +63,7 @@ template <int32_t D>
 struct F8Codec {
   using T = uint8_t;
   using C = float;
-  FARCALL_HD static C Load(T v) {
-    return float_types_internal::Decode(F8FormatOf(D), v);
-  }
+  FARCALL_HD static C Load(T v) { return float_types_internal::Decode(F8FormatOf(D), v); }
   FARCALL_HD static T Store(C v) {
     return static_cast<T>(float_types_internal::Encode(F8FormatOf(D), v));
   }

@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "device_agents/builtins/builtin_handlers.h"
-#include "device_agents/builtins/element_codecs.h"
 #include "device_agents/builtins/crc32c.h"
+#include "device_agents/builtins/element_codecs.h"
 
 // Only the SDK, the shared built-in checks, the codecs and crc32c.h here, no
 // absl: the built-ins are the reference for what a plugin can do.
@@ -50,8 +50,7 @@ struct CpuKernels {
     return OkStatus();
   }
 
-  static Status Scale(CallFrame&, DType d, const void* x, void* out, int64_t n,
-                      double alpha) {
+  static Status Scale(CallFrame&, DType d, const void* x, void* out, int64_t n, double alpha) {
     const bool ok = builtins::VisitFloatCodec(static_cast<int32_t>(d), [&](auto codec) {
       using K = decltype(codec);
       const auto* in = static_cast<const typename K::T*>(x);
@@ -62,8 +61,8 @@ struct CpuKernels {
     return ok ? OkStatus() : Unreachable("scale");
   }
 
-  static Status Axpy(CallFrame&, DType d, const void* x, const void* y, void* out,
-                     int64_t n, double alpha) {
+  static Status Axpy(CallFrame&, DType d, const void* x, const void* y, void* out, int64_t n,
+                     double alpha) {
     const bool ok = builtins::VisitFloatCodec(static_cast<int32_t>(d), [&](auto codec) {
       using K = decltype(codec);
       const auto* xs = static_cast<const typename K::T*>(x);
@@ -75,28 +74,26 @@ struct CpuKernels {
     return ok ? OkStatus() : Unreachable("axpy");
   }
 
-  static Status Add(CallFrame&, DType d, const void* a, const void* b, void* out,
-                    int64_t n) {
+  static Status Add(CallFrame&, DType d, const void* a, const void* b, void* out, int64_t n) {
     const int32_t dt = static_cast<int32_t>(d);
-    const bool ok =
-        builtins::VisitFloatCodec(dt,
-                                  [&](auto codec) {
-                                    using K = decltype(codec);
-                                    using T = typename K::T;
-                                    const auto* as = static_cast<const T*>(a);
-                                    const auto* bs = static_cast<const T*>(b);
-                                    auto* o = static_cast<T*>(out);
-                                    for (int64_t i = 0; i < n; ++i) {
-                                      o[i] = K::Store(K::Load(as[i]) + K::Load(bs[i]));
-                                    }
-                                  }) ||
-        builtins::VisitIntegerAsUnsigned(dt, [&](auto tag) {
-          using U = decltype(tag);
-          const auto* as = static_cast<const U*>(a);
-          const auto* bs = static_cast<const U*>(b);
-          auto* o = static_cast<U*>(out);
-          for (int64_t i = 0; i < n; ++i) o[i] = static_cast<U>(as[i] + bs[i]);
-        });
+    const bool ok = builtins::VisitFloatCodec(dt,
+                                              [&](auto codec) {
+                                                using K = decltype(codec);
+                                                using T = typename K::T;
+                                                const auto* as = static_cast<const T*>(a);
+                                                const auto* bs = static_cast<const T*>(b);
+                                                auto* o = static_cast<T*>(out);
+                                                for (int64_t i = 0; i < n; ++i) {
+                                                  o[i] = K::Store(K::Load(as[i]) + K::Load(bs[i]));
+                                                }
+                                              }) ||
+                    builtins::VisitIntegerAsUnsigned(dt, [&](auto tag) {
+                      using U = decltype(tag);
+                      const auto* as = static_cast<const U*>(a);
+                      const auto* bs = static_cast<const U*>(b);
+                      auto* o = static_cast<U*>(out);
+                      for (int64_t i = 0; i < n; ++i) o[i] = static_cast<U>(as[i] + bs[i]);
+                    });
     return ok ? OkStatus() : Unreachable("add");
   }
 
@@ -105,8 +102,7 @@ struct CpuKernels {
   // imaginary parts). The order of additions is fixed, so results are
   // deterministic. Wide unsigned accumulation, truncated at the end, is the
   // wrapped integer sum.
-  static Status Sum(CallFrame&, DType d, const void* x, int64_t n, int64_t lanes,
-                    void* out) {
+  static Status Sum(CallFrame&, DType d, const void* x, int64_t n, int64_t lanes, void* out) {
     const int32_t dt = static_cast<int32_t>(d);
     const bool ok =
         builtins::VisitFloatCodec(dt,

@@ -118,20 +118,17 @@ double GetPart(DType d, const unsigned char* p, size_t i) {
       const int64_t size = ItemSize(d);
       uint64_t bits = 0;
       std::memcpy(&bits, p + size * i, size);
-      if (KindOf(d) == DTypeKind::kSigned && size < 8 &&
-          (bits >> (8 * size - 1)) != 0) {
+      if (KindOf(d) == DTypeKind::kSigned && size < 8 && (bits >> (8 * size - 1)) != 0) {
         bits |= ~uint64_t{0} << (8 * size);  // sign-extend
       }
-      return KindOf(d) == DTypeKind::kSigned
-                 ? static_cast<double>(static_cast<int64_t>(bits))
-                 : static_cast<double>(bits);
+      return KindOf(d) == DTypeKind::kSigned ? static_cast<double>(static_cast<int64_t>(bits))
+                                             : static_cast<double>(bits);
     }
   }
 }
 
 // `parts` holds every scalar part: two per complex element, real first.
-Tensor Make(DType d, std::vector<int64_t> dims,
-            const std::vector<double>& parts) {
+Tensor Make(DType d, std::vector<int64_t> dims, const std::vector<double>& parts) {
   Tensor t = Zeros(d, std::move(dims));
   EXPECT_EQ(static_cast<int64_t>(parts.size()), Count(t.dims) * Lanes(d));
   for (size_t i = 0; i < parts.size(); ++i) {
@@ -211,9 +208,8 @@ FarcallHandlerFn Fn(std::string_view name) {
 }
 
 absl::Status Call(std::string_view name, std::vector<FarcallBuffer> args,
-                 std::vector<FarcallBuffer> results,
-                 std::vector<FarcallAttribute> attrs = {},
-                 const CancellationToken* cancel = nullptr) {
+                  std::vector<FarcallBuffer> results, std::vector<FarcallAttribute> attrs = {},
+                  const CancellationToken* cancel = nullptr) {
   HandlerInvocation inv;
   inv.args = std::move(args);
   inv.results = std::move(results);
@@ -235,10 +231,9 @@ void ExpectInvalid(const absl::Status& s, std::string_view message) {
 }
 
 const std::vector<DType> kFloatAndComplex = {
-    DType::kF16,        DType::kBF16,          DType::kF32,
-    DType::kF64,        DType::kC64,           DType::kC128,
-    DType::kF8E5M2,     DType::kF8E4M3FN,      DType::kF8E4M3B11FNUZ,
-    DType::kF8E5M2FNUZ, DType::kF8E4M3FNUZ};
+    DType::kF16,           DType::kBF16,       DType::kF32,       DType::kF64,
+    DType::kC64,           DType::kC128,       DType::kF8E5M2,    DType::kF8E4M3FN,
+    DType::kF8E4M3B11FNUZ, DType::kF8E5M2FNUZ, DType::kF8E4M3FNUZ};
 
 std::vector<DType> NumericDTypes() {
   std::vector<DType> out;
@@ -256,9 +251,7 @@ std::vector<DType> NotFloatOrComplex() {
 
 // How the narrow float types compute: in float for everything but float64
 // and complex128, then one rounding to the dtype.
-bool ComputesInDouble(DType d) {
-  return d == DType::kF64 || d == DType::kC128;
-}
+bool ComputesInDouble(DType d) { return d == DType::kF64 || d == DType::kC128; }
 
 // ---------------------------------------------------------------------------
 // The table
@@ -271,9 +264,8 @@ TEST(BuiltinHandlersTest, AllDefinedForCpu) {
     EXPECT_NE(def.fn, nullptr);
     names.push_back(def.name);
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"copy", "scale", "axpy", "add",
-                                             "sum", "crc32c", "sleep",
-                                             "fail"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"copy", "scale", "axpy", "add", "sum", "crc32c",
+                                             "sleep", "fail"}));
 }
 
 // ---------------------------------------------------------------------------
@@ -362,8 +354,7 @@ TEST(ScaleTest, ExactOnEveryFloatAndComplexDType) {
       Tensor xt = Make(d, dims, x);
       Tensor out = Zeros(d, dims);
       FarcallBuffer result = aliased ? Buf(xt, 0) : Buf(out);
-      ASSERT_TRUE(
-          Call("scale", {Buf(xt)}, {result}, {F64("alpha", 2.0)}).ok());
+      ASSERT_TRUE(Call("scale", {Buf(xt)}, {result}, {F64("alpha", 2.0)}).ok());
       EXPECT_EQ(Parts(aliased ? xt : out), want);
     }
   }
@@ -381,12 +372,10 @@ TEST(ScaleTest, RoundsOnceOnEveryFloatAndComplexDType) {
     for (double v : xs) {
       want.push_back(ComputesInDouble(d)
                          ? alpha * v
-                         : RoundTo(d, static_cast<float>(alpha) *
-                                          static_cast<float>(v)));
+                         : RoundTo(d, static_cast<float>(alpha) * static_cast<float>(v)));
     }
     Tensor out = Zeros(d, dims);
-    ASSERT_TRUE(
-        Call("scale", {Buf(x)}, {Buf(out)}, {F64("alpha", alpha)}).ok());
+    ASSERT_TRUE(Call("scale", {Buf(x)}, {Buf(out)}, {F64("alpha", alpha)}).ok());
     EXPECT_EQ(Parts(out), want);
   }
 }
@@ -404,8 +393,7 @@ TEST(ScaleTest, RejectsNonFloatDTypes) {
     Tensor x = Zeros(d, {2});
     Tensor out = Zeros(d, {2});
     ExpectInvalid(Call("scale", {Buf(x)}, {Buf(out)}, {F64("alpha", 1)}),
-                  "scale: dtype " + Name(d) +
-                      " is not supported (needs a float or complex dtype)");
+                  "scale: dtype " + Name(d) + " is not supported (needs a float or complex dtype)");
   }
 }
 
@@ -414,8 +402,7 @@ TEST(ScaleTest, RejectsBadFrames) {
   Tensor out = Zeros(DType::kF32, {4});
   Tensor out5 = Zeros(DType::kF32, {5});
   Tensor out64 = Zeros(DType::kF64, {4});
-  ExpectInvalid(Call("scale", {Buf(x)}, {Buf(out)}),
-                "scale: attribute 'alpha' (f64) is required");
+  ExpectInvalid(Call("scale", {Buf(x)}, {Buf(out)}), "scale: attribute 'alpha' (f64) is required");
   ExpectInvalid(Call("scale", {Buf(x)}, {Buf(out)}, {Str("alpha", "2")}),
                 "scale: attribute 'alpha' must be f64, got str");
   ExpectInvalid(Call("scale", {Buf(x)}, {Buf(out5)}, {F64("alpha", 1)}),
@@ -443,9 +430,7 @@ TEST(AxpyTest, ExactOnEveryFloatAndComplexDType) {
       Tensor yt = Make(d, dims, y);
       Tensor out = Zeros(d, dims);
       Tensor& holder = alias == 1 ? yt : alias == 0 ? xt : out;
-      ASSERT_TRUE(Call("axpy", {Buf(xt), Buf(yt)}, {Buf(holder, alias)},
-                      {F64("alpha", 2.0)})
-                      .ok());
+      ASSERT_TRUE(Call("axpy", {Buf(xt), Buf(yt)}, {Buf(holder, alias)}, {F64("alpha", 2.0)}).ok());
       EXPECT_EQ(Parts(holder), want);
     }
   }
@@ -465,14 +450,12 @@ TEST(AxpyTest, RoundsOnceOnEveryFloatAndComplexDType) {
       if (ComputesInDouble(d)) {
         want.push_back(alpha * xs[i] + ys[i]);
       } else {
-        const float r = static_cast<float>(alpha) * static_cast<float>(xs[i]) +
-                        static_cast<float>(ys[i]);
+        const float r =
+            static_cast<float>(alpha) * static_cast<float>(xs[i]) + static_cast<float>(ys[i]);
         want.push_back(RoundTo(d, r));
       }
     }
-    ASSERT_TRUE(Call("axpy", {Buf(x), Buf(y)}, {Buf(y, 1)},
-                    {F64("alpha", alpha)})
-                    .ok());
+    ASSERT_TRUE(Call("axpy", {Buf(x), Buf(y)}, {Buf(y, 1)}, {F64("alpha", alpha)}).ok());
     EXPECT_EQ(Parts(y), want);
   }
 }
@@ -488,8 +471,7 @@ TEST(AxpyTest, LargeInPlaceFloat32) {
   }
   Tensor xt = Make(DType::kF32, {n}, x);
   Tensor yt = Make(DType::kF32, {n}, y);
-  ASSERT_TRUE(
-      Call("axpy", {Buf(xt), Buf(yt)}, {Buf(yt, 1)}, {F64("alpha", 0.5)}).ok());
+  ASSERT_TRUE(Call("axpy", {Buf(xt), Buf(yt)}, {Buf(yt, 1)}, {F64("alpha", 0.5)}).ok());
   EXPECT_EQ(Parts(yt), want);
   EXPECT_EQ(Parts(xt), x);
 }
@@ -499,10 +481,8 @@ TEST(AxpyTest, RejectsNonFloatDTypes) {
     SCOPED_TRACE(DTypeName(d));
     Tensor x = Zeros(d, {2});
     Tensor y = Zeros(d, {2});
-    ExpectInvalid(
-        Call("axpy", {Buf(x), Buf(y)}, {Buf(y, 1)}, {F64("alpha", 1)}),
-        "axpy: dtype " + Name(d) +
-            " is not supported (needs a float or complex dtype)");
+    ExpectInvalid(Call("axpy", {Buf(x), Buf(y)}, {Buf(y, 1)}, {F64("alpha", 1)}),
+                  "axpy: dtype " + Name(d) + " is not supported (needs a float or complex dtype)");
   }
 }
 
@@ -512,15 +492,12 @@ TEST(AxpyTest, RejectsBadFrames) {
   Tensor y5 = Zeros(DType::kF32, {5});
   Tensor y64 = Zeros(DType::kF64, {4});
   Tensor y22 = Zeros(DType::kF32, {2, 2});
-  ExpectInvalid(
-      Call("axpy", {Buf(x), Buf(y5)}, {Buf(y5, 1)}, {F64("alpha", 1)}),
-      "axpy: x and y must have the same spec, got float32[4] and float32[5]");
-  ExpectInvalid(
-      Call("axpy", {Buf(x), Buf(y64)}, {Buf(y64, 1)}, {F64("alpha", 1)}),
-      "axpy: x and y must have the same spec, got float32[4] and float64[4]");
-  ExpectInvalid(
-      Call("axpy", {Buf(x), Buf(y)}, {Buf(y22)}, {F64("alpha", 1)}),
-      "axpy: result must have y's spec float32[4], got float32[2,2]");
+  ExpectInvalid(Call("axpy", {Buf(x), Buf(y5)}, {Buf(y5, 1)}, {F64("alpha", 1)}),
+                "axpy: x and y must have the same spec, got float32[4] and float32[5]");
+  ExpectInvalid(Call("axpy", {Buf(x), Buf(y64)}, {Buf(y64, 1)}, {F64("alpha", 1)}),
+                "axpy: x and y must have the same spec, got float32[4] and float64[4]");
+  ExpectInvalid(Call("axpy", {Buf(x), Buf(y)}, {Buf(y22)}, {F64("alpha", 1)}),
+                "axpy: result must have y's spec float32[4], got float32[2,2]");
   ExpectInvalid(Call("axpy", {Buf(x), Buf(y)}, {Buf(y, 1)}),
                 "axpy: attribute 'alpha' (f64) is required");
   ExpectInvalid(Call("axpy", {Buf(x)}, {Buf(y)}, {F64("alpha", 1)}),
@@ -544,8 +521,7 @@ TEST(AddTest, EveryNumericDType) {
       Tensor bt = Make(d, dims, b);
       Tensor out = Zeros(d, dims);
       Tensor& holder = alias == 0 ? at : alias == 1 ? bt : out;
-      ASSERT_TRUE(
-          Call("add", {Buf(at), Buf(bt)}, {Buf(holder, alias)}).ok());
+      ASSERT_TRUE(Call("add", {Buf(at), Buf(bt)}, {Buf(holder, alias)}).ok());
       EXPECT_EQ(Parts(holder), want);
     }
   }
@@ -565,8 +541,7 @@ TEST(AddTest, SignedAndRounding) {
       if (ComputesInDouble(d) || (!IsFloating(d) && !IsComplex(d))) {
         want.push_back(RoundTo(d, as[i] + bs[i]));
       } else {
-        want.push_back(RoundTo(
-            d, static_cast<float>(as[i]) + static_cast<float>(bs[i])));
+        want.push_back(RoundTo(d, static_cast<float>(as[i]) + static_cast<float>(bs[i])));
       }
     }
     Tensor out = Zeros(d, dims);
@@ -594,10 +569,10 @@ TEST(AddTest, IntegersWrapAround) {
   ExpectWrappedAdd<int8_t>(DType::kS8, 127, 1, -128);
   ExpectWrappedAdd<int8_t>(DType::kS8, -128, -1, 127);
   ExpectWrappedAdd<int16_t>(DType::kS16, 32767, 2, -32767);
-  ExpectWrappedAdd<int32_t>(DType::kS32, std::numeric_limits<int32_t>::max(),
-                            1, std::numeric_limits<int32_t>::min());
-  ExpectWrappedAdd<int64_t>(DType::kS64, std::numeric_limits<int64_t>::max(),
-                            1, std::numeric_limits<int64_t>::min());
+  ExpectWrappedAdd<int32_t>(DType::kS32, std::numeric_limits<int32_t>::max(), 1,
+                            std::numeric_limits<int32_t>::min());
+  ExpectWrappedAdd<int64_t>(DType::kS64, std::numeric_limits<int64_t>::max(), 1,
+                            std::numeric_limits<int64_t>::min());
   ExpectWrappedAdd<uint8_t>(DType::kU8, 255, 1, 0);
   ExpectWrappedAdd<uint16_t>(DType::kU16, 65535, 3, 2);
   ExpectWrappedAdd<uint32_t>(DType::kU32, 0xFFFFFFFFu, 2, 1);
@@ -644,8 +619,7 @@ TEST(SumTest, EveryNumericDType) {
 TEST(SumTest, ScalarAliasedAndEmpty) {
   for (DType d : NumericDTypes()) {
     SCOPED_TRACE(DTypeName(d));
-    const std::vector<double> v =
-        IsComplex(d) ? std::vector<double>{5, 3} : std::vector<double>{5};
+    const std::vector<double> v = IsComplex(d) ? std::vector<double>{5, 3} : std::vector<double>{5};
     Tensor x = Make(d, {}, v);
     ASSERT_TRUE(Call("sum", {Buf(x)}, {Buf(x, 0)}).ok());
     EXPECT_EQ(Parts(x), v);
@@ -664,8 +638,8 @@ TEST(SumTest, AccumulatesWiderThanTheDType) {
     DType dtype;
     double big;
   };
-  for (const Case& c : {Case{DType::kF32, 16777216.0}, Case{DType::kF16, 2048},
-                        Case{DType::kBF16, 256}}) {
+  for (const Case& c :
+       {Case{DType::kF32, 16777216.0}, Case{DType::kF16, 2048}, Case{DType::kBF16, 256}}) {
     SCOPED_TRACE(DTypeName(c.dtype));
     std::vector<double> x(33, 1.0);
     x[0] = c.big;
@@ -706,12 +680,10 @@ TEST(SumTest, RejectsBoolAndBadResults) {
   Tensor x = Zeros(DType::kF32, {4});
   Tensor vec = Zeros(DType::kF32, {1});
   Tensor f64 = Zeros(DType::kF64, {});
-  ExpectInvalid(
-      Call("sum", {Buf(x)}, {Buf(vec)}),
-      "sum: result must be a scalar of x's dtype (float32[]), got float32[1]");
-  ExpectInvalid(
-      Call("sum", {Buf(x)}, {Buf(f64)}),
-      "sum: result must be a scalar of x's dtype (float32[]), got float64[]");
+  ExpectInvalid(Call("sum", {Buf(x)}, {Buf(vec)}),
+                "sum: result must be a scalar of x's dtype (float32[]), got float32[1]");
+  ExpectInvalid(Call("sum", {Buf(x)}, {Buf(f64)}),
+                "sum: result must be a scalar of x's dtype (float32[]), got float64[]");
 }
 
 // ---------------------------------------------------------------------------
@@ -775,27 +747,22 @@ TEST(FrameTest, RejectsInconsistentBuffers) {
 
   FarcallBuffer unknown = Buf(x);
   unknown.dtype = 13;
-  ExpectInvalid(Call("copy", {unknown}, {Buf(out)}),
-                "copy: args[0] has unknown dtype 13");
+  ExpectInvalid(Call("copy", {unknown}, {Buf(out)}), "copy: args[0] has unknown dtype 13");
 
   FarcallBuffer negative = Buf(x);
   const int64_t bad_dims[1] = {-4};
   negative.dims = bad_dims;
-  ExpectInvalid(Call("sum", {negative}, {Buf(out)}),
-                "sum: x has invalid dims float32[-4]");
+  ExpectInvalid(Call("sum", {negative}, {Buf(out)}), "sum: x has invalid dims float32[-4]");
 
   FarcallBuffer no_data = Buf(x);
   no_data.data = nullptr;
-  ExpectInvalid(Call("crc32c", {no_data}, {Buf(out)}),
-                "crc32c: x has no data");
+  ExpectInvalid(Call("crc32c", {no_data}, {Buf(out)}), "crc32c: x has no data");
 }
 
 // ---------------------------------------------------------------------------
 // sleep
 
-TEST(SleepTest, ZeroReturnsAtOnce) {
-  EXPECT_TRUE(Call("sleep", {}, {}, {I64("ms", 0)}).ok());
-}
+TEST(SleepTest, ZeroReturnsAtOnce) { EXPECT_TRUE(Call("sleep", {}, {}, {I64("ms", 0)}).ok()); }
 
 TEST(SleepTest, AlreadyCancelled) {
   CancellationToken cancel;
@@ -821,8 +788,7 @@ TEST(SleepTest, CancelledFromAnotherThread) {
 }
 
 TEST(SleepTest, RejectsBadAttributes) {
-  ExpectInvalid(Call("sleep", {}, {}),
-                "sleep: attribute 'ms' (i64) is required");
+  ExpectInvalid(Call("sleep", {}, {}), "sleep: attribute 'ms' (i64) is required");
   ExpectInvalid(Call("sleep", {}, {}, {F64("ms", 5)}),
                 "sleep: attribute 'ms' must be i64, got f64");
   ExpectInvalid(Call("sleep", {}, {}, {I64("ms", -1)}),
@@ -838,16 +804,14 @@ TEST(SleepTest, RejectsBadAttributes) {
 TEST(FailTest, ReturnsTheGivenStatus) {
   for (int64_t code = 1; code <= 16; ++code) {
     SCOPED_TRACE(code);
-    absl::Status s =
-        Call("fail", {}, {}, {I64("code", code), Str("message", "boom here")});
+    absl::Status s = Call("fail", {}, {}, {I64("code", code), Str("message", "boom here")});
     EXPECT_EQ(s.code(), static_cast<absl::StatusCode>(code));
     EXPECT_EQ(std::string(s.message()), "boom here");
   }
 }
 
 TEST(FailTest, CodeZeroIsOk) {
-  EXPECT_TRUE(
-      Call("fail", {}, {}, {I64("code", 0), Str("message", "")}).ok());
+  EXPECT_TRUE(Call("fail", {}, {}, {I64("code", 0), Str("message", "")}).ok());
 }
 
 TEST(FailTest, RejectsBadAttributes) {

@@ -62,8 +62,7 @@ class CpuStream final : public Stream {
     std::memcpy(dst.host_ptr() + offset, host, size);
     return absl::OkStatus();
   }
-  absl::Status CopyToHost(DeviceMemory& src, int64_t offset, int64_t size,
-                          void* host) override {
+  absl::Status CopyToHost(DeviceMemory& src, int64_t offset, int64_t size, void* host) override {
     std::memcpy(host, src.host_ptr() + offset, size);
     return absl::OkStatus();
   }
@@ -82,8 +81,7 @@ class CpuDevice final : public Device {
   absl::StatusOr<std::unique_ptr<DeviceMemory>> Allocate(int64_t size) override {
     // Round up: aligned_alloc wants a multiple of the alignment. Memory is
     // left uninitialised; every byte is written by a chunk or a handler.
-    size_t bytes = (static_cast<size_t>(size) + kAlignment - 1) / kAlignment *
-                   kAlignment;
+    size_t bytes = (static_cast<size_t>(size) + kAlignment - 1) / kAlignment * kAlignment;
     if (bytes == 0) bytes = kAlignment;
     void* p = std::aligned_alloc(kAlignment, bytes);
     if (p == nullptr) {

@@ -23,13 +23,12 @@ absl::Status CudaErrorToStatus(cudaError_t error, const char* expr);
 
 }  // namespace farcall::agent::cuda
 
-#define FARCALL_CUDA_RETURN_IF_ERROR(expr)                                   \
-  do {                                                                       \
-    const cudaError_t farcall_cuda_error_ = (expr);                          \
-    if (farcall_cuda_error_ != cudaSuccess) {                                \
-      return ::farcall::agent::cuda::CudaErrorToStatus(farcall_cuda_error_,  \
-                                                       #expr);               \
-    }                                                                        \
+#define FARCALL_CUDA_RETURN_IF_ERROR(expr)                                          \
+  do {                                                                              \
+    const cudaError_t farcall_cuda_error_ = (expr);                                 \
+    if (farcall_cuda_error_ != cudaSuccess) {                                       \
+      return ::farcall::agent::cuda::CudaErrorToStatus(farcall_cuda_error_, #expr); \
+    }                                                                               \
   } while (0)
 
 namespace farcall::agent::cuda::api {
@@ -46,9 +45,7 @@ inline constexpr FarcallStreamKind kStreamKind = FARCALL_STREAM_CUDA;
 inline constexpr char kName[] = "cuda";
 inline constexpr char kToolkit[] = "CUDA";
 
-inline absl::Status ToStatus(Error e, const char* expr) {
-  return CudaErrorToStatus(e, expr);
-}
+inline absl::Status ToStatus(Error e, const char* expr) { return CudaErrorToStatus(e, expr); }
 inline const char* ErrorName(Error e) { return cudaGetErrorName(e); }
 inline const char* ErrorString(Error e) { return cudaGetErrorString(e); }
 inline bool IsOutOfMemory(Error e) { return e == cudaErrorMemoryAllocation; }
@@ -92,7 +89,9 @@ inline Error Malloc(void** p, size_t n) { return cudaMalloc(p, n); }
 inline Error Free(void* p) { return cudaFree(p); }
 inline Error HostAlloc(void** p, size_t n) { return cudaHostAlloc(p, n, cudaHostAllocPortable); }
 inline Error HostFree(void* p) { return cudaFreeHost(p); }
-inline Error StreamCreate(StreamT* s) { return cudaStreamCreateWithFlags(s, cudaStreamNonBlocking); }
+inline Error StreamCreate(StreamT* s) {
+  return cudaStreamCreateWithFlags(s, cudaStreamNonBlocking);
+}
 inline Error StreamDestroy(StreamT s) { return cudaStreamDestroy(s); }
 inline Error StreamSynchronize(StreamT s) { return cudaStreamSynchronize(s); }
 inline Error CopyH2D(void* dst, const void* src, size_t n, StreamT s) {

@@ -43,12 +43,9 @@ Status ClipImpl(F32 x, double lo, double hi, F32 y) {
   }
   return OkStatus();
 }
-FARCALL_BOUND_HANDLER(Clip, ClipImpl,
-                      Bind("example.clip")
-                          .Arg<F32>()
-                          .Attr<double>("lo")
-                          .Attr<double>("hi")
-                          .Ret<F32>());
+FARCALL_BOUND_HANDLER(
+    Clip, ClipImpl,
+    Bind("example.clip").Arg<F32>().Attr<double>("lo").Attr<double>("hi").Ret<F32>());
 
 }  // namespace
 
@@ -57,19 +54,19 @@ FARCALL_BOUND_HANDLER(Clip, ClipImpl,
 FARCALL_PLUGIN("farcall_example_plugin",
                FARCALL_HANDLER_DEF("example.negate", "cpu", FARCALL_TRAIT_WRITES_ALL_RESULTS,
                                    Negate),
-               FARCALL_HANDLER_DEF("example.clip", "cpu", FARCALL_TRAIT_WRITES_ALL_RESULTS,
-                                   Clip));
+               FARCALL_HANDLER_DEF("example.clip", "cpu", FARCALL_TRAIT_WRITES_ALL_RESULTS, Clip));
 #else
 // Test build only: a plugin that claims another ABI major version, which an
 // agent must refuse.
-extern "C" __attribute__((visibility("default"))) const FarcallPlugin*
-FarcallPluginGet(void) {
+extern "C" __attribute__((visibility("default"))) const FarcallPlugin* FarcallPluginGet(void) {
   static const FarcallHandlerDef kDefs[] = {
       FARCALL_HANDLER_DEF("example.negate", "cpu", 0, Negate)};
   static const FarcallPlugin kPlugin = {
       sizeof(FarcallPlugin),
       {sizeof(FarcallApiVersion), FARCALL_EXAMPLE_PLUGIN_ABI_MAJOR, 0},
-      "farcall_wrong_abi_plugin", 1, kDefs};
+      "farcall_wrong_abi_plugin",
+      1,
+      kDefs};
   return &kPlugin;
 }
 #endif

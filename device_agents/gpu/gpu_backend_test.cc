@@ -17,15 +17,15 @@ namespace farcall::agent::FARCALL_GPU_NS {
 namespace {
 
 // Opens the backend, or skips the test with the reason.
-#define OPEN_OR_SKIP(backend)                                                        \
-  absl::StatusOr<Backend> backend = OpenGpuBackend(BackendOptions{});                \
-  if (!backend.ok()) {                                                               \
+#define OPEN_OR_SKIP(backend)                                                             \
+  absl::StatusOr<Backend> backend = OpenGpuBackend(BackendOptions{});                     \
+  if (!backend.ok()) {                                                                    \
     GTEST_SKIP() << "SKIPPED: no " << api::kName << " device here: " << backend.status(); \
   }
 
 // The buffer points to `dims`, which must outlive it.
-FarcallBuffer Buf(int32_t dtype, const std::vector<int64_t>& dims, void* data,
-                  uint64_t bytes, int64_t alias = -1) {
+FarcallBuffer Buf(int32_t dtype, const std::vector<int64_t>& dims, void* data, uint64_t bytes,
+                  int64_t alias = -1) {
   FarcallBuffer b{};
   b.struct_size = sizeof(b);
   b.dtype = dtype;
@@ -171,7 +171,7 @@ TEST(GraphCacheTest, TheLeastRecentlyUsedGraphIsDroppedToStayWithinItsBytes) {
   EXPECT_EQ(g_host_runs.load(), 1);  // replayed
   run(3.0);                          // a second graph: the first is dropped
   EXPECT_EQ(g_host_runs.load(), 2);
-  run(2.0);                          // captured again
+  run(2.0);  // captured again
   EXPECT_EQ(g_host_runs.load(), 3);
 }
 

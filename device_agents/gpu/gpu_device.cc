@@ -42,8 +42,7 @@ class StickyErrors {
 
 // Every public entry point that touches the runtime first makes the
 // device current on the calling thread (cheap when it already is).
-#define FARCALL_GPU_SET_DEVICE(ordinal) \
-  FARCALL_GPU_RETURN_IF_ERROR(api::SetDevice(ordinal))
+#define FARCALL_GPU_SET_DEVICE(ordinal) FARCALL_GPU_RETURN_IF_ERROR(api::SetDevice(ordinal))
 
 class GpuStream;
 
@@ -136,9 +135,7 @@ class GpuDevice final : public Device {
     return allocator_.Allocate(size);
   }
   absl::StatusOr<std::unique_ptr<Stream>> AcquireStream() override;
-  std::unique_ptr<StagingBlock> TryAcquireStaging() override {
-    return staging_->TryAcquire();
-  }
+  std::unique_ptr<StagingBlock> TryAcquireStaging() override { return staging_->TryAcquire(); }
   absl::Status health() const override { return StickyErrors::Get().Find(ordinal_); }
 
   GraphCache& graphs() { return graphs_; }
@@ -169,16 +166,15 @@ class GpuStream final : public Stream {
   absl::Status CopyToDevice(const void* host, DeviceMemory& dst, int64_t offset,
                             int64_t size) override {
     FARCALL_GPU_SET_DEVICE(device_.ordinal());
-    FARCALL_GPU_RETURN_IF_ERROR(api::CopyH2D(static_cast<uint8_t*>(dst.device_ptr()) + offset,
-                                             host, static_cast<size_t>(size), stream_));
+    FARCALL_GPU_RETURN_IF_ERROR(api::CopyH2D(static_cast<uint8_t*>(dst.device_ptr()) + offset, host,
+                                             static_cast<size_t>(size), stream_));
     return absl::OkStatus();
   }
-  absl::Status CopyToHost(DeviceMemory& src, int64_t offset, int64_t size,
-                          void* host) override {
+  absl::Status CopyToHost(DeviceMemory& src, int64_t offset, int64_t size, void* host) override {
     FARCALL_GPU_SET_DEVICE(device_.ordinal());
-    FARCALL_GPU_RETURN_IF_ERROR(
-        api::CopyD2H(host, static_cast<const uint8_t*>(src.device_ptr()) + offset,
-                     static_cast<size_t>(size), stream_));
+    FARCALL_GPU_RETURN_IF_ERROR(api::CopyD2H(host,
+                                             static_cast<const uint8_t*>(src.device_ptr()) + offset,
+                                             static_cast<size_t>(size), stream_));
     return absl::OkStatus();
   }
   absl::Status Invoke(const RegisteredHandler& handler, HandlerInvocation& inv) override {
@@ -218,17 +214,18 @@ absl::StatusOr<std::unique_ptr<Stream>> GpuDevice::AcquireStream() {
 }  // namespace
 
 absl::Status FARCALL_GPU_ERROR_TO_STATUS(api::Error error, const char* expr) {
-  const std::string message = absl::StrCat(api::kName, ": ", expr, " failed: ",
-                                           api::ErrorName(error), " (",
-                                           api::ErrorString(error), ")");
+  const std::string message =
+      absl::StrCat(api::kName, ": ", expr, " failed: ", api::ErrorName(error), " (",
+                   api::ErrorString(error), ")");
   if (api::IsOutOfMemory(error)) return absl::ResourceExhaustedError(message);
   if (api::IsNoDevice(error)) return absl::FailedPreconditionError(message);
   absl::Status status = absl::InternalError(message);
   if (api::IsSticky(error)) {
     int ordinal = -1;
     (void)api::GetDevice(&ordinal);
-    StickyErrors::Get().Set(ordinal, absl::InternalError(absl::StrCat(
-        message, "; the device's context is lost until the agent restarts")));
+    StickyErrors::Get().Set(
+        ordinal, absl::InternalError(absl::StrCat(
+                     message, "; the device's context is lost until the agent restarts")));
   }
   return status;
 }
@@ -237,13 +234,12 @@ absl::StatusOr<Backend> OpenGpuBackend(const BackendOptions& options) {
   int count = 0;
   const api::Error e = api::GetDeviceCount(&count);
   if (e != api::kSuccess || count == 0) {
-    const std::string why =
-        e != api::kSuccess
-            ? absl::StrCat(api::ErrorName(e), ": ", api::ErrorString(e))
-            : std::string("the runtime reports 0 devices");
+    const std::string why = e != api::kSuccess
+                                ? absl::StrCat(api::ErrorName(e), ": ", api::ErrorString(e))
+                                : std::string("the runtime reports 0 devices");
     return absl::FailedPreconditionError(absl::StrCat(
-        api::kName, ": no device found (", why, "); this agent cannot serve platform '",
-        api::kName, "'. Check that the ", api::kToolkit,
+        api::kName, ": no device found (", why, "); this agent cannot serve platform '", api::kName,
+        "'. Check that the ", api::kToolkit,
         " driver is installed and the devices are visible to this process."));
   }
   FARCALL_ASSIGN_OR_RETURN(std::vector<int> chosen,

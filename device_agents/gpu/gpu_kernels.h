@@ -13,16 +13,13 @@
 
 namespace farcall::agent::FARCALL_GPU_NS::kernels {
 
-int LaunchScale(int32_t dtype, const void* x, void* out, int64_t n, double alpha,
-                void* stream);
-int LaunchAxpy(int32_t dtype, const void* x, const void* y, void* out, int64_t n,
-               double alpha, void* stream);
-int LaunchAdd(int32_t dtype, const void* a, const void* b, void* out, int64_t n,
-              void* stream);
+int LaunchScale(int32_t dtype, const void* x, void* out, int64_t n, double alpha, void* stream);
+int LaunchAxpy(int32_t dtype, const void* x, const void* y, void* out, int64_t n, double alpha,
+               void* stream);
+int LaunchAdd(int32_t dtype, const void* a, const void* b, void* out, int64_t n, void* stream);
 // One block reduces everything in a fixed order, so results are
 // deterministic and the launch can be captured into a graph.
-int LaunchSum(int32_t dtype, const void* x, int64_t n, int64_t lanes, void* out,
-              void* stream);
+int LaunchSum(int32_t dtype, const void* x, int64_t n, int64_t lanes, void* out, void* stream);
 
 }  // namespace farcall::agent::FARCALL_GPU_NS::kernels
 

@@ -20,8 +20,7 @@ void AppendBuffer(std::string& key, const FarcallBuffer& b) {
 
 }  // namespace
 
-std::string GraphSignature(const RegisteredHandler& handler,
-                           const HandlerInvocation& inv) {
+std::string GraphSignature(const RegisteredHandler& handler, const HandlerInvocation& inv) {
   std::string key = absl::StrCat(handler.name, "@", handler.source, "|");
   for (const FarcallBuffer& b : inv.args) AppendBuffer(key, b);
   key += "|";
@@ -159,13 +158,14 @@ absl::Status GraphCache::Run(const RegisteredHandler& handler, HandlerInvocation
     if (ended != api::kSuccess) {
       // The capture broke (the handler synchronised, say): whatever the
       // handler itself answered, the cause is the trait.
-      ran = absl::FailedPreconditionError(absl::StrCat(
-          "handler '", handler.name,
-          "' is registered command_buffer_compatible, but its work could not be "
-          "captured as a graph (", api::ErrorName(ended), ": ", api::ErrorString(ended),
-          ran.ok() ? "" : absl::StrCat("; the handler said: ", ran.message()),
-          "); a compatible handler only enqueues work on the call's stream and "
-          "never synchronises."));
+      ran = absl::FailedPreconditionError(
+          absl::StrCat("handler '", handler.name,
+                       "' is registered command_buffer_compatible, but its work could not be "
+                       "captured as a graph (",
+                       api::ErrorName(ended), ": ", api::ErrorString(ended),
+                       ran.ok() ? "" : absl::StrCat("; the handler said: ", ran.message()),
+                       "); a compatible handler only enqueues work on the call's stream and "
+                       "never synchronises."));
       // Clear the error the broken capture left on this thread.
       (void)api::GetLastError();
     }

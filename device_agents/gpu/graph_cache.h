@@ -34,8 +34,7 @@
 namespace farcall::agent::FARCALL_GPU_NS {
 
 // The cache key of a call: equal exactly when a captured graph may replay.
-std::string GraphSignature(const RegisteredHandler& handler,
-                           const HandlerInvocation& inv);
+std::string GraphSignature(const RegisteredHandler& handler, const HandlerInvocation& inv);
 
 class GraphCache {
  public:
@@ -45,8 +44,7 @@ class GraphCache {
   // Runs `handler` for `inv` on `stream` through the signature's graph,
   // capturing it first if needed. Returns once the results are in `inv`'s
   // buffers (the stream is synchronised).
-  absl::Status Run(const RegisteredHandler& handler, HandlerInvocation& inv,
-                   Stream& stream);
+  absl::Status Run(const RegisteredHandler& handler, HandlerInvocation& inv, Stream& stream);
 
  private:
   struct Entry {
@@ -55,8 +53,8 @@ class GraphCache {
     api::GraphExecT exec ABSL_GUARDED_BY(mu) = nullptr;
     std::vector<std::unique_ptr<DeviceMemory>> args ABSL_GUARDED_BY(mu);
     std::vector<std::unique_ptr<DeviceMemory>> results ABSL_GUARDED_BY(mu);
-    int64_t bytes = 0;           // its buffers, once allocated; under the cache's mu_
-    uint64_t last_used = 0;      // the cache's clock at its last call; under mu_
+    int64_t bytes = 0;       // its buffers, once allocated; under the cache's mu_
+    uint64_t last_used = 0;  // the cache's clock at its last call; under mu_
   };
   // Counts `entry`'s bytes in and drops least recently used entries (never
   // `keep`) until the cache fits; drops `keep` too if it alone does not.

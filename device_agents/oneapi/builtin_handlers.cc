@@ -29,9 +29,7 @@ Status FromCl(cl_int err, const char* what) {
   return ToSdk(ClErrorToStatus(err, what));
 }
 
-cl_command_queue QueueOf(const CallFrame& call) {
-  return call.stream<cl_command_queue>();
-}
+cl_command_queue QueueOf(const CallFrame& call) { return call.stream<cl_command_queue>(); }
 cl_mem Mem(const void* p) { return static_cast<cl_mem>(const_cast<void*>(p)); }
 
 // The kernel-name suffix of a storage dtype ("f32", "u16", ...), or null.
@@ -109,20 +107,20 @@ class Launch {
   // `n` items over a grid-stride loop.
   Status Run(int64_t n) {
     if (!status_.ok()) return status_;
-    size_t global = std::min<size_t>((static_cast<size_t>(n) + kGroup - 1) / kGroup * kGroup,
-                                     size_t{1} << 20);
-    return FromCl(clEnqueueNDRangeKernel(queue_, kernel_, 1, nullptr, &global, nullptr, 0,
-                                         nullptr, nullptr),
-                  "clEnqueueNDRangeKernel");
+    size_t global =
+        std::min<size_t>((static_cast<size_t>(n) + kGroup - 1) / kGroup * kGroup, size_t{1} << 20);
+    return FromCl(
+        clEnqueueNDRangeKernel(queue_, kernel_, 1, nullptr, &global, nullptr, 0, nullptr, nullptr),
+        "clEnqueueNDRangeKernel");
   }
   // `groups` work-groups of kGroup items (the sums' stages).
   Status RunGroups(size_t groups) {
     if (!status_.ok()) return status_;
     size_t global = groups * kGroup;
     const size_t local = kGroup;
-    return FromCl(clEnqueueNDRangeKernel(queue_, kernel_, 1, nullptr, &global, &local, 0,
-                                         nullptr, nullptr),
-                  "clEnqueueNDRangeKernel");
+    return FromCl(
+        clEnqueueNDRangeKernel(queue_, kernel_, 1, nullptr, &global, &local, 0, nullptr, nullptr),
+        "clEnqueueNDRangeKernel");
   }
   static constexpr size_t kGroup = 256;      // SUM_WG in builtin_kernels.cl
   static constexpr size_t kSumGroups = 256;  // SUM_GROUPS there
@@ -147,8 +145,8 @@ struct OpenClKernels {
   static Status Copy(CallFrame& call, const std::vector<CopyOp>& ops) {
     cl_command_queue q = QueueOf(call);
     cl_context ctx = nullptr;
-    Status status = FromCl(
-        clGetCommandQueueInfo(q, CL_QUEUE_CONTEXT, sizeof(ctx), &ctx, nullptr), "copy");
+    Status status =
+        FromCl(clGetCommandQueueInfo(q, CL_QUEUE_CONTEXT, sizeof(ctx), &ctx, nullptr), "copy");
     std::vector<cl_mem> temps;
     std::vector<cl_mem> sources;
     for (const CopyOp& op : ops) {
@@ -170,45 +168,42 @@ struct OpenClKernels {
       sources.push_back(src);
     }
     for (size_t i = 0; status.ok() && i < ops.size(); ++i) {
-      status = FromCl(clEnqueueCopyBuffer(q, sources[i], Mem(ops[i].dst), 0, 0, ops[i].bytes,
-                                          0, nullptr, nullptr),
+      status = FromCl(clEnqueueCopyBuffer(q, sources[i], Mem(ops[i].dst), 0, 0, ops[i].bytes, 0,
+                                          nullptr, nullptr),
                       "copy");
     }
     // Buffers are released only once the queue no longer uses them.
     for (cl_mem t : temps) clReleaseMemObject(t);
     return status;
   }
-  static Status Scale(CallFrame& call, DType d, const void* x, void* out, int64_t n,
-                      double alpha) {
+  static Status Scale(CallFrame& call, DType d, const void* x, void* out, int64_t n, double alpha) {
     if (d == DType::kF64) return ScaleOrAxpy<double>(call, "scale", d, x, nullptr, out, n, alpha);
     return ScaleOrAxpy<float>(call, "scale", d, x, nullptr, out, n, alpha);
   }
-  static Status Axpy(CallFrame& call, DType d, const void* x, const void* y, void* out,
-                     int64_t n, double alpha) {
+  static Status Axpy(CallFrame& call, DType d, const void* x, const void* y, void* out, int64_t n,
+                     double alpha) {
     if (d == DType::kF64) return ScaleOrAxpy<double>(call, "axpy", d, x, y, out, n, alpha);
     return ScaleOrAxpy<float>(call, "axpy", d, x, y, out, n, alpha);
   }
-  static Status Add(CallFrame& call, DType d, const void* a, const void* b, void* out,
-                    int64_t n) {
+  static Status Add(CallFrame& call, DType d, const void* a, const void* b, void* out, int64_t n) {
     Launch k(call, "add", d);
     return k.Arg(Mem(a)).Arg(Mem(b)).Arg(Mem(out)).Arg(static_cast<cl_ulong>(n)).Run(n);
   }
   // Two stages (builtin_kernels.cl): the work-groups of the first are
   // picked from the element count alone, so the order of the additions is.
-  static Status Sum(CallFrame& call, DType d, const void* x, int64_t n, int64_t lanes,
-                    void* out) {
+  static Status Sum(CallFrame& call, DType d, const void* x, int64_t n, int64_t lanes, void* out) {
     const auto count = static_cast<size_t>(n / lanes);
-    const size_t groups = std::clamp<size_t>((count + Launch::kGroup - 1) / Launch::kGroup, 1,
-                                             Launch::kSumGroups);
+    const size_t groups =
+        std::clamp<size_t>((count + Launch::kGroup - 1) / Launch::kGroup, 1, Launch::kSumGroups);
     cl_command_queue q = QueueOf(call);
     cl_context ctx = nullptr;
-    Status status = FromCl(
-        clGetCommandQueueInfo(q, CL_QUEUE_CONTEXT, sizeof(ctx), &ctx, nullptr), "sum");
+    Status status =
+        FromCl(clGetCommandQueueInfo(q, CL_QUEUE_CONTEXT, sizeof(ctx), &ctx, nullptr), "sum");
     if (!status.ok()) return status;
     cl_int err = CL_SUCCESS;
     // Room for a double (or ulong) per group and lane.
-    cl_mem partials = clCreateBuffer(ctx, CL_MEM_READ_WRITE, 2 * Launch::kSumGroups * 8,
-                                     nullptr, &err);
+    cl_mem partials =
+        clCreateBuffer(ctx, CL_MEM_READ_WRITE, 2 * Launch::kSumGroups * 8, nullptr, &err);
     status = FromCl(err, "sum: partials");
     if (!status.ok()) return status;
     status = Launch(call, "sum_part", d)
@@ -234,15 +229,15 @@ struct OpenClKernels {
     std::vector<uint8_t> host(bytes);
     Status s;
     if (bytes > 0) {
-      s = FromCl(clEnqueueReadBuffer(q, Mem(x), CL_TRUE, 0, bytes, host.data(), 0, nullptr,
-                                     nullptr),
-                 "crc32c");
+      s = FromCl(
+          clEnqueueReadBuffer(q, Mem(x), CL_TRUE, 0, bytes, host.data(), 0, nullptr, nullptr),
+          "crc32c");
     }
     if (!s.ok()) return s;
     const uint32_t crc = builtins::Crc32c(host.data(), host.size());
-    return FromCl(clEnqueueWriteBuffer(q, Mem(out), CL_TRUE, 0, sizeof(crc), &crc, 0, nullptr,
-                                       nullptr),
-                  "crc32c");
+    return FromCl(
+        clEnqueueWriteBuffer(q, Mem(out), CL_TRUE, 0, sizeof(crc), &crc, 0, nullptr, nullptr),
+        "crc32c");
   }
 };
 

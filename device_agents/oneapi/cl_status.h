@@ -21,13 +21,12 @@ bool IsStickyClError(cl_int error);
 
 }  // namespace farcall::agent::oneapi
 
-#define FARCALL_CL_RETURN_IF_ERROR(expr)                                      \
-  do {                                                                        \
-    const cl_int farcall_cl_error_ = (expr);                                  \
-    if (farcall_cl_error_ != CL_SUCCESS) {                                    \
-      return ::farcall::agent::oneapi::ClErrorToStatus(farcall_cl_error_,     \
-                                                       #expr);                \
-    }                                                                         \
+#define FARCALL_CL_RETURN_IF_ERROR(expr)                                          \
+  do {                                                                            \
+    const cl_int farcall_cl_error_ = (expr);                                      \
+    if (farcall_cl_error_ != CL_SUCCESS) {                                        \
+      return ::farcall::agent::oneapi::ClErrorToStatus(farcall_cl_error_, #expr); \
+    }                                                                             \
   } while (0)
 
 #endif  // FARCALL_DEVICE_AGENTS_ONEAPI_CL_STATUS_H_

@@ -44,8 +44,7 @@ class ClDevice;
 
 class ClStagingBlock final : public StagingBlock {
  public:
-  static absl::StatusOr<std::unique_ptr<StagingBlock>> Make(cl_context ctx,
-                                                            cl_command_queue queue,
+  static absl::StatusOr<std::unique_ptr<StagingBlock>> Make(cl_context ctx, cl_command_queue queue,
                                                             int64_t size) {
     cl_int err = CL_SUCCESS;
     // Host-allocated memory the runtime can pin: the transfer source and
@@ -128,9 +127,7 @@ class ClDevice final : public Device {
     return allocator_->Allocate(size);
   }
   absl::StatusOr<std::unique_ptr<Stream>> AcquireStream() override;
-  std::unique_ptr<StagingBlock> TryAcquireStaging() override {
-    return staging_->TryAcquire();
-  }
+  std::unique_ptr<StagingBlock> TryAcquireStaging() override { return staging_->TryAcquire(); }
   absl::Status health() const override {
     absl::MutexLock l(&mu_);
     return sticky_;
@@ -180,8 +177,7 @@ class ClStream final : public Stream {
         static_cast<size_t>(size), host, 0, nullptr, nullptr)));
     return absl::OkStatus();
   }
-  absl::Status CopyToHost(DeviceMemory& src, int64_t offset, int64_t size,
-                          void* host) override {
+  absl::Status CopyToHost(DeviceMemory& src, int64_t offset, int64_t size, void* host) override {
     FARCALL_CL_RETURN_IF_ERROR(device_.Track(clEnqueueReadBuffer(
         queue_, static_cast<cl_mem>(src.device_ptr()), CL_FALSE, static_cast<size_t>(offset),
         static_cast<size_t>(size), host, 0, nullptr, nullptr)));
@@ -222,17 +218,15 @@ absl::StatusOr<std::unique_ptr<ClDevice>> ClDevice::Open(int ordinal, cl_platfor
   size_t platform_name_size = 0;
   clGetPlatformInfo(platform, CL_PLATFORM_NAME, 0, nullptr, &platform_name_size);
   std::string platform_name(platform_name_size, '\0');
-  clGetPlatformInfo(platform, CL_PLATFORM_NAME, platform_name_size, platform_name.data(),
-                    nullptr);
+  clGetPlatformInfo(platform, CL_PLATFORM_NAME, platform_name_size, platform_name.data(), nullptr);
   while (!platform_name.empty() && platform_name.back() == '\0') platform_name.pop_back();
-  const std::string name =
-      absl::StrCat(DeviceString(id, CL_DEVICE_NAME), " (", platform_name, ")");
+  const std::string name = absl::StrCat(DeviceString(id, CL_DEVICE_NAME), " (", platform_name, ")");
 
   cl_int err = CL_SUCCESS;
   cl_context ctx = clCreateContext(nullptr, 1, &id, nullptr, nullptr, &err);
   FARCALL_CL_RETURN_IF_ERROR(err);
-  auto device = std::unique_ptr<ClDevice>(
-      new ClDevice(ordinal, name, static_cast<int64_t>(memory), id, ctx));
+  auto device =
+      std::unique_ptr<ClDevice>(new ClDevice(ordinal, name, static_cast<int64_t>(memory), id, ctx));
   device->own_queue_ = clCreateCommandQueue(ctx, id, 0, &err);
   FARCALL_CL_RETURN_IF_ERROR(err);
 
@@ -251,8 +245,8 @@ absl::StatusOr<std::unique_ptr<ClDevice>> ClDevice::Open(int ordinal, cl_platfor
     std::string log(log_size, '\0');
     clGetProgramBuildInfo(device->program_, id, CL_PROGRAM_BUILD_LOG, log_size, log.data(),
                           nullptr);
-    return absl::InternalError(absl::StrCat("oneapi: building the built-in kernels for ",
-                                            name, " failed (", ClErrorName(err), "): ", log));
+    return absl::InternalError(absl::StrCat("oneapi: building the built-in kernels for ", name,
+                                            " failed (", ClErrorName(err), "): ", log));
   }
   {
     absl::MutexLock l(&BuiltinPrograms().mu);
@@ -262,15 +256,14 @@ absl::StatusOr<std::unique_ptr<ClDevice>> ClDevice::Open(int ordinal, cl_platfor
   ClDevice* raw = device.get();
   device->allocator_ = std::make_unique<CachingAllocator>(
       absl::StrCat("oneapi device ", ordinal),
-      CachingAllocator::RawOps{
-          [raw](int64_t n) -> absl::StatusOr<void*> {
-            cl_int e = CL_SUCCESS;
-            cl_mem m = clCreateBuffer(raw->context_, CL_MEM_READ_WRITE,
-                                      static_cast<size_t>(n), nullptr, &e);
-            FARCALL_CL_RETURN_IF_ERROR(raw->Track(e));
-            return static_cast<void*>(m);
-          },
-          [](void* p) { clReleaseMemObject(static_cast<cl_mem>(p)); }},
+      CachingAllocator::RawOps{[raw](int64_t n) -> absl::StatusOr<void*> {
+                                 cl_int e = CL_SUCCESS;
+                                 cl_mem m = clCreateBuffer(raw->context_, CL_MEM_READ_WRITE,
+                                                           static_cast<size_t>(n), nullptr, &e);
+                                 FARCALL_CL_RETURN_IF_ERROR(raw->Track(e));
+                                 return static_cast<void*>(m);
+                               },
+                               [](void* p) { clReleaseMemObject(static_cast<cl_mem>(p)); }},
       static_cast<int64_t>(memory) / 4);
   device->staging_ = StagingPool::Create(
       options.staging_bytes, options.staging_block_bytes,
@@ -298,19 +291,19 @@ absl::StatusOr<Backend> OpenOneapiBackend(const BackendOptions& options) {
   cl_uint num_platforms = 0;
   cl_int err = clGetPlatformIDs(0, nullptr, &num_platforms);
   if (err != CL_SUCCESS || num_platforms == 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "oneapi: no device found (no OpenCL platform: ",
-        err != CL_SUCCESS ? ClErrorName(err) : "none installed",
-        "); this agent cannot serve platform 'oneapi'. Install an OpenCL driver "
-        "(Intel's compute runtime, or pocl-opencl-icd for the CPU)."));
+    return absl::FailedPreconditionError(
+        absl::StrCat("oneapi: no device found (no OpenCL platform: ",
+                     err != CL_SUCCESS ? ClErrorName(err) : "none installed",
+                     "); this agent cannot serve platform 'oneapi'. Install an OpenCL driver "
+                     "(Intel's compute runtime, or pocl-opencl-icd for the CPU)."));
   }
   std::vector<cl_platform_id> platforms(num_platforms);
   FARCALL_CL_RETURN_IF_ERROR(clGetPlatformIDs(num_platforms, platforms.data(), nullptr));
   // GPUs first, then accelerators, then CPUs, so ordinal 0 is the best one.
   std::vector<std::pair<cl_platform_id, cl_device_id>> found;
-  for (cl_device_type type : {cl_device_type{CL_DEVICE_TYPE_GPU},
-                              cl_device_type{CL_DEVICE_TYPE_ACCELERATOR},
-                              cl_device_type{CL_DEVICE_TYPE_CPU}}) {
+  for (cl_device_type type :
+       {cl_device_type{CL_DEVICE_TYPE_GPU}, cl_device_type{CL_DEVICE_TYPE_ACCELERATOR},
+        cl_device_type{CL_DEVICE_TYPE_CPU}}) {
     for (cl_platform_id p : platforms) {
       cl_uint n = 0;
       if (clGetDeviceIDs(p, type, 0, nullptr, &n) != CL_SUCCESS || n == 0) continue;

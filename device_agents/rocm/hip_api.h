@@ -24,13 +24,12 @@ absl::Status HipErrorToStatus(hipError_t error, const char* expr);
 
 }  // namespace farcall::agent::rocm
 
-#define FARCALL_HIP_RETURN_IF_ERROR(expr)                                    \
-  do {                                                                       \
-    const hipError_t farcall_hip_error_ = (expr);                            \
-    if (farcall_hip_error_ != hipSuccess) {                                  \
-      return ::farcall::agent::rocm::HipErrorToStatus(farcall_hip_error_,    \
-                                                      #expr);                \
-    }                                                                        \
+#define FARCALL_HIP_RETURN_IF_ERROR(expr)                                         \
+  do {                                                                            \
+    const hipError_t farcall_hip_error_ = (expr);                                 \
+    if (farcall_hip_error_ != hipSuccess) {                                       \
+      return ::farcall::agent::rocm::HipErrorToStatus(farcall_hip_error_, #expr); \
+    }                                                                             \
   } while (0)
 
 namespace farcall::agent::rocm::api {
@@ -47,15 +46,13 @@ inline constexpr FarcallStreamKind kStreamKind = FARCALL_STREAM_HIP;
 inline constexpr char kName[] = "rocm";
 inline constexpr char kToolkit[] = "ROCm (amdgpu)";
 
-inline absl::Status ToStatus(Error e, const char* expr) {
-  return HipErrorToStatus(e, expr);
-}
+inline absl::Status ToStatus(Error e, const char* expr) { return HipErrorToStatus(e, expr); }
 inline const char* ErrorName(Error e) { return hipGetErrorName(e); }
 inline const char* ErrorString(Error e) { return hipGetErrorString(e); }
 inline bool IsOutOfMemory(Error e) { return e == hipErrorOutOfMemory; }
 inline bool IsNoDevice(Error e) {
-  return e == hipErrorNoDevice || e == hipErrorInsufficientDriver ||
-         e == hipErrorNotInitialized || e == hipErrorInvalidDevice;
+  return e == hipErrorNoDevice || e == hipErrorInsufficientDriver || e == hipErrorNotInitialized ||
+         e == hipErrorInvalidDevice;
 }
 // Errors after which the context is unusable until the process restarts.
 inline bool IsSticky(Error e) {

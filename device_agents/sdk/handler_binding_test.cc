@@ -134,11 +134,7 @@ TEST(HandlerBindingTest, CountsDTypesRanksAndAttributesAreCheckedFirst) {
 TEST(HandlerBindingTest, OptionalAttributesAnyDTypesAndTheContext) {
   Frame f;
   CallFrame call = f.Call();
-  auto binding = Bind()
-                     .Arg<Tensor<>>()
-                     .Attr<std::optional<double>>("lo")
-                     .Ctx()
-                     .Ret<Tensor<>>();
+  auto binding = Bind().Arg<Tensor<>>().Attr<std::optional<double>>("lo").Ctx().Ret<Tensor<>>();
   bool saw = false;
   Status s = binding.Call(
       [&](Tensor<> x, std::optional<double> lo, CallFrame& ctx, Tensor<> out) {

@@ -160,27 +160,48 @@ bool DlpackDType(int dtype, nb::dlpack::dtype* out) {
     return true;
   };
   switch (static_cast<DType>(dtype)) {
-    case DType::kPred: return set(C::Bool, 8);
-    case DType::kS8: return set(C::Int, 8);
-    case DType::kS16: return set(C::Int, 16);
-    case DType::kS32: return set(C::Int, 32);
-    case DType::kS64: return set(C::Int, 64);
-    case DType::kU8: return set(C::UInt, 8);
-    case DType::kU16: return set(C::UInt, 16);
-    case DType::kU32: return set(C::UInt, 32);
-    case DType::kU64: return set(C::UInt, 64);
-    case DType::kF16: return set(C::Float, 16);
-    case DType::kF32: return set(C::Float, 32);
-    case DType::kF64: return set(C::Float, 64);
-    case DType::kBF16: return set(C::Bfloat, 16);
-    case DType::kC64: return set(C::Complex, 64);
-    case DType::kC128: return set(C::Complex, 128);
-    case DType::kF8E5M2: return set(C::Float8_E5M2, 8);
-    case DType::kF8E4M3FN: return set(C::Float8_E4M3FN, 8);
-    case DType::kF8E4M3B11FNUZ: return set(C::Float8_E4M3B11FNUZ, 8);
-    case DType::kF8E5M2FNUZ: return set(C::Float8_E5M2FNUZ, 8);
-    case DType::kF8E4M3FNUZ: return set(C::Float8_E4M3FNUZ, 8);
-    default: return false;
+    case DType::kPred:
+      return set(C::Bool, 8);
+    case DType::kS8:
+      return set(C::Int, 8);
+    case DType::kS16:
+      return set(C::Int, 16);
+    case DType::kS32:
+      return set(C::Int, 32);
+    case DType::kS64:
+      return set(C::Int, 64);
+    case DType::kU8:
+      return set(C::UInt, 8);
+    case DType::kU16:
+      return set(C::UInt, 16);
+    case DType::kU32:
+      return set(C::UInt, 32);
+    case DType::kU64:
+      return set(C::UInt, 64);
+    case DType::kF16:
+      return set(C::Float, 16);
+    case DType::kF32:
+      return set(C::Float, 32);
+    case DType::kF64:
+      return set(C::Float, 64);
+    case DType::kBF16:
+      return set(C::Bfloat, 16);
+    case DType::kC64:
+      return set(C::Complex, 64);
+    case DType::kC128:
+      return set(C::Complex, 128);
+    case DType::kF8E5M2:
+      return set(C::Float8_E5M2, 8);
+    case DType::kF8E4M3FN:
+      return set(C::Float8_E4M3FN, 8);
+    case DType::kF8E4M3B11FNUZ:
+      return set(C::Float8_E4M3B11FNUZ, 8);
+    case DType::kF8E5M2FNUZ:
+      return set(C::Float8_E5M2FNUZ, 8);
+    case DType::kF8E4M3FNUZ:
+      return set(C::Float8_E4M3FNUZ, 8);
+    default:
+      return false;
   }
 }
 
@@ -194,12 +215,13 @@ nb::object DlpackView(uintptr_t ptr, std::vector<size_t> shape, int dtype, bool 
     throw nb::python_error();
   }
   if (readonly) {
-    return nb::cast(nb::ndarray<nb::array_api, nb::ro>(reinterpret_cast<const void*>(ptr), shape.size(),
-                                        shape.data(), owner, nullptr, dt, device_type,
-                                        device_id));
+    return nb::cast(nb::ndarray<nb::array_api, nb::ro>(reinterpret_cast<const void*>(ptr),
+                                                       shape.size(), shape.data(), owner, nullptr,
+                                                       dt, device_type, device_id));
   }
-  return nb::cast(nb::ndarray<nb::array_api>(reinterpret_cast<void*>(ptr), shape.size(), shape.data(),
-                                owner, nullptr, dt, device_type, device_id));
+  return nb::cast(nb::ndarray<nb::array_api>(reinterpret_cast<void*>(ptr), shape.size(),
+                                             shape.data(), owner, nullptr, dt, device_type,
+                                             device_id));
 }
 
 }  // namespace
@@ -210,8 +232,8 @@ void DefineAgent(nb::module_& m) {
       .def_prop_ro("port", &PyAgent::port)
       .def_prop_ro("agent_id", &PyAgent::agent_id)
       .def("shutdown", &PyAgent::Shutdown);
-  m.def("start_agent", &StartAgent, nb::arg("argv"), nb::arg("handlers"),
-        nb::arg("dispatch"), nb::arg("python_threads"), nb::arg("source"));
+  m.def("start_agent", &StartAgent, nb::arg("argv"), nb::arg("handlers"), nb::arg("dispatch"),
+        nb::arg("python_threads"), nb::arg("source"));
 }
 
 }  // namespace farcall::python

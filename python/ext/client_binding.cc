@@ -5,9 +5,9 @@
 #include <cstring>
 #include <deque>
 #include <functional>
-#include <thread>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -26,8 +26,9 @@ namespace nb = nanobind;
 namespace farcall::python {
 namespace {
 
-using ArgTuple = std::tuple<uintptr_t, int, std::vector<int64_t>, bool>;  // ptr, dtype, dims, writable
-using SpecTuple = std::tuple<int, std::vector<int64_t>>;                 // dtype, dims
+using ArgTuple =
+    std::tuple<uintptr_t, int, std::vector<int64_t>, bool>;  // ptr, dtype, dims, writable
+using SpecTuple = std::tuple<int, std::vector<int64_t>>;     // dtype, dims
 
 TensorSpec MakeSpec(int dtype, std::vector<int64_t> dims) {
   return TensorSpec{static_cast<DType>(dtype), std::move(dims)};
@@ -50,9 +51,8 @@ struct PyCall {
 PyCall BuildCall(const std::string& handler, const std::vector<std::string>& platforms,
                  const std::vector<ArgTuple>& args, const std::vector<SpecTuple>& results,
                  const std::map<uint32_t, uint32_t>& aliases, const nb::dict& attributes,
-                 bool has_side_effect, double timeout, const std::string& rpc,
-                 bool validate, const std::string& call_id,
-                 const std::vector<uintptr_t>& result_memory) {
+                 bool has_side_effect, double timeout, const std::string& rpc, bool validate,
+                 const std::string& call_id, const std::vector<uintptr_t>& result_memory) {
   PyCall c;
   CallRequest& r = c.request;
   r.handler = handler;
@@ -93,10 +93,14 @@ PyCall BuildCall(const std::string& handler, const std::vector<std::string>& pla
 
 const char* TransportName(Transport t) {
   switch (t) {
-    case Transport::kUnary: return "unary";
-    case Transport::kStream: return "stream";
-    case Transport::kShm: return "shm";
-    case Transport::kAuto: break;
+    case Transport::kUnary:
+      return "unary";
+    case Transport::kStream:
+      return "stream";
+    case Transport::kShm:
+      return "shm";
+    case Transport::kAuto:
+      break;
   }
   return "auto";
 }
@@ -254,8 +258,8 @@ class PyClient {
                  const std::map<uint32_t, uint32_t>& aliases, const nb::dict& attributes,
                  bool has_side_effect, double timeout, const std::string& rpc, bool validate,
                  const std::string& call_id, const std::vector<uintptr_t>& result_memory) {
-    PyCall c = BuildCall(handler, platform, args, results, aliases, attributes,
-                         has_side_effect, timeout, rpc, validate, call_id, result_memory);
+    PyCall c = BuildCall(handler, platform, args, results, aliases, attributes, has_side_effect,
+                         timeout, rpc, validate, call_id, result_memory);
     absl::StatusOr<CallResult> r;
     {
       nb::gil_scoped_release release;
@@ -273,8 +277,8 @@ class PyClient {
                  const std::map<uint32_t, uint32_t>& aliases, const nb::dict& attributes,
                  bool has_side_effect, double timeout, const std::string& rpc, bool validate,
                  const std::string& call_id, nb::object done) {
-    PyCall c = BuildCall(handler, platform, args, results, aliases, attributes,
-                         has_side_effect, timeout, rpc, validate, call_id, {});
+    PyCall c = BuildCall(handler, platform, args, results, aliases, attributes, has_side_effect,
+                         timeout, rpc, validate, call_id, {});
     // Dropped only with the GIL (run), or leaked once Python is going away
     // (drop): never released on a gRPC thread.
     auto fn = std::make_shared<nb::object>(std::move(done));
@@ -363,8 +367,8 @@ class PyClient {
 
 void DefineClient(nb::module_& m) {
   nb::class_<PyClient>(m, "Client")
-      .def(nb::init<const std::string&, const std::string&, const std::string&,
-                    const std::string&, const std::string&>(),
+      .def(nb::init<const std::string&, const std::string&, const std::string&, const std::string&,
+                    const std::string&>(),
            nb::arg("target"), nb::arg("tls_ca"), nb::arg("tls_cert"), nb::arg("tls_key"),
            nb::arg("token"))
       .def("call", &PyClient::Call)
@@ -373,7 +377,8 @@ void DefineClient(nb::module_& m) {
       .def("describe", &PyClient::Describe)
       .def("agents", &PyClient::Agents)
       .def("health", &PyClient::Health);
-  m.def("_drain_completions", [](double timeout) { return PythonCompletions::Get().Drain(timeout); });
+  m.def("_drain_completions",
+        [](double timeout) { return PythonCompletions::Get().Drain(timeout); });
 }
 
 }  // namespace farcall::python

@@ -20,8 +20,7 @@ namespace {
 
 absl::Status CudaStatus(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(
-      absl::StrCat("farcall: ", what, " failed: ", cudaGetErrorString(e)));
+  return absl::InternalError(absl::StrCat("farcall: ", what, " failed: ", cudaGetErrorString(e)));
 }
 
 // Host memory for one call's tensors, pinned so the copies can be async.
@@ -31,8 +30,7 @@ class PinnedBuffer {
     if (p_ != nullptr) cudaFreeHost(p_);
   }
   absl::Status Allocate(size_t bytes) {
-    return bytes == 0 ? absl::OkStatus()
-                      : CudaStatus(cudaMallocHost(&p_, bytes), "cudaMallocHost");
+    return bytes == 0 ? absl::OkStatus() : CudaStatus(cudaMallocHost(&p_, bytes), "cudaMallocHost");
   }
   void* data() const { return p_; }
 
@@ -98,9 +96,9 @@ absl::Status RunOnHost(cudaStream_t stream, ffi::RemainingArgs& args, ffi::Remai
 }
 
 ffi::Error CudaCall(cudaStream_t stream, ffi::RemainingArgs args, ffi::RemainingRets rets,
-                    std::string_view target, std::string_view handler,
-                    std::string_view platform, std::string_view aliases,
-                    std::string_view attributes, double timeout, bool has_side_effect) {
+                    std::string_view target, std::string_view handler, std::string_view platform,
+                    std::string_view aliases, std::string_view attributes, double timeout,
+                    bool has_side_effect) {
   FfiCallAttrs attrs{target, handler, platform, aliases, attributes, timeout, has_side_effect};
   std::vector<std::unique_ptr<PinnedBuffer>> memory;
   absl::Status s = RunOnHost(stream, args, rets, attrs, memory);
@@ -114,13 +112,12 @@ ffi::Error CudaCall(cudaStream_t stream, ffi::RemainingArgs args, ffi::Remaining
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(
-    FarcallXlaCudaCall, CudaCall,
-    BindCall(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(FarcallXlaCudaCall, CudaCall,
+                              BindCall(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()));
 
 void AddCudaFfiHandler(nb::dict& handlers) {
-  handlers["CUDA"] = nb::capsule(reinterpret_cast<void*>(&FarcallXlaCudaCall),
-                                 "xla._CUSTOM_CALL_TARGET");
+  handlers["CUDA"] =
+      nb::capsule(reinterpret_cast<void*>(&FarcallXlaCudaCall), "xla._CUSTOM_CALL_TARGET");
 }
 
 }  // namespace farcall::python

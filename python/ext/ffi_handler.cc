@@ -12,8 +12,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "farcall/client.h"
-#include "python/ext/extension.h"
 #include "nanobind/stl/string.h"
+#include "python/ext/extension.h"
 #include "python/ext/ffi_call.h"
 
 namespace nb = nanobind;
@@ -31,8 +31,8 @@ absl::string_view Absl(std::string_view s) { return absl::string_view(s.data(), 
 // target with TLS or a token: the secrets stay here, out of the program's
 // attributes (which JAX prints in its IR dumps).
 absl::Mutex clients_mu(absl::kConstInit);
-std::map<std::string, std::unique_ptr<Client>, std::less<>>* clients
-    ABSL_GUARDED_BY(clients_mu) = new std::map<std::string, std::unique_ptr<Client>, std::less<>>();
+std::map<std::string, std::unique_ptr<Client>, std::less<>>* clients ABSL_GUARDED_BY(clients_mu) =
+    new std::map<std::string, std::unique_ptr<Client>, std::less<>>();
 
 absl::StatusOr<Client*> ClientFor(std::string_view key) {
   absl::MutexLock l(&clients_mu);
@@ -68,8 +68,7 @@ bool TakeCounted(absl::string_view& in, absl::string_view* out) {
 
 // Entries of a type letter (i, f, b, s) and two counted strings each: name
 // and value. Python writes floats with repr(), which round-trips.
-absl::Status DecodeAttributes(absl::string_view in,
-                              std::map<std::string, AttributeValue>* out) {
+absl::Status DecodeAttributes(absl::string_view in, std::map<std::string, AttributeValue>* out) {
   const absl::Status bad = absl::InvalidArgumentError("farcall: malformed attribute encoding.");
   while (!in.empty()) {
     char type = in.front();
@@ -104,9 +103,8 @@ absl::Status DecodeAttributes(absl::string_view in,
 }
 
 ffi::Error CpuCall(ffi::RemainingArgs args, ffi::RemainingRets rets, std::string_view target,
-                   std::string_view handler, std::string_view platform,
-                   std::string_view aliases, std::string_view attributes, double timeout,
-                   bool has_side_effect) {
+                   std::string_view handler, std::string_view platform, std::string_view aliases,
+                   std::string_view attributes, double timeout, bool has_side_effect) {
   FfiCallAttrs attrs{target, handler, platform, aliases, attributes, timeout, has_side_effect};
   std::vector<HostTensor> in, out;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -195,16 +193,15 @@ ffi::Error ToFfiError(const absl::Status& s) {
 XLA_FFI_DEFINE_HANDLER_SYMBOL(FarcallXlaCpuCall, CpuCall, BindCall(ffi::Ffi::Bind()));
 
 void DefineFfi(nb::module_& m) {
-  m.def("ffi_connection", [](const std::string& target, const std::string& tls_ca,
-                             const std::string& tls_cert, const std::string& tls_key,
-                             const std::string& token) {
-    return Connection(target, ClientOptions{tls_ca, tls_cert, tls_key, token});
-  });
+  m.def("ffi_connection",
+        [](const std::string& target, const std::string& tls_ca, const std::string& tls_cert,
+           const std::string& tls_key, const std::string& token) {
+          return Connection(target, ClientOptions{tls_ca, tls_cert, tls_key, token});
+        });
   // {XLA platform name: capsule}, for jax.ffi.register_ffi_target.
   m.def("ffi_handlers", [] {
     nb::dict d;
-    d["cpu"] = nb::capsule(reinterpret_cast<void*>(&FarcallXlaCpuCall),
-                           "xla._CUSTOM_CALL_TARGET");
+    d["cpu"] = nb::capsule(reinterpret_cast<void*>(&FarcallXlaCpuCall), "xla._CUSTOM_CALL_TARGET");
     AddCudaFfiHandler(d);
     return d;
   });

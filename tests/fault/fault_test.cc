@@ -58,10 +58,9 @@ void ExpectIdle(const ChildProcess& agent) {
 
 // A router holds no call on `agent`.
 void ExpectRouterIdle(const ChildProcess& router, const ChildProcess& agent) {
-  EXPECT_TRUE(Reaches(router,
-                      absl::StrCat("farcall_router_agent_inflight_calls{agent=\"",
-                                   agent.address(), "\"}"),
-                      0));
+  EXPECT_TRUE(Reaches(
+      router, absl::StrCat("farcall_router_agent_inflight_calls{agent=\"", agent.address(), "\"}"),
+      0));
 }
 
 v1::TensorSpec U8(int64_t n) {
@@ -123,10 +122,10 @@ TEST_P(AgentKilledTest, MidUploadTheCallerGetsUnavailableAndNothingIsLeft) {
   if (routed) {
     ExpectRouterIdle(*router, *victim);
     // Its next health probe finds the agent gone.
-    EXPECT_TRUE(Reaches(*router,
-                        absl::StrCat("farcall_router_agent_up{agent=\"", victim->address(),
-                                     "\",platform=\"cpu\"}"),
-                        0));
+    EXPECT_TRUE(Reaches(
+        *router,
+        absl::StrCat("farcall_router_agent_up{agent=\"", victim->address(), "\",platform=\"cpu\"}"),
+        0));
   }
   // Other agents serve on.
   auto client = Client::Connect(survivor->address());
@@ -272,10 +271,10 @@ TEST(FaultTest, ALostDeviceTakesItsAgentOutOfTheRoutersChoice) {
             "(injected by --inject_faults=lose_device=1).");
   EXPECT_EQ((*direct)->Health().code(), absl::StatusCode::kUnavailable);
   // The router's next probe takes it out; every call then goes to the other.
-  EXPECT_TRUE(Reaches(*router,
-                      absl::StrCat("farcall_router_agent_up{agent=\"", lost->address(),
-                                   "\",platform=\"cpu\"}"),
-                      0));
+  EXPECT_TRUE(Reaches(
+      *router,
+      absl::StrCat("farcall_router_agent_up{agent=\"", lost->address(), "\",platform=\"cpu\"}"),
+      0));
   auto client = Client::Connect(router->address());
   ASSERT_TRUE(client.ok());
   for (int i = 0; i < 10; ++i) EXPECT_TRUE(testing::CallOnFour(**client).ok()) << i;
@@ -298,9 +297,8 @@ TEST(FaultTest, ClientsOfARestartedRouterReconnectByThemselves) {
   o.timeout = absl::Milliseconds(500);
   EXPECT_EQ(testing::CallOnFour(**client, "copy", o).status().code(),
             absl::StatusCode::kUnavailable);
-  auto again = ChildProcess::Start(
-      FARCALL_ROUTER_BIN,
-      {absl::StrCat("--listen=127.0.0.1:", port), "--agents=" + agent->address()});
+  auto again = ChildProcess::Start(FARCALL_ROUTER_BIN, {absl::StrCat("--listen=127.0.0.1:", port),
+                                                        "--agents=" + agent->address()});
   ASSERT_TRUE(again.ok()) << again.status();
   // The same client object, no new Connect: it finds the new router.
   o.timeout = absl::Seconds(20);

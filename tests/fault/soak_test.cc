@@ -33,10 +33,9 @@ constexpr int kThreads = 4;
 constexpr int kCallsPerThread = 2500;
 
 std::unique_ptr<ChildProcess> StartAgent(int port = 0) {
-  auto a = ChildProcess::Start(FARCALL_AGENT_BIN,
-                               {absl::StrCat("--listen=127.0.0.1:", port),
-                                "--metrics_listen=127.0.0.1:0", "--drain_seconds=1",
-                                "--inject_faults=run=211,allocate=307"});
+  auto a = ChildProcess::Start(
+      FARCALL_AGENT_BIN, {absl::StrCat("--listen=127.0.0.1:", port), "--metrics_listen=127.0.0.1:0",
+                          "--drain_seconds=1", "--inject_faults=run=211,allocate=307"});
   EXPECT_TRUE(a.ok()) << a.status();
   return a.ok() ? *std::move(a) : nullptr;
 }
@@ -101,8 +100,8 @@ void OneCall(Client& client, std::mt19937_64& rng, bool fault, Tally& t) {
     const bool injected = absl::StrContains(r.status().message(), "injected by --inject_faults");
     if (c == absl::StatusCode::kDeadlineExceeded || c == absl::StatusCode::kUnavailable ||
         c == absl::StatusCode::kCancelled ||
-        (injected && (c == absl::StatusCode::kInternal ||
-                      c == absl::StatusCode::kResourceExhausted))) {
+        (injected &&
+         (c == absl::StatusCode::kInternal || c == absl::StatusCode::kResourceExhausted))) {
       ++t.expected_failures;
     } else {
       ++t.unexpected_failures;
@@ -141,9 +140,9 @@ TEST(SoakTest, TenThousandCallsWithFaultsGiveNoWrongResultAndLeakNothing) {
     ports.push_back(a->port());
     absl::StrAppend(&list, list.empty() ? "" : ",", a->address());
   }
-  auto router = ChildProcess::Start(
-      FARCALL_ROUTER_BIN, {"--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0",
-                           "--probe_interval_ms=100", "--agents=" + list});
+  auto router = ChildProcess::Start(FARCALL_ROUTER_BIN,
+                                    {"--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0",
+                                     "--probe_interval_ms=100", "--agents=" + list});
   ASSERT_TRUE(router.ok()) << router.status();
 
   Tally tally;
@@ -182,10 +181,11 @@ TEST(SoakTest, TenThousandCallsWithFaultsGiveNoWrongResultAndLeakNothing) {
   for (std::thread& th : threads) th.join();
 
   const int total = kThreads * kCallsPerThread + 200;
-  std::printf("soak: %d calls, %d ok, %d failed as faults do, %d failed otherwise, %d wrong; "
-              "%d agent kills\n",
-              total, tally.ok.load(), tally.expected_failures.load(),
-              tally.unexpected_failures.load(), tally.wrong.load(), kills);
+  std::printf(
+      "soak: %d calls, %d ok, %d failed as faults do, %d failed otherwise, %d wrong; "
+      "%d agent kills\n",
+      total, tally.ok.load(), tally.expected_failures.load(), tally.unexpected_failures.load(),
+      tally.wrong.load(), kills);
   EXPECT_EQ(tally.wrong.load(), 0) << tally.first_problem;
   EXPECT_EQ(tally.unexpected_failures.load(), 0) << tally.first_problem;
   EXPECT_GT(tally.ok.load(), total * 95 / 100);
@@ -204,9 +204,9 @@ TEST(SoakTest, TenThousandCallsWithFaultsGiveNoWrongResultAndLeakNothing) {
     EXPECT_TRUE(settles(a->metrics_port(), "farcall_agent_inflight_bytes")) << a->address();
   }
   for (const auto& a : agents) {
-    EXPECT_TRUE(settles((*router)->metrics_port(),
-                        absl::StrCat("farcall_router_agent_inflight_calls{agent=\"",
-                                     a->address(), "\"}")));
+    EXPECT_TRUE(
+        settles((*router)->metrics_port(),
+                absl::StrCat("farcall_router_agent_inflight_calls{agent=\"", a->address(), "\"}")));
   }
   const int64_t router_growth = (*router)->ResidentBytes() - router_rss;
   const int64_t agent_growth = agents[0]->ResidentBytes() - agent_rss;

@@ -40,8 +40,8 @@ int main(int argc, char** argv) {
   }
   const float* out = r->results[0].as<float>();
   const std::vector<float> doubled(out, out + 4);  // r is reused below
-  std::printf("consumer.twice %s: %g %g %g %g\n", farcall::SpecToString(spec).c_str(),
-              doubled[0], doubled[1], doubled[2], doubled[3]);
+  std::printf("consumer.twice %s: %g %g %g %g\n", farcall::SpecToString(spec).c_str(), doubled[0],
+              doubled[1], doubled[2], doubled[3]);
 
   farcall::CallRequest axpy;
   axpy.handler = "axpy";

@@ -14,6 +14,5 @@ FARCALL_BOUND_HANDLER(Twice, TwiceImpl, farcall::sdk::Bind("consumer.twice").Arg
 
 }  // namespace
 
-FARCALL_PLUGIN("twice_plugin",
-               FARCALL_HANDLER_DEF("consumer.twice", "cpu", FARCALL_TRAIT_WRITES_ALL_RESULTS,
-                                   Twice));
+FARCALL_PLUGIN("twice_plugin", FARCALL_HANDLER_DEF("consumer.twice", "cpu",
+                                                   FARCALL_TRAIT_WRITES_ALL_RESULTS, Twice));

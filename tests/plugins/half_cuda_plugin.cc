@@ -31,5 +31,4 @@ Status Half(CallFrame& call) {
 
 }  // namespace
 
-FARCALL_PLUGIN("farcall_half_cuda_plugin",
-               FARCALL_HANDLER_DEF("test.half", "cuda", 0, Half));
+FARCALL_PLUGIN("farcall_half_cuda_plugin", FARCALL_HANDLER_DEF("test.half", "cuda", 0, Half));

@@ -40,6 +40,5 @@ Status Half(CallFrame& call) {
 
 }  // namespace
 
-FARCALL_PLUGIN("farcall_side_effect_plugin",
-               FARCALL_HANDLER_DEF("test.count", "cpu", 0, Count),
+FARCALL_PLUGIN("farcall_side_effect_plugin", FARCALL_HANDLER_DEF("test.count", "cpu", 0, Count),
                FARCALL_HANDLER_DEF("test.half", "cpu", 0, Half));

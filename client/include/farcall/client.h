@@ -49,14 +49,10 @@ class Arg {
     return Arg(std::move(spec), const_cast<void*>(data), false);
   }
   // An input that a result may alias: that result is written back here.
-  static Arg InOut(TensorSpec spec, void* data) {
-    return Arg(std::move(spec), data, true);
-  }
+  static Arg InOut(TensorSpec spec, void* data) { return Arg(std::move(spec), data, true); }
   const TensorSpec& spec() const { return spec_; }
   const uint8_t* data() const { return static_cast<const uint8_t*>(data_); }
-  uint8_t* writable_data() const {
-    return writable_ ? static_cast<uint8_t*>(data_) : nullptr;
-  }
+  uint8_t* writable_data() const { return writable_ ? static_cast<uint8_t*>(data_) : nullptr; }
 
  private:
   Arg(TensorSpec spec, void* data, bool writable)
@@ -213,7 +209,6 @@ const char* HealthName(AgentStatus::Health health);
 
 class Client {
  public:
-
   // Connects lazily: this never fails for an unreachable target; calls do.
   // INVALID_ARGUMENT or NOT_FOUND for TLS files that cannot be used.
   static absl::StatusOr<std::unique_ptr<Client>> Connect(const std::string& target,
@@ -221,12 +216,10 @@ class Client {
   ~Client();
 
   // Blocks until the call completes.
-  absl::StatusOr<CallResult> Call(const CallRequest& request,
-                                  const CallOptions& options = {});
+  absl::StatusOr<CallResult> Call(const CallRequest& request, const CallOptions& options = {});
   // Returns at once; `done` runs once, on a gRPC thread. `request` may be
   // destroyed after CallAsync returns, but its Args' memory may not.
-  void CallAsync(const CallRequest& request, const CallOptions& options,
-                 CallCallback done);
+  void CallAsync(const CallRequest& request, const CallOptions& options, CallCallback done);
   std::future<absl::StatusOr<CallResult>> CallFuture(const CallRequest& request,
                                                      const CallOptions& options = {});
 
@@ -238,8 +231,8 @@ class Client {
   absl::StatusOr<AgentDescription> Describe(absl::Duration timeout = absl::Seconds(5));
   // Router only: every agent it knows, in its order. `refresh` probes each
   // one first instead of reporting the last periodic probe.
-  absl::StatusOr<std::vector<AgentStatus>> ListAgents(
-      bool refresh = false, absl::Duration timeout = absl::Seconds(5));
+  absl::StatusOr<std::vector<AgentStatus>> ListAgents(bool refresh = false,
+                                                      absl::Duration timeout = absl::Seconds(5));
   // The standard health check: OK when SERVING.
   absl::Status Health(absl::Duration timeout = absl::Seconds(5));
 

@@ -46,9 +46,7 @@ struct TensorSpec {
   friend bool operator==(const TensorSpec& a, const TensorSpec& b) {
     return a.dtype == b.dtype && a.dims == b.dims;
   }
-  friend bool operator!=(const TensorSpec& a, const TensorSpec& b) {
-    return !(a == b);
-  }
+  friend bool operator!=(const TensorSpec& a, const TensorSpec& b) { return !(a == b); }
 };
 
 // Bytes per element; 0 for kInvalid.

@@ -36,8 +36,7 @@ namespace farcall::sdk {
 class Status {
  public:
   Status() = default;
-  Status(FarcallCode code, std::string message)
-      : code_(code), message_(std::move(message)) {}
+  Status(FarcallCode code, std::string message) : code_(code), message_(std::move(message)) {}
   bool ok() const { return code_ == FARCALL_CODE_OK; }
   FarcallCode code() const { return code_; }
   const std::string& message() const { return message_; }
@@ -51,12 +50,8 @@ inline Status OkStatus() { return Status(); }
 inline Status InvalidArgument(std::string m) {
   return Status(FARCALL_CODE_INVALID_ARGUMENT, std::move(m));
 }
-inline Status Internal(std::string m) {
-  return Status(FARCALL_CODE_INTERNAL, std::move(m));
-}
-inline Status Cancelled(std::string m) {
-  return Status(FARCALL_CODE_CANCELLED, std::move(m));
-}
+inline Status Internal(std::string m) { return Status(FARCALL_CODE_INTERNAL, std::move(m)); }
+inline Status Cancelled(std::string m) { return Status(FARCALL_CODE_CANCELLED, std::move(m)); }
 inline Status Unimplemented(std::string m) {
   return Status(FARCALL_CODE_UNIMPLEMENTED, std::move(m));
 }
@@ -192,8 +187,7 @@ FarcallError* Adapt(const FarcallCallFrame* frame) {
     s = Internal("handler threw a non-standard exception");
   }
   if (s.ok()) return nullptr;
-  return frame->api->error_create(s.code(), s.message().data(),
-                                  s.message().size());
+  return frame->api->error_create(s.code(), s.message().data(), s.message().size());
 }
 }  // namespace internal
 
@@ -204,22 +198,22 @@ FarcallError* Adapt(const FarcallCallFrame* frame) {
 #include "farcall/handler_binding.h"  // IWYU pragma: export
 
 // A FarcallHandlerDef initialiser for a C++ handler function.
-#define FARCALL_HANDLER_DEF(name, platform, traits, fn)                   \
-  FarcallHandlerDef {                                                      \
-    sizeof(FarcallHandlerDef), name, platform, traits,                     \
-        &::farcall::sdk::internal::Adapt<fn>                               \
+#define FARCALL_HANDLER_DEF(name, platform, traits, fn)                                     \
+  FarcallHandlerDef {                                                                       \
+    sizeof(FarcallHandlerDef), name, platform, traits, &::farcall::sdk::internal::Adapt<fn> \
   }
 
 // Defines the plugin entry point over a list of FARCALL_HANDLER_DEFs.
-#define FARCALL_PLUGIN(plugin_name, ...)                                       \
-  extern "C" __attribute__((visibility("default"))) const FarcallPlugin*       \
-  FarcallPluginGet(void) {                                                     \
-    static const FarcallHandlerDef kDefs[] = {__VA_ARGS__};                    \
-    static const FarcallPlugin kPlugin = {                                     \
-        sizeof(FarcallPlugin),                                                 \
-        {sizeof(FarcallApiVersion), FARCALL_API_MAJOR, FARCALL_API_MINOR},     \
-        plugin_name, sizeof(kDefs) / sizeof(kDefs[0]), kDefs};                 \
-    return &kPlugin;                                                           \
+#define FARCALL_PLUGIN(plugin_name, ...)                                                          \
+  extern "C" __attribute__((visibility("default"))) const FarcallPlugin* FarcallPluginGet(void) { \
+    static const FarcallHandlerDef kDefs[] = {__VA_ARGS__};                                       \
+    static const FarcallPlugin kPlugin = {                                                        \
+        sizeof(FarcallPlugin),                                                                    \
+        {sizeof(FarcallApiVersion), FARCALL_API_MAJOR, FARCALL_API_MINOR},                        \
+        plugin_name,                                                                              \
+        sizeof(kDefs) / sizeof(kDefs[0]),                                                         \
+        kDefs};                                                                                   \
+    return &kPlugin;                                                                              \
   }
 
 #endif  // FARCALL_HANDLER_H_

@@ -78,10 +78,10 @@ typedef enum FarcallDType {
 
 /* Which native stream FarcallContext.stream holds. */
 typedef enum FarcallStreamKind {
-  FARCALL_STREAM_NONE = 0,   /* cpu: handlers run synchronously */
-  FARCALL_STREAM_CUDA = 1,   /* cudaStream_t */
-  FARCALL_STREAM_HIP = 2,    /* hipStream_t */
-  FARCALL_STREAM_OPENCL = 3  /* cl_command_queue */
+  FARCALL_STREAM_NONE = 0,  /* cpu: handlers run synchronously */
+  FARCALL_STREAM_CUDA = 1,  /* cudaStream_t */
+  FARCALL_STREAM_HIP = 2,   /* hipStream_t */
+  FARCALL_STREAM_OPENCL = 3 /* cl_command_queue */
 } FarcallStreamKind;
 
 typedef struct FarcallApiVersion {
@@ -146,8 +146,7 @@ typedef struct FarcallApi {
   FarcallApiVersion version;
   /* Makes an error with a code (FarcallCode, not OK) and a message that is
    * copied. The caller owns it until it returns it from a handler. */
-  FarcallError* (*error_create)(int32_t code, const char* message,
-                                size_t message_size);
+  FarcallError* (*error_create)(int32_t code, const char* message, size_t message_size);
   /* 1 once the call was cancelled or its deadline passed, else 0. */
   int32_t (*is_cancelled)(const FarcallContext* ctx);
   /* Blocks up to timeout_ns; returns 1 as soon as the call is cancelled, or

@@ -33,9 +33,9 @@
 #define FARCALL_HANDLER_BINDING_H_
 
 #include <complex>
-#include <functional>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -54,52 +54,136 @@ inline constexpr int64_t kAnyRank = -1;
 
 // The C++ type of one element of dtype D: the narrow floats (f16, bf16,
 // the f8 formats) as their raw bits; void for kAnyDType.
-template <int32_t D> struct ElementType { using type = void; };
-template <> struct ElementType<FARCALL_DTYPE_PRED> { using type = bool; };
-template <> struct ElementType<FARCALL_DTYPE_S8> { using type = int8_t; };
-template <> struct ElementType<FARCALL_DTYPE_S16> { using type = int16_t; };
-template <> struct ElementType<FARCALL_DTYPE_S32> { using type = int32_t; };
-template <> struct ElementType<FARCALL_DTYPE_S64> { using type = int64_t; };
-template <> struct ElementType<FARCALL_DTYPE_U8> { using type = uint8_t; };
-template <> struct ElementType<FARCALL_DTYPE_U16> { using type = uint16_t; };
-template <> struct ElementType<FARCALL_DTYPE_U32> { using type = uint32_t; };
-template <> struct ElementType<FARCALL_DTYPE_U64> { using type = uint64_t; };
-template <> struct ElementType<FARCALL_DTYPE_F16> { using type = uint16_t; };
-template <> struct ElementType<FARCALL_DTYPE_BF16> { using type = uint16_t; };
-template <> struct ElementType<FARCALL_DTYPE_F32> { using type = float; };
-template <> struct ElementType<FARCALL_DTYPE_F64> { using type = double; };
-template <> struct ElementType<FARCALL_DTYPE_C64> { using type = std::complex<float>; };
-template <> struct ElementType<FARCALL_DTYPE_C128> { using type = std::complex<double>; };
-template <> struct ElementType<FARCALL_DTYPE_F8E5M2> { using type = uint8_t; };
-template <> struct ElementType<FARCALL_DTYPE_F8E4M3FN> { using type = uint8_t; };
-template <> struct ElementType<FARCALL_DTYPE_F8E4M3B11FNUZ> { using type = uint8_t; };
-template <> struct ElementType<FARCALL_DTYPE_F8E5M2FNUZ> { using type = uint8_t; };
-template <> struct ElementType<FARCALL_DTYPE_F8E4M3FNUZ> { using type = uint8_t; };
+template <int32_t D>
+struct ElementType {
+  using type = void;
+};
+template <>
+struct ElementType<FARCALL_DTYPE_PRED> {
+  using type = bool;
+};
+template <>
+struct ElementType<FARCALL_DTYPE_S8> {
+  using type = int8_t;
+};
+template <>
+struct ElementType<FARCALL_DTYPE_S16> {
+  using type = int16_t;
+};
+template <>
+struct ElementType<FARCALL_DTYPE_S32> {
+  using type = int32_t;
+};
+template <>
+struct ElementType<FARCALL_DTYPE_S64> {
+  using type = int64_t;
+};
+template <>
+struct ElementType<FARCALL_DTYPE_U8> {
+  using type = uint8_t;
+};
+template <>
+struct ElementType<FARCALL_DTYPE_U16> {
+  using type = uint16_t;
+};
+template <>
+struct ElementType<FARCALL_DTYPE_U32> {
+  using type = uint32_t;
+};
+template <>
+struct ElementType<FARCALL_DTYPE_U64> {
+  using type = uint64_t;
+};
+template <>
+struct ElementType<FARCALL_DTYPE_F16> {
+  using type = uint16_t;
+};
+template <>
+struct ElementType<FARCALL_DTYPE_BF16> {
+  using type = uint16_t;
+};
+template <>
+struct ElementType<FARCALL_DTYPE_F32> {
+  using type = float;
+};
+template <>
+struct ElementType<FARCALL_DTYPE_F64> {
+  using type = double;
+};
+template <>
+struct ElementType<FARCALL_DTYPE_C64> {
+  using type = std::complex<float>;
+};
+template <>
+struct ElementType<FARCALL_DTYPE_C128> {
+  using type = std::complex<double>;
+};
+template <>
+struct ElementType<FARCALL_DTYPE_F8E5M2> {
+  using type = uint8_t;
+};
+template <>
+struct ElementType<FARCALL_DTYPE_F8E4M3FN> {
+  using type = uint8_t;
+};
+template <>
+struct ElementType<FARCALL_DTYPE_F8E4M3B11FNUZ> {
+  using type = uint8_t;
+};
+template <>
+struct ElementType<FARCALL_DTYPE_F8E5M2FNUZ> {
+  using type = uint8_t;
+};
+template <>
+struct ElementType<FARCALL_DTYPE_F8E4M3FNUZ> {
+  using type = uint8_t;
+};
 
 // The dtype's name as JAX and numpy write it ("float32"), for messages.
 inline std::string_view DTypeName(int32_t d) {
   switch (d) {
-    case FARCALL_DTYPE_PRED: return "bool";
-    case FARCALL_DTYPE_S8: return "int8";
-    case FARCALL_DTYPE_S16: return "int16";
-    case FARCALL_DTYPE_S32: return "int32";
-    case FARCALL_DTYPE_S64: return "int64";
-    case FARCALL_DTYPE_U8: return "uint8";
-    case FARCALL_DTYPE_U16: return "uint16";
-    case FARCALL_DTYPE_U32: return "uint32";
-    case FARCALL_DTYPE_U64: return "uint64";
-    case FARCALL_DTYPE_F16: return "float16";
-    case FARCALL_DTYPE_F32: return "float32";
-    case FARCALL_DTYPE_F64: return "float64";
-    case FARCALL_DTYPE_C64: return "complex64";
-    case FARCALL_DTYPE_BF16: return "bfloat16";
-    case FARCALL_DTYPE_C128: return "complex128";
-    case FARCALL_DTYPE_F8E5M2: return "float8_e5m2";
-    case FARCALL_DTYPE_F8E4M3FN: return "float8_e4m3fn";
-    case FARCALL_DTYPE_F8E4M3B11FNUZ: return "float8_e4m3b11fnuz";
-    case FARCALL_DTYPE_F8E5M2FNUZ: return "float8_e5m2fnuz";
-    case FARCALL_DTYPE_F8E4M3FNUZ: return "float8_e4m3fnuz";
-    default: return "invalid";
+    case FARCALL_DTYPE_PRED:
+      return "bool";
+    case FARCALL_DTYPE_S8:
+      return "int8";
+    case FARCALL_DTYPE_S16:
+      return "int16";
+    case FARCALL_DTYPE_S32:
+      return "int32";
+    case FARCALL_DTYPE_S64:
+      return "int64";
+    case FARCALL_DTYPE_U8:
+      return "uint8";
+    case FARCALL_DTYPE_U16:
+      return "uint16";
+    case FARCALL_DTYPE_U32:
+      return "uint32";
+    case FARCALL_DTYPE_U64:
+      return "uint64";
+    case FARCALL_DTYPE_F16:
+      return "float16";
+    case FARCALL_DTYPE_F32:
+      return "float32";
+    case FARCALL_DTYPE_F64:
+      return "float64";
+    case FARCALL_DTYPE_C64:
+      return "complex64";
+    case FARCALL_DTYPE_BF16:
+      return "bfloat16";
+    case FARCALL_DTYPE_C128:
+      return "complex128";
+    case FARCALL_DTYPE_F8E5M2:
+      return "float8_e5m2";
+    case FARCALL_DTYPE_F8E4M3FN:
+      return "float8_e4m3fn";
+    case FARCALL_DTYPE_F8E4M3B11FNUZ:
+      return "float8_e4m3b11fnuz";
+    case FARCALL_DTYPE_F8E5M2FNUZ:
+      return "float8_e5m2fnuz";
+    case FARCALL_DTYPE_F8E4M3FNUZ:
+      return "float8_e4m3fnuz";
+    default:
+      return "invalid";
   }
 }
 
@@ -153,21 +237,38 @@ class Tensor {
 
 namespace internal {
 
-template <class TensorT> struct ArgPart { using type = TensorT; };
-template <class TensorT> struct RetPart { using type = TensorT; };
-template <class V> struct AttrPart {
+template <class TensorT>
+struct ArgPart {
+  using type = TensorT;
+};
+template <class TensorT>
+struct RetPart {
+  using type = TensorT;
+};
+template <class V>
+struct AttrPart {
   using type = V;
   const char* name;
 };
 struct CtxPart {};
 
-template <class P> struct IsArg : std::false_type {};
-template <class T> struct IsArg<ArgPart<T>> : std::true_type {};
-template <class P> struct IsRet : std::false_type {};
-template <class T> struct IsRet<RetPart<T>> : std::true_type {};
-template <class P> struct IsCtx : std::is_same<P, CtxPart> {};
-template <class V> struct Optional { using type = V; static constexpr bool kOptional = false; };
-template <class V> struct Optional<std::optional<V>> {
+template <class P>
+struct IsArg : std::false_type {};
+template <class T>
+struct IsArg<ArgPart<T>> : std::true_type {};
+template <class P>
+struct IsRet : std::false_type {};
+template <class T>
+struct IsRet<RetPart<T>> : std::true_type {};
+template <class P>
+struct IsCtx : std::is_same<P, CtxPart> {};
+template <class V>
+struct Optional {
+  using type = V;
+  static constexpr bool kOptional = false;
+};
+template <class V>
+struct Optional<std::optional<V>> {
   using type = V;
   static constexpr bool kOptional = true;
 };
@@ -186,15 +287,21 @@ inline std::string Plural(size_t n, const char* what) {
 
 inline std::string AttrTypeName(int32_t t) {
   switch (t) {
-    case FARCALL_ATTR_I64: return "int64";
-    case FARCALL_ATTR_F64: return "float64";
-    case FARCALL_ATTR_BOOL: return "bool";
-    case FARCALL_ATTR_STR: return "str";
-    default: return "unknown";
+    case FARCALL_ATTR_I64:
+      return "int64";
+    case FARCALL_ATTR_F64:
+      return "float64";
+    case FARCALL_ATTR_BOOL:
+      return "bool";
+    case FARCALL_ATTR_STR:
+      return "str";
+    default:
+      return "unknown";
   }
 }
 
-template <class V> constexpr const char* AttrWanted() {
+template <class V>
+constexpr const char* AttrWanted() {
   if constexpr (std::is_same_v<V, int64_t>) return "int64";
   if constexpr (std::is_same_v<V, double>) return "float64 (or int64)";
   if constexpr (std::is_same_v<V, bool>) return "bool";
@@ -274,8 +381,8 @@ std::optional<TensorT> DecodeTensor(const FarcallBuffer* b, const char* what, si
     problem = std::string("expected ") + std::string(DTypeName(TensorT::kDType)) + ", got " +
               std::string(DTypeName(b->dtype));
   } else if (TensorT::kRank != kAnyRank && b->rank != TensorT::kRank) {
-    problem = "expected rank " + std::to_string(TensorT::kRank) + ", got rank " +
-              std::to_string(b->rank);
+    problem =
+        "expected rank " + std::to_string(TensorT::kRank) + ", got rank " + std::to_string(b->rank);
   }
   if (!problem.empty() && error.empty()) {
     error = std::string(what) + " " + std::to_string(i) + ": " + problem;
@@ -358,10 +465,10 @@ Status Binding<Parts...>::CallWith(Fn&& fn, CallFrame& call, std::index_sequence
 // Defines `static farcall::sdk::Status symbol(farcall::sdk::CallFrame&)`, a
 // handler that checks each call against `binding` (farcall::sdk::Bind()...)
 // and then calls impl(values...). Use `symbol` in FARCALL_HANDLER_DEF.
-#define FARCALL_BOUND_HANDLER(symbol, impl, ...)                            \
-  static ::farcall::sdk::Status symbol(::farcall::sdk::CallFrame& call) {  \
-    static const auto binding = __VA_ARGS__;                                \
-    return binding.Call(impl, call);                                        \
+#define FARCALL_BOUND_HANDLER(symbol, impl, ...)                          \
+  static ::farcall::sdk::Status symbol(::farcall::sdk::CallFrame& call) { \
+    static const auto binding = __VA_ARGS__;                              \
+    return binding.Call(impl, call);                                      \
   }
 
 #endif  // FARCALL_HANDLER_BINDING_H_
