@@ -16,8 +16,9 @@ DEBS=(
   # Device backends: rocm (HIP 5.2 compiler and runtime) and oneapi (the
   # OpenCL loader and headers, with PoCL as a CPU device to run it on).
   hipcc libamdhip64-dev ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo
-  # The libFuzzer targets (tests/fuzz): clang and its fuzzer runtime.
-  clang libclang-rt-14-dev
+  # The libFuzzer targets (tests/fuzz) and tests/tsan: clang and its
+  # runtimes; clang-format for the layout check (scripts/check_format.sh).
+  clang libclang-rt-14-dev clang-format-14
   # Deployment (deploy/, tests/deploy): podman and what it needs to build and
   # run the images with no registry (a base image made by mmdebstrap; runc,
   # since crun 1.8 refuses hybrid cgroups); the Prometheus server with
