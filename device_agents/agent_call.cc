@@ -43,31 +43,6 @@ class RegionView final : public DeviceMemory {
   int64_t size_;
 };
 
-// Staging in plain host memory, when the device's pinned pool is all out:
-// correct, but its copies wait for the whole stream.
-class PlainStagingBlock final : public StagingBlock {
- public:
-  explicit PlainStagingBlock(int64_t size) : data_(size) {}
-  // Its memory must outlive the copy that reads or fills it.
-  ~PlainStagingBlock() override { Wait().IgnoreError(); }
-  uint8_t* data() override { return data_.data(); }
-  int64_t size() const override { return static_cast<int64_t>(data_.size()); }
-  absl::Status Record(Stream& stream) override {
-    stream_ = &stream;
-    return absl::OkStatus();
-  }
-  absl::Status Wait() override {
-    if (stream_ == nullptr) return absl::OkStatus();
-    Stream* s = stream_;
-    stream_ = nullptr;
-    return s->Synchronize();
-  }
-
- private:
-  std::vector<uint8_t> data_;
-  Stream* stream_ = nullptr;
-};
-
 // What a call costs the agent beyond its tensors' bytes (the parsed header,
 // the call's state, each tensor's spec and buffer), charged to the budget.
 constexpr int64_t kCallOverheadBytes = 4096;
@@ -77,32 +52,7 @@ int64_t AddSaturating(int64_t a, int64_t b) {
   return a > std::numeric_limits<int64_t>::max() - b ? std::numeric_limits<int64_t>::max() : a + b;
 }
 
-// Staging blocks a call keeps in flight at once, each way.
-constexpr size_t kMaxBlocksInFlight = 4;
-constexpr int64_t kPlainBlockBytes = int64_t{4} << 20;
-
 }  // namespace
-
-void AgentState::ReportDeviceFailure(const absl::Status& error) {
-  std::function<void(const absl::Status&)> fn;
-  {
-    absl::MutexLock l(&failure_mu);
-    if (!device_failure.ok()) return;  // reported once
-    device_failure = error;
-    fn = on_device_failure;
-  }
-  if (fn) fn(error);
-}
-
-void AgentState::SetDeviceFailureHandler(std::function<void(const absl::Status&)> fn) {
-  absl::Status pending;
-  {
-    absl::MutexLock l(&failure_mu);
-    on_device_failure = fn;
-    pending = device_failure;
-  }
-  if (!pending.ok()) fn(pending);
-}
 
 uint8_t* AgentCall::Tensor::host() const {
   if (host_copy != nullptr) return host_copy->data();
@@ -118,9 +68,8 @@ AgentCall::~AgentCall() {
   // cancelled while its inputs were being copied): finish it before the
   // memory goes back to the pool for other calls.
   if (stream_ != nullptr) stream_->Synchronize().IgnoreError();
-  in_open_.reset();
-  in_flight_.clear();
-  out_pending_.clear();
+  inputs_.reset();
+  outputs_.reset();
   args_.clear();
   results_.clear();
   stream_.reset();
@@ -362,57 +311,11 @@ absl::Status AgentCall::OnChunk(uint32_t index, uint64_t offset, const ChunkByte
         "a shared-memory call carries no chunks; its tensors are in the region.");
   }
   FARCALL_ASSIGN_OR_RETURN(uint8_t * dst, assembler_->Accept(index, offset, data.size()));
-  if (dst == nullptr) return StageChunk(index, offset, data);
+  if (dst == nullptr) {  // device memory: through staging blocks
+    if (!inputs_) inputs_.emplace(*device_, *stream_);
+    return inputs_->Stage(index, *args_[index].memory, args_[index].size, offset, data);
+  }
   data.CopyTo(dst);
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::unique_ptr<StagingBlock>> AgentCall::NextStagingBlock(
-    std::deque<std::unique_ptr<StagingBlock>>& in_flight, int64_t want) {
-  if (in_flight.size() < kMaxBlocksInFlight) {
-    if (auto b = device_->TryAcquireStaging()) return b;
-  }
-  // The pool is out: reuse this call's oldest block once its copy is done.
-  if (!in_flight.empty()) {
-    std::unique_ptr<StagingBlock> b = std::move(in_flight.front());
-    in_flight.pop_front();
-    FARCALL_RETURN_IF_ERROR(b->Wait());
-    return b;
-  }
-  Metrics().staging_fallbacks.With({}).Increment();
-  return std::make_unique<PlainStagingBlock>(std::min(want, kPlainBlockBytes));
-}
-
-absl::Status AgentCall::StageChunk(uint32_t index, uint64_t offset, const ChunkBytes& data) {
-  uint64_t done = 0;
-  while (done < data.size()) {
-    const int64_t at = static_cast<int64_t>(offset + done);
-    if (in_open_ != nullptr &&
-        (in_tensor_ != index || in_offset_ + in_fill_ != at || in_fill_ == in_open_->size())) {
-      FARCALL_RETURN_IF_ERROR(FlushInputBlock());
-    }
-    if (in_open_ == nullptr) {
-      FARCALL_ASSIGN_OR_RETURN(in_open_, NextStagingBlock(in_flight_, args_[index].size - at));
-      in_tensor_ = index;
-      in_offset_ = at;
-      in_fill_ = 0;
-    }
-    const uint64_t n = std::min<uint64_t>(data.size() - done, in_open_->size() - in_fill_);
-    data.CopyRangeTo(done, n, in_open_->data() + in_fill_);
-    in_fill_ += static_cast<int64_t>(n);
-    done += n;
-    if (in_fill_ == in_open_->size()) FARCALL_RETURN_IF_ERROR(FlushInputBlock());
-  }
-  return absl::OkStatus();
-}
-
-absl::Status AgentCall::FlushInputBlock() {
-  if (in_open_ == nullptr || in_fill_ == 0) return absl::OkStatus();
-  FARCALL_RETURN_IF_ERROR(
-      stream_->CopyToDevice(in_open_->data(), *args_[in_tensor_].memory, in_offset_, in_fill_));
-  FARCALL_RETURN_IF_ERROR(in_open_->Record(*stream_));
-  in_flight_.push_back(std::move(in_open_));
-  in_fill_ = 0;
   return absl::OkStatus();
 }
 
@@ -421,13 +324,7 @@ absl::Status AgentCall::EndOfInputs() {
     return absl::InvalidArgumentError("the call ended before its header was sent.");
   }
   FARCALL_RETURN_IF_ERROR(assembler_->Finish());
-  if (on_device()) {
-    FARCALL_RETURN_IF_ERROR(FlushInputBlock());
-    // Back to the pool: the next holder waits for their copies to finish,
-    // and the handler runs after them on this stream.
-    in_open_.reset();
-    in_flight_.clear();
-  }
+  if (inputs_) FARCALL_RETURN_IF_ERROR(inputs_->Finish());
   inputs_done_time_ = absl::Now();
   return absl::OkStatus();
 }
@@ -560,31 +457,6 @@ absl::Status AgentCall::CopyResultsToHost() {
   return stream_->Synchronize();
 }
 
-absl::Status AgentCall::FillResultPipeline(int64_t max_chunk_bytes) {
-  std::deque<std::unique_ptr<StagingBlock>> none;
-  while (out_pending_.size() < kMaxBlocksInFlight && copy_index_ < results_.size()) {
-    const Tensor& t = results_[copy_index_];
-    const int64_t left = t.size - copy_offset_;
-    if (left == 0) {
-      ++copy_index_;
-      copy_offset_ = 0;
-      continue;
-    }
-    FARCALL_ASSIGN_OR_RETURN(std::unique_ptr<StagingBlock> block,
-                             NextStagingBlock(none, std::min(left, max_chunk_bytes)));
-    PendingResult p;
-    p.tensor = static_cast<uint32_t>(copy_index_);
-    p.offset = copy_offset_;
-    p.size = std::min({left, block->size(), max_chunk_bytes});
-    FARCALL_RETURN_IF_ERROR(stream_->CopyToHost(*t.memory, p.offset, p.size, block->data()));
-    FARCALL_RETURN_IF_ERROR(block->Record(*stream_));
-    p.block = std::move(block);
-    out_pending_.push_back(std::move(p));
-    copy_offset_ += p.size;
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<bool> AgentCall::NextResponseFrame(int64_t max_chunk_bytes, grpc::ByteBuffer* out) {
   if (header_sent_ && out_index_ > results_.size()) return false;
   FrameEncoder enc;
@@ -604,31 +476,33 @@ absl::StatusOr<bool> AgentCall::NextResponseFrame(int64_t max_chunk_bytes, grpc:
     } else {
       // One staged block per frame; the next blocks' copies run while gRPC
       // sends this one.
-      device_error_ = FillResultPipeline(max_chunk_bytes);
-      if (device_error_.ok() && !out_pending_.empty()) {
-        PendingResult p = std::move(out_pending_.front());
-        out_pending_.pop_front();
-        device_error_ = p.block->Wait();
-        if (device_error_.ok()) {
-          std::shared_ptr<StagingBlock> keep(std::move(p.block));
-          enc.AddChunk(p.tensor, p.offset, keep->data(), p.size,
-                       std::shared_ptr<const void>(keep, keep->data()));
-          sent_bytes_ += p.size;
-          out_offset_ = p.offset + p.size;
-          out_index_ = p.tensor;
-          if (out_offset_ == results_[out_index_].size) {
-            ++out_index_;
-            out_offset_ = 0;
-          }
-          // Skip empty results up to the next one with bytes.
-          while (out_index_ < results_.size() && results_[out_index_].size == 0) ++out_index_;
-          device_error_ = FillResultPipeline(max_chunk_bytes);
+      if (!outputs_) {
+        std::vector<std::pair<DeviceMemory*, int64_t>> ranges;
+        for (const Tensor& t : results_) ranges.emplace_back(t.memory.get(), t.size);
+        outputs_.emplace(*device_, *stream_, std::move(ranges));
+      }
+      device_error_ = outputs_->Fill(max_chunk_bytes);
+      absl::StatusOr<std::optional<StagedResult>> next = std::optional<StagedResult>();
+      if (device_error_.ok()) next = outputs_->Next();
+      if (!next.ok()) device_error_ = next.status();
+      if (device_error_.ok() && next->has_value()) {
+        StagedResult p = std::move(**next);
+        std::shared_ptr<StagingBlock> keep(std::move(p.block));
+        enc.AddChunk(p.tensor, p.offset, keep->data(), p.size,
+                     std::shared_ptr<const void>(keep, keep->data()));
+        sent_bytes_ += p.size;
+        out_offset_ = p.offset + p.size;
+        out_index_ = p.tensor;
+        if (out_offset_ == results_[out_index_].size) {
+          ++out_index_;
+          out_offset_ = 0;
         }
+        // Skip empty results up to the next one with bytes.
+        while (out_index_ < results_.size() && results_[out_index_].size == 0) ++out_index_;
+        device_error_ = outputs_->Fill(max_chunk_bytes);
       }
-      if (out_pending_.empty() && copy_index_ >= results_.size()) {
-        out_index_ = results_.size();  // every byte was sent (or none needed)
-      }
-      if (device_error_.ok()) budget = 0;  // this frame is full
+      if (outputs_->done()) out_index_ = results_.size();  // every byte was sent
+      if (device_error_.ok()) budget = 0;                  // this frame is full
     }
     if (!device_error_.ok()) {
       absl::Status health = device_->health();

@@ -27,9 +27,10 @@
 #include "core/tokens.h"
 #include "core/wire/frame_codec.h"
 #include "core/wire/header_limits.h"
-#include "device_agents/admission.h"
+#include "device_agents/agent_state.h"
 #include "device_agents/call_ledger.h"
 #include "device_agents/device.h"
+#include "device_agents/device_staging.h"
 #include "device_agents/fault_injection.h"
 #include "device_agents/handler_registry.h"
 #include "device_agents/handler_runtime.h"
@@ -37,71 +38,6 @@
 #include "farcall/v1/farcall.pb.h"
 
 namespace farcall::agent {
-
-struct AgentConfig {
-  std::string agent_id;  // empty: PLATFORM-agent-PORT
-  Platform platform = Platform::kCpu;
-  // How long, and within how many bytes of answers, call_ids of calls with
-  // side effects are remembered.
-  CallLedger::Options ledger;
-  // Largest footprint (args plus non-aliased results) of one call.
-  int64_t max_call_bytes = int64_t{4} << 30;
-  // Tensor bytes all calls in flight may hold together; 0: three quarters
-  // of the memory the host, or the container's cgroup, allows.
-  int64_t max_inflight_bytes = 0;
-  // Chunk data per response message on Execute.
-  int64_t response_chunk_bytes = 1 << 20;
-  // Largest single gRPC message, which bounds what a unary Call can carry.
-  int64_t max_message_bytes = 64 << 20;
-  // What one call header may declare, checked before it is parsed.
-  HeaderLimits header_limits;
-  // The longest a call may run, from its header to its handler's end,
-  // whatever deadline its client set (or none).
-  absl::Duration max_call_time = absl::Hours(1);
-  // The longest the built-in `sleep` may sleep (--max_sleep).
-  absl::Duration max_sleep = absl::Minutes(10);
-  // Which devices to serve and how much pinned staging memory each gets.
-  BackendOptions backend;
-  // Faults to inject into the devices (--inject_faults; tests only).
-  FaultPlan faults;
-};
-
-// What every call of one agent shares. Read-only while serving.
-struct AgentState {
-  AgentConfig config;
-  Backend backend;
-  HandlerRegistry registry;
-  std::unique_ptr<ShmService> shm;       // null: no same-host path offered
-  std::unique_ptr<Admission> admission;  // the in-flight byte budget
-  // call_ids of calls with side effects, so that none runs twice (null: not
-  // recorded).
-  std::unique_ptr<CallLedger> ledger;
-  TokenTable tokens;  // empty: calls need no token
-
-  // The id is final only once the port is bound, after serving has begun,
-  // so it is read under a lock.
-  std::string agent_id() const {
-    absl::MutexLock l(&id_mu);
-    return id;
-  }
-  void set_agent_id(std::string v) {
-    absl::MutexLock l(&id_mu);
-    id = std::move(v);
-  }
-
-  // A device hit a sticky error: the agent reports NOT_SERVING through
-  // `on_device_failure` (set by the server; a failure reported before it is
-  // set is passed on when it is).
-  void ReportDeviceFailure(const absl::Status& error);
-  void SetDeviceFailureHandler(std::function<void(const absl::Status&)> fn);
-
- private:
-  mutable absl::Mutex id_mu;
-  std::string id ABSL_GUARDED_BY(id_mu);
-  absl::Mutex failure_mu;
-  std::function<void(const absl::Status&)> on_device_failure ABSL_GUARDED_BY(failure_mu);
-  absl::Status device_failure ABSL_GUARDED_BY(failure_mu);
-};
 
 class AgentCall final : private FrameVisitor {
  public:
@@ -177,14 +113,6 @@ class AgentCall final : private FrameVisitor {
     std::shared_ptr<std::vector<uint8_t>> host_copy;
     uint8_t* host() const;
   };
-  // A result range being copied to the host, for one response frame.
-  struct PendingResult {
-    std::unique_ptr<StagingBlock> block;
-    uint32_t tensor = 0;
-    int64_t offset = 0;
-    int64_t size = 0;
-  };
-
   absl::Status OnMessageField(uint32_t field, absl::string_view bytes) override;
   absl::Status OnChunk(uint32_t index, uint64_t offset, const ChunkBytes& data) override;
   // DEADLINE_EXCEEDED naming --max_call_seconds.
@@ -195,15 +123,7 @@ class AgentCall final : private FrameVisitor {
   absl::StatusOr<Device*> PickDevice();
   bool on_device() const { return !shm_ && stream_ != nullptr && !host_memory_; }
 
-  // Device inputs: chunks gather in a staging block, which is copied to the
-  // device asynchronously when full, so the copy of one block overlaps the
-  // receiving of the next.
-  absl::StatusOr<std::unique_ptr<StagingBlock>> NextStagingBlock(
-      std::deque<std::unique_ptr<StagingBlock>>& in_flight, int64_t want);
-  absl::Status StageChunk(uint32_t index, uint64_t offset, const ChunkBytes& data);
-  absl::Status FlushInputBlock();
-  // Device results: copies to the host run a few blocks ahead of sending.
-  absl::Status FillResultPipeline(int64_t max_chunk_bytes);
+  // Device results, all on the host at once, for a unary Call.
   absl::Status CopyResultsToHost();
 
   AgentState& agent_;
@@ -211,14 +131,10 @@ class AgentCall final : private FrameVisitor {
   Device* device_ = nullptr;
   std::unique_ptr<Stream> stream_;
   bool host_memory_ = true;  // the device's memory is the host's (cpu)
-  std::unique_ptr<StagingBlock> in_open_;
-  uint32_t in_tensor_ = 0;
-  int64_t in_offset_ = 0;
-  int64_t in_fill_ = 0;
-  std::deque<std::unique_ptr<StagingBlock>> in_flight_;
-  std::deque<PendingResult> out_pending_;
-  size_t copy_index_ = 0;  // the next result range to copy to the host
-  int64_t copy_offset_ = 0;
+  // Device memory's bytes in and out (device_staging.h); after stream_, so
+  // that their blocks go first.
+  std::optional<InputStager> inputs_;
+  std::optional<ResultPipeline> outputs_;
   absl::Status device_error_;  // a failed result copy: the call ends with it
   int frames_ = 0;
   v1::CallHeader header_;

@@ -1,0 +1,98 @@
+// An agent's configuration (AgentConfig) and what every call of the agent
+// shares (AgentState): devices, handlers, the byte budget, the call-id
+// ledger, tokens, and how a device failure is reported.
+//
+// Thread safety: AgentState is read-only while serving, but for its id and
+// its device-failure report, which lock.
+#ifndef FARCALL_DEVICE_AGENTS_AGENT_STATE_H_
+#define FARCALL_DEVICE_AGENTS_AGENT_STATE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "core/platform.h"
+#include "core/tokens.h"
+#include "core/wire/header_limits.h"
+#include "device_agents/admission.h"
+#include "device_agents/call_ledger.h"
+#include "device_agents/device.h"
+#include "device_agents/fault_injection.h"
+#include "device_agents/handler_registry.h"
+#include "device_agents/shm_service.h"
+
+namespace farcall::agent {
+
+struct AgentConfig {
+  std::string agent_id;  // empty: PLATFORM-agent-PORT
+  Platform platform = Platform::kCpu;
+  // How long, and within how many bytes of answers, call_ids of calls with
+  // side effects are remembered.
+  CallLedger::Options ledger;
+  // Largest footprint (args plus non-aliased results) of one call.
+  int64_t max_call_bytes = int64_t{4} << 30;
+  // Tensor bytes all calls in flight may hold together; 0: three quarters
+  // of the memory the host, or the container's cgroup, allows.
+  int64_t max_inflight_bytes = 0;
+  // Chunk data per response message on Execute.
+  int64_t response_chunk_bytes = 1 << 20;
+  // Largest single gRPC message, which bounds what a unary Call can carry.
+  int64_t max_message_bytes = 64 << 20;
+  // What one call header may declare, checked before it is parsed.
+  HeaderLimits header_limits;
+  // The longest a call may run, from its header to its handler's end,
+  // whatever deadline its client set (or none).
+  absl::Duration max_call_time = absl::Hours(1);
+  // The longest the built-in `sleep` may sleep (--max_sleep).
+  absl::Duration max_sleep = absl::Minutes(10);
+  // Which devices to serve and how much pinned staging memory each gets.
+  BackendOptions backend;
+  // Faults to inject into the devices (--inject_faults; tests only).
+  FaultPlan faults;
+};
+
+// What every call of one agent shares. Read-only while serving.
+struct AgentState {
+  AgentConfig config;
+  Backend backend;
+  HandlerRegistry registry;
+  std::unique_ptr<ShmService> shm;       // null: no same-host path offered
+  std::unique_ptr<Admission> admission;  // the in-flight byte budget
+  // call_ids of calls with side effects, so that none runs twice (null: not
+  // recorded).
+  std::unique_ptr<CallLedger> ledger;
+  TokenTable tokens;  // empty: calls need no token
+
+  // The id is final only once the port is bound, after serving has begun,
+  // so it is read under a lock.
+  std::string agent_id() const {
+    absl::MutexLock l(&id_mu);
+    return id;
+  }
+  void set_agent_id(std::string v) {
+    absl::MutexLock l(&id_mu);
+    id = std::move(v);
+  }
+
+  // A device hit a sticky error: the agent reports NOT_SERVING through
+  // `on_device_failure` (set by the server; a failure reported before it is
+  // set is passed on when it is).
+  void ReportDeviceFailure(const absl::Status& error);
+  void SetDeviceFailureHandler(std::function<void(const absl::Status&)> fn);
+
+ private:
+  mutable absl::Mutex id_mu;
+  std::string id ABSL_GUARDED_BY(id_mu);
+  absl::Mutex failure_mu;
+  std::function<void(const absl::Status&)> on_device_failure ABSL_GUARDED_BY(failure_mu);
+  absl::Status device_failure ABSL_GUARDED_BY(failure_mu);
+};
+
+}  // namespace farcall::agent
+
+#endif  // FARCALL_DEVICE_AGENTS_AGENT_STATE_H_
