@@ -16,10 +16,12 @@
 
 namespace {
 
+using farcall::sdk::Bind;
 using farcall::sdk::CallFrame;
 using farcall::sdk::InvalidArgument;
 using farcall::sdk::OkStatus;
 using farcall::sdk::Status;
+using F32 = farcall::sdk::Tensor<FARCALL_DTYPE_F32>;
 
 __global__ void NegateKernel(const float* x, float* y, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
@@ -28,21 +30,18 @@ __global__ void NegateKernel(const float* x, float* y, int64_t n) {
   }
 }
 
-Status Negate(CallFrame& call) {
-  if (call.num_args() != 1 || call.num_results() != 1) {
-    return InvalidArgument("example.negate: takes one arg and one result");
+// The binding has checked the dtypes; the body checks the shapes, then
+// enqueues the kernel on the call's stream and never synchronises.
+Status NegateImpl(F32 x, CallFrame& call, F32 y) {
+  if (x.element_count() != y.element_count()) {
+    return InvalidArgument("example.negate: arg and result must have the same shape");
   }
-  if (call.arg(0).dtype() != FARCALL_DTYPE_F32 || !call.arg(0).SameSpec(call.result(0))) {
-    return InvalidArgument("example.negate: arg and result must both be the same float32 spec");
-  }
-  const int64_t n = call.arg(0).element_count();
+  const int64_t n = x.element_count();
   if (n == 0) return OkStatus();
-  // Device pointers, and the call's stream: enqueue, never synchronise.
   const int threads = 256;
   const int64_t blocks = (n + threads - 1) / threads;
   NegateKernel<<<static_cast<unsigned>(blocks < 4096 ? blocks : 4096), threads, 0,
-                 call.cuda_stream()>>>(call.arg(0).data<const float>(),
-                                       call.result(0).data<float>(), n);
+                 call.cuda_stream()>>>(x.data(), y.data(), n);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) {
     return farcall::sdk::Internal(std::string("example.negate: launch failed: ") +
@@ -50,6 +49,7 @@ Status Negate(CallFrame& call) {
   }
   return OkStatus();
 }
+FARCALL_BOUND_HANDLER(Negate, NegateImpl, Bind("example.negate").Arg<F32>().Ctx().Ret<F32>());
 
 }  // namespace
 

@@ -276,8 +276,9 @@ struct Optional<std::optional<V>> {
 // How many of Ps[0..K) are what Is says.
 template <template <class> class Is, size_t K, class... Ps>
 constexpr size_t CountBefore() {
-  size_t n = 0, i = 0;
-  ((n += (i++ < K && Is<Ps>::value) ? 1 : 0), ...);
+  constexpr bool is[] = {Is<Ps>::value..., false};
+  size_t n = 0;
+  for (size_t i = 0; i != K; ++i) n += is[i] ? 1 : 0;
   return n;
 }
 
