@@ -2,7 +2,8 @@
 # The C++ under AddressSanitizer and UndefinedBehaviorSanitizer: builds
 # build-asan/ (gcc; no device backends, Python or fuzzers; -O1 with line
 # tables) and runs there every unit and integration test that needs neither
-# a device nor Python (ctest labels python, deploy, fuzz and gpu left out).
+# a device nor Python (ctest labels python, deploy, fuzz and gpu left out; so
+# are install and lint, which check the build and the sources, not the code).
 # Any report fails the run. ThreadSanitizer runs separately, on the code
 # that needs no gRPC (scripts/run_tsan.sh): Debian's gRPC is not built with
 # it, so its reports would be about gRPC.
@@ -29,4 +30,4 @@ echo "== sanitizers: running the tests"
 export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:allocator_may_return_null=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 cd build-asan
-ctest -LE "python|deploy|fuzz|gpu|sanitize" -j "$jobs" --timeout 900 --output-on-failure
+ctest -LE "python|deploy|fuzz|gpu|sanitize|install|lint" -j "$jobs" --timeout 900 --output-on-failure
