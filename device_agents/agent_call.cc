@@ -381,47 +381,30 @@ absl::Status AgentCall::Run(const CancellationToken& cancel) {
   inv.stream = stream_->native();
   inv.cancel = &cancel;
   auto buffer = [](const Tensor& t, int64_t alias) {
-    FarcallBuffer b{};
-    b.struct_size = sizeof(b);
-    b.dtype = static_cast<int32_t>(t.spec.dtype);
-    b.rank = static_cast<int64_t>(t.spec.dims.size());
-    b.dims = t.spec.dims.data();
-    b.data = t.memory->device_ptr();
-    b.size_bytes = static_cast<uint64_t>(t.size);
-    b.aliased_arg = alias;
-    return b;
+    return MakeBuffer(static_cast<int32_t>(t.spec.dtype), t.spec.dims, t.memory->device_ptr(),
+                      static_cast<uint64_t>(t.size), alias);
   };
   for (const Tensor& t : args_) inv.args.push_back(buffer(t, -1));
   for (size_t o = 0; o < results_.size(); ++o) {
     inv.results.push_back(buffer(results_[o], validated_->result_alias[o]));
   }
   for (const auto& [name, attr] : header_.attributes()) {
-    FarcallAttribute a{};
-    a.struct_size = sizeof(a);
-    a.name = name.data();
-    a.name_size = name.size();
     switch (attr.value_case()) {
       case v1::Attribute::kI64:
-        a.type = FARCALL_ATTR_I64;
-        a.i64 = attr.i64();
+        inv.attrs.push_back(MakeI64Attribute(name, attr.i64()));
         break;
       case v1::Attribute::kF64:
-        a.type = FARCALL_ATTR_F64;
-        a.f64 = attr.f64();
+        inv.attrs.push_back(MakeF64Attribute(name, attr.f64()));
         break;
       case v1::Attribute::kB:
-        a.type = FARCALL_ATTR_BOOL;
-        a.b = attr.b() ? 1 : 0;
+        inv.attrs.push_back(MakeBoolAttribute(name, attr.b()));
         break;
       case v1::Attribute::kStr:
-        a.type = FARCALL_ATTR_STR;
-        a.str = attr.str().data();
-        a.str_size = attr.str().size();
+        inv.attrs.push_back(MakeStrAttribute(name, attr.str()));
         break;
       case v1::Attribute::VALUE_NOT_SET:
         return absl::InvalidArgumentError(absl::StrCat("attribute '", name, "' has no value."));
     }
-    inv.attrs.push_back(a);
   }
   if ((handler_->traits & FARCALL_TRAIT_WRITES_ALL_RESULTS) == 0) {
     FARCALL_RETURN_IF_ERROR(ZeroResults());  // enqueued on the call's stream

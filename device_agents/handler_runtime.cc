@@ -82,6 +82,55 @@ absl::Status ConsumeHandlerError(FarcallError* error) {
   return absl::Status(owned->code, owned->message);
 }
 
+FarcallBuffer MakeBuffer(int32_t dtype, const std::vector<int64_t>& dims, void* data,
+                         uint64_t size_bytes, int64_t aliased_arg) {
+  FarcallBuffer b{};
+  b.struct_size = sizeof(b);
+  b.dtype = dtype;
+  b.rank = static_cast<int64_t>(dims.size());
+  b.dims = dims.data();
+  b.data = data;
+  b.size_bytes = size_bytes;
+  b.aliased_arg = aliased_arg;
+  return b;
+}
+
+namespace {
+FarcallAttribute Named(std::string_view name, int32_t type) {
+  FarcallAttribute a{};
+  a.struct_size = sizeof(a);
+  a.name = name.data();
+  a.name_size = name.size();
+  a.type = type;
+  return a;
+}
+}  // namespace
+
+FarcallAttribute MakeI64Attribute(std::string_view name, int64_t value) {
+  FarcallAttribute a = Named(name, FARCALL_ATTR_I64);
+  a.i64 = value;
+  return a;
+}
+
+FarcallAttribute MakeF64Attribute(std::string_view name, double value) {
+  FarcallAttribute a = Named(name, FARCALL_ATTR_F64);
+  a.f64 = value;
+  return a;
+}
+
+FarcallAttribute MakeBoolAttribute(std::string_view name, bool value) {
+  FarcallAttribute a = Named(name, FARCALL_ATTR_BOOL);
+  a.b = value ? 1 : 0;
+  return a;
+}
+
+FarcallAttribute MakeStrAttribute(std::string_view name, std::string_view value) {
+  FarcallAttribute a = Named(name, FARCALL_ATTR_STR);
+  a.str = value.data();
+  a.str_size = value.size();
+  return a;
+}
+
 absl::Status InvokeHandler(FarcallHandlerFn fn, const HandlerInvocation& inv) {
   FarcallContext ctx{};
   ctx.struct_size = sizeof(ctx);

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -56,6 +57,16 @@ struct HandlerInvocation {
   std::vector<FarcallAttribute> attrs;
   const CancellationToken* cancel = nullptr;  // may be null: never cancelled
 };
+
+// The C ABI's structs for one call (farcall/handler_api.h), filled in one
+// place. They point into `dims`, `data`, `name` and `value`, which must
+// outlive the invocation.
+FarcallBuffer MakeBuffer(int32_t dtype, const std::vector<int64_t>& dims, void* data,
+                         uint64_t size_bytes, int64_t aliased_arg = -1);
+FarcallAttribute MakeI64Attribute(std::string_view name, int64_t value);
+FarcallAttribute MakeF64Attribute(std::string_view name, double value);
+FarcallAttribute MakeBoolAttribute(std::string_view name, bool value);
+FarcallAttribute MakeStrAttribute(std::string_view name, std::string_view value);
 
 // Runs `fn` on the calling thread and returns its status.
 absl::Status InvokeHandler(FarcallHandlerFn fn, const HandlerInvocation& inv);

@@ -26,26 +26,10 @@ namespace {
 // The buffer points to `dims`, which must outlive it.
 FarcallBuffer Buf(int32_t dtype, const std::vector<int64_t>& dims, void* data, uint64_t bytes,
                   int64_t alias = -1) {
-  FarcallBuffer b{};
-  b.struct_size = sizeof(b);
-  b.dtype = dtype;
-  b.rank = static_cast<int64_t>(dims.size());
-  b.dims = dims.data();
-  b.data = data;
-  b.size_bytes = bytes;
-  b.aliased_arg = alias;
-  return b;
+  return MakeBuffer(dtype, dims, data, bytes, alias);
 }
 
-FarcallAttribute F64Attr(const char* name, double v) {
-  FarcallAttribute a{};
-  a.struct_size = sizeof(a);
-  a.name = name;
-  a.name_size = std::strlen(name);
-  a.type = FARCALL_ATTR_F64;
-  a.f64 = v;
-  return a;
-}
+FarcallAttribute F64Attr(const char* name, double v) { return MakeF64Attribute(name, v); }
 
 TEST(GraphSignatureTest, DiffersExactlyWhenAGraphCouldNotReplay) {
   RegisteredHandler h{"scale", api::kName, FARCALL_TRAIT_COMMAND_BUFFER_COMPATIBLE, nullptr,
