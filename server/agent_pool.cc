@@ -290,15 +290,14 @@ absl::StatusOr<std::vector<std::shared_ptr<AgentHandle>>> AgentPool::Candidates(
   const absl::string_view name = PlatformName(platform);
   std::vector<std::shared_ptr<AgentHandle>> out;
   bool any_live = false;
-  std::vector<std::string> registered;  // by the live agents, for the error
   absl::MutexLock l(&mu_);
+  auto live = [&](const Entry& e) {
+    return e.health == v1::AgentEntry::SERVING && e.described && e.info.platform() == name;
+  };
   for (const Entry& e : entries_) {
-    if (e.health != v1::AgentEntry::SERVING || !e.described || e.info.platform() != name) {
-      continue;
-    }
+    if (!live(e)) continue;
     any_live = true;
     for (const v1::HandlerInfo& h : e.info.handlers()) {
-      registered.push_back(h.name());
       if (h.name() == handler) {
         out.push_back(e.handle);
         break;
@@ -306,7 +305,15 @@ absl::StatusOr<std::vector<std::shared_ptr<AgentHandle>>> AgentPool::Candidates(
     }
   }
   if (!any_live) return NoLiveAgentError(name);
-  if (out.empty()) return HandlerNotFoundError(handler, name, std::move(registered));
+  if (out.empty()) {
+    // Only now, for the error: what the live agents do have.
+    std::vector<std::string> registered;
+    for (const Entry& e : entries_) {
+      if (!live(e)) continue;
+      for (const v1::HandlerInfo& h : e.info.handlers()) registered.push_back(h.name());
+    }
+    return HandlerNotFoundError(handler, name, std::move(registered));
+  }
   return out;
 }
 

@@ -1,25 +1,23 @@
 // The router over real agents: failover when an agent dies and its return,
 // and agents found through DNS. Run once per platform built, like the
 // conformance suite (FARCALL_TEST_PLATFORM).
-#include <cstring>
-#include <future>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "farcall/client.h"
-#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/process_harness.h"
+#include "tests/test_calls.h"
 #include "tests/test_platform.h"
 
 namespace farcall {
 namespace {
 
 using ::farcall::testing::AgentArgs;
+using ::farcall::testing::CallOnFour;
 using ::farcall::testing::ChildProcess;
 using ::farcall::testing::TestPlatform;
-using ::testing::HasSubstr;
 
 // ---- Router failover --------------------------------------------------------
 
@@ -39,16 +37,9 @@ TEST(RouterFailoverTest, KeepsServingWhenAnAgentDiesAndUsesItAgainWhenBack) {
   ASSERT_TRUE(client.ok());
 
   auto copy_call = [&](Transport t) {
-    std::vector<float> x = {1, 2, 3, 4};
-    TensorSpec spec{DType::kF32, {4}};
-    CallRequest req;
-    req.platform = TestPlatform();
-    req.handler = "copy";
-    req.args = {Arg::In(spec, x.data())};
-    req.results = {spec};
     CallOptions o;
     o.transport = t;
-    return (*client)->Call(req, o);
+    return CallOnFour(**client, "copy", o, TestPlatform());
   };
 
   (*a)->Kill();
@@ -109,14 +100,7 @@ TEST(RouterDiscoveryTest, DnsSourceNamesEveryAgentItResolvesTo) {
   }
   EXPECT_TRUE(found) << list->size() << " agents listed";
 
-  std::vector<float> x = {1, 2};
-  TensorSpec spec{DType::kF32, {2}};
-  CallRequest req;
-  req.platform = TestPlatform();
-  req.handler = "copy";
-  req.args = {Arg::In(spec, x.data())};
-  req.results = {spec};
-  auto r = (*client)->Call(req);
+  auto r = CallOnFour(**client, "copy", {}, TestPlatform());
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->agent_id, absl::StrCat(TestPlatform(), "-agent-", (*a)->port()));
 }

@@ -10,13 +10,15 @@
 namespace farcall::testing {
 
 // `handler` (copy by default) on float32[4] {1, 2, 3, 4}, one result of the
-// same spec.
+// same spec, on `platform`.
 inline absl::StatusOr<CallResult> CallOnFour(Client& client, const std::string& handler = "copy",
-                                             const CallOptions& options = {}) {
+                                             const CallOptions& options = {},
+                                             const std::string& platform = "cpu") {
   std::vector<float> x = {1, 2, 3, 4};
   TensorSpec spec{DType::kF32, {4}};
   CallRequest req;
   req.handler = handler;
+  req.platform = platform;
   req.args = {Arg::In(spec, x.data())};
   req.results = {spec};
   return client.Call(req, options);
