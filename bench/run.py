@@ -69,6 +69,8 @@ def main():
                                       f"--target=127.0.0.1:{gp}", "--calls=2000"], "p50_us")
         r["direct_64_p50"] = median(fc(direct, "--bytes=64", "--calls=2000"), "p50_us")
         r["router_64_p50"] = median(fc(routed, "--bytes=64", "--calls=2000"), "p50_us")
+        r["proxy_64_p50"] = median(fc(routed, "--bytes=64", "--calls=2000", "--via_router"),
+                                   "p50_us")
         base = [f"{B}/bench/grpc_baseline"]
         r["store"] = median(base + ["store", f"--target=127.0.0.1:{gp}", f"--bytes={big}"], "gbps")
         r["echo"] = median(base + ["bidi", f"--target=127.0.0.1:{gp}", f"--bytes={big}"], "gbps")
@@ -81,6 +83,8 @@ def main():
         r["shm_256"] = median(fc(direct, f"--bytes={big}", "--calls=2", "--shm"), "gbps")
         r["direct_256"] = median(fc(direct, f"--bytes={big}", "--calls=2", "--alias"), "gbps")
         r["router_256"] = median(fc(routed, f"--bytes={big}", "--calls=2", "--alias"), "gbps")
+        r["proxy_256"] = median(fc(routed, f"--bytes={big}", "--calls=2", "--alias",
+                                   "--via_router"), "gbps")
         # 256 concurrent 1 MiB calls (512 MiB of tensors) into an agent whose
         # in-flight budget is 64 MiB: calls wait their turn, all must be right.
         budget = 64 * MIB
@@ -101,24 +105,30 @@ def main():
                                         f"--agents=127.0.0.1:{ap2}"])
         procs.append(router2)
         last_json(fc(f"--target=127.0.0.1:{rp2}", f"--bytes={1 << 30}", "--calls=1",
-                     "--alias", "--warmup=0"))
+                     "--alias", "--warmup=0", "--via_router"))
         r["router_rss"] = peak_rss_mib(router2)
         r["agent_rss"] = peak_rss_mib(agent2)
 
         rows = [
+            # "router": the default, the router names the agent and the
+            # client calls it (lookaside); "proxy": --via_router.
             ("64 B copy p50, direct", f"{r['direct_64_p50']:.0f} us",
-             r["direct_64_p50"] / r["unary_echo_p50"], "x bare unary echo", "<=", 1.20),
+             r["direct_64_p50"] / r["unary_echo_p50"], "x bare unary echo", "<=", 1.10),
             ("64 B copy p50, router", f"{r['router_64_p50']:.0f} us",
-             r["router_64_p50"] / r["unary_echo_p50"], "x bare unary echo", "<=", 2.20),
+             r["router_64_p50"] / r["unary_echo_p50"], "x bare unary echo", "<=", 1.25),
+            ("64 B copy p50, proxy", f"{r['proxy_64_p50']:.0f} us",
+             r["proxy_64_p50"] / r["unary_echo_p50"], "x bare unary echo", "<=", 2.20),
             ("256 MiB aliased copy, direct", f"{r['direct_256']:.3f} GB/s",
-             r["direct_256"] / r["store"], "x store-and-return", ">=", 0.90),
+             r["direct_256"] / r["store"], "x store-and-return", ">=", 0.95),
             ("256 MiB aliased copy, router", f"{r['router_256']:.3f} GB/s",
-             r["router_256"] / r["store"], "x store-and-return", ">=", 0.65),
+             r["router_256"] / r["store"], "x store-and-return", ">=", 0.90),
+            ("256 MiB aliased copy, proxy", f"{r['proxy_256']:.3f} GB/s",
+             r["proxy_256"] / r["store"], "x store-and-return", ">=", 0.65),
             ("256 MiB copy, same-host shm", f"{r['shm_256']:.3f} GB/s",
              r["shm_256"] / r["direct_copy_256"], "x direct gRPC copy", ">=", 8.0),
             ("256 MiB copy, same-host shm", f"{r['shm_256']:.3f} GB/s",
              r["shm_256"] / r["memcpy"], "x memcpy", ">=", 0.5),
-            ("router peak RSS (1 GiB call)", f"{r['router_rss']:.0f} MiB",
+            ("proxy peak RSS (1 GiB call)", f"{r['router_rss']:.0f} MiB",
              r["router_rss"], "MiB", "<=", 128),
             ("agent peak RSS (1 GiB call)", f"{r['agent_rss']:.0f} MiB",
              r["agent_rss"] / 1024, "GiB", "<=", 1.4),

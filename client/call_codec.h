@@ -30,6 +30,10 @@ struct PreparedCall {
   std::vector<uint8_t*> shm_result_data;
   std::vector<bool> shm_result_in_place;  // aliased into caller memory already
   std::vector<std::shared_ptr<ShmRegion>> shm_user_regions;
+  bool via_router = false;  // the target is a router
+  // The target is an agent the lookaside chose: a failure that never reached
+  // it is marked (MarkNotDelivered), so that the call may go elsewhere.
+  bool direct = false;
 };
 absl::StatusOr<PreparedCall> Prepare(const CallRequest& request, const CallOptions& options);
 

@@ -9,6 +9,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "client/call_codec.h"
+#include "client/lookaside.h"
 #include "core/tokens.h"
 #include "core/wire/grpc_status.h"
 #include "core/wire/protocol.h"
@@ -38,15 +39,38 @@ void AddAuthorization(grpc::ClientContext& ctx, const std::string& authorization
   if (!authorization.empty()) ctx.AddMetadata(kAuthorizationKey, authorization);
 }
 
-// After a failed call the agent may still be writing into the call's
-// staging region (a deadline or cancel ends the call here first): it must
-// never serve another call.
-void MarkRegionAfter(const PreparedCall& call, const absl::StatusOr<CallResult>& result) {
+// A finished RPC's outcome: its failure, or what `decode` makes of the
+// answer, with the RPC that carried it (`rpc`, unless shared memory did).
+template <typename Decode>
+absl::StatusOr<CallResult> Conclude(const grpc::Status& status, const grpc::ClientContext& ctx,
+                                    const PreparedCall& call, Transport rpc, Decode decode) {
+  absl::StatusOr<CallResult> result;
+  if (!status.ok()) {
+    absl::Status s = FromGrpcStatus(status);
+    if (call.direct && NeverReachedAgent(status, ctx)) client_internal::MarkNotDelivered(s);
+    result = std::move(s);
+  } else {
+    result = decode();
+    if (result.ok()) {
+      if (result->transport != Transport::kShm) result->transport = rpc;
+      result->via_router = call.via_router;
+    }
+  }
+  // After a failed call the agent may still be writing into the call's
+  // staging region (a deadline or cancel ends the call here first): it must
+  // never serve another call.
   if (!result.ok() && call.shm_region != nullptr) call.shm_region->reusable = false;
+  return result;
 }
 
 // Whether the target is an agent or a router: the method paths differ.
 enum class Service { kUnknown, kAgent, kRouter };
+
+// A unary answer's results.
+absl::StatusOr<CallResult> DecodeUnary(ResponseReader& reader, const grpc::ByteBuffer& response) {
+  if (absl::Status s = reader.OnFrame(response); !s.ok()) return s;
+  return reader.Finish();
+}
 
 // A streamed call: request frames out, one at a time; response frames in.
 class StreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
@@ -92,23 +116,14 @@ class StreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::
   }
 
   void OnDone(const grpc::Status& status) override {
-    absl::StatusOr<CallResult> result;
     absl::Status local;
     {
       absl::MutexLock l(&mu_);
       local = local_error_;
     }
-    if (!local.ok()) {
-      result = local;
-    } else if (!status.ok()) {
-      result = FromGrpcStatus(status);
-    } else {
-      result = reader_.Finish();
-      if (result.ok() && result->transport != Transport::kShm) {
-        result->transport = Transport::kStream;
-      }
-    }
-    MarkRegionAfter(call_, result);
+    absl::StatusOr<CallResult> result =
+        Conclude(local.ok() ? status : ToGrpcStatus(local), ctx_, call_, Transport::kStream,
+                 [this] { return reader_.Finish(); });
     completion_->Set(std::move(result));
     delete this;  // the callback runs once gRPC has released our slices
   }
@@ -161,22 +176,8 @@ class UnaryCall {
 
  private:
   void OnDone(const grpc::Status& status) {
-    absl::StatusOr<CallResult> result;
-    if (!status.ok()) {
-      result = FromGrpcStatus(status);
-    } else {
-      absl::Status s = reader_.OnFrame(response_);
-      if (s.ok()) {
-        result = reader_.Finish();
-        if (result.ok() && result->transport != Transport::kShm) {
-          result->transport = Transport::kUnary;
-        }
-      } else {
-        result = s;
-      }
-    }
-    MarkRegionAfter(call_, result);
-    completion_->Set(std::move(result));
+    completion_->Set(Conclude(status, ctx_, call_, Transport::kUnary,
+                              [this] { return DecodeUnary(reader_, response_); }));
     delete this;  // the callback runs once gRPC has released our slices
   }
 
@@ -241,7 +242,9 @@ AgentDescription DescriptionFromProto(const v1::AgentInfo& info) {
 
 struct Client::Impl {
   std::shared_ptr<grpc::Channel> channel;
+  ClientOptions options;
   std::string authorization;  // "Bearer TOKEN", or empty
+  bool direct = false;        // MarkDirect
 
   // Every call's context: its token, when there is one.
   void Prepare(grpc::ClientContext& ctx) const { AddAuthorization(ctx, authorization); }
@@ -257,6 +260,17 @@ struct Client::Impl {
   // After a failed channel, when to try again, and the wait after that.
   absl::Time shm_retry_at ABSL_GUARDED_BY(mu) = absl::InfinitePast();
   absl::Duration shm_backoff ABSL_GUARDED_BY(mu) = absl::Seconds(1);
+  // For a router: the agents it names are called directly.
+  std::shared_ptr<client_internal::Lookaside> lookaside ABSL_GUARDED_BY(mu);
+
+  std::shared_ptr<client_internal::Lookaside> Lookaside() {
+    absl::MutexLock l(&mu);
+    if (lookaside == nullptr) {
+      lookaside =
+          std::make_shared<client_internal::Lookaside>(target, options, channel, authorization);
+    }
+    return lookaside;
+  }
 
   // The agent's shared-memory channel, connected on first use; null when the
   // target is not a local agent offering one (then calls use gRPC alone).
@@ -358,6 +372,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& targe
   impl->channel = *std::move(channel);
   if (!options.token.empty()) impl->authorization = absl::StrCat(kBearerPrefix, options.token);
   impl->target = target;
+  impl->options = options;
   impl->generic = std::make_unique<grpc::GenericStub>(impl->channel);
   impl->agent = v1::Agent::NewStub(impl->channel);
   impl->router = v1::Router::NewStub(impl->channel);
@@ -369,15 +384,36 @@ struct Client::Plan {
   PreparedCall prepared;
   bool unary = false;
   std::string method;
+  // Set for a router's calls that go to an agent directly: the rest of the
+  // plan is then that agent's client's.
+  std::shared_ptr<client_internal::Lookaside> lookaside;
 };
+
+void Client::MarkDirect() { impl_->direct = true; }
+
+bool Client::Connected(absl::Duration wait) {
+  if (impl_->channel->GetState(/*try_to_connect=*/true) == GRPC_CHANNEL_READY) return true;
+  return wait > absl::ZeroDuration() && impl_->channel->WaitForConnected(DeadlineAfter(wait));
+}
 
 absl::StatusOr<Client::Plan> Client::MakePlan(const CallRequest& request,
                                               const CallOptions& options) {
   absl::StatusOr<PreparedCall> prepared = client_internal::Prepare(request, options);
   if (!prepared.ok()) return prepared.status();
   absl::StatusOr<Service> service = impl_->GetService(options.timeout, options.wait_for_ready);
-  if (!service.ok()) return service.status();
+  if (!service.ok()) {
+    absl::Status s = service.status();
+    if (impl_->direct && absl::IsUnavailable(s)) client_internal::MarkNotDelivered(s);
+    return s;
+  }
   Plan plan;
+  if (*service == Service::kRouter && !options.via_router && options.validate_locally &&
+      request.platforms.empty()) {
+    plan.lookaside = impl_->Lookaside();
+    return plan;
+  }
+  prepared->via_router = *service == Service::kRouter;
+  prepared->direct = impl_->direct;
   plan.unary = options.transport == Transport::kUnary;
   if (options.transport == Transport::kAuto) {
     // Saturating sums: sizes come from the caller's specs.
@@ -418,6 +454,8 @@ absl::StatusOr<Client::Plan> Client::MakePlan(const CallRequest& request,
 void Client::CallAsync(const CallRequest& request, const CallOptions& options, CallCallback done) {
   absl::StatusOr<Plan> plan = MakePlan(request, options);
   if (!plan.ok()) return done(plan.status());
+  if (plan->lookaside != nullptr)
+    return plan->lookaside->CallAsync(request, options, std::move(done));
   if (plan->unary) {
     auto* call =
         new UnaryCall(std::move(plan->prepared), options, impl_->authorization, std::move(done));
@@ -432,6 +470,7 @@ void Client::CallAsync(const CallRequest& request, const CallOptions& options, C
 absl::StatusOr<CallResult> Client::Call(const CallRequest& request, const CallOptions& options) {
   absl::StatusOr<Plan> plan = MakePlan(request, options);
   if (!plan.ok()) return plan.status();
+  if (plan->lookaside != nullptr) return plan->lookaside->Call(request, options);
   if (plan->unary) {
     // Blocking on the caller's thread: no hand-off to a gRPC callback thread
     // and back, which is most of a small call's latency.
@@ -456,19 +495,8 @@ absl::StatusOr<CallResult> Client::Call(const CallRequest& request, const CallOp
           impl_->channel.get(),
           grpc::internal::RpcMethod(plan->method.c_str(), grpc::internal::RpcMethod::NORMAL_RPC),
           &ctx, request_frame, &response_frame);
-      absl::StatusOr<CallResult> result;
-      if (!s.ok()) {
-        result = FromGrpcStatus(s);
-      } else if (absl::Status decoded = reader.OnFrame(response_frame); !decoded.ok()) {
-        result = decoded;
-      } else {
-        result = reader.Finish();
-        if (result.ok() && result->transport != Transport::kShm) {
-          result->transport = Transport::kUnary;
-        }
-      }
-      MarkRegionAfter(plan->prepared, result);
-      completion->Set(std::move(result));
+      completion->Set(Conclude(s, ctx, plan->prepared, Transport::kUnary,
+                               [&] { return DecodeUnary(reader, response_frame); }));
     }
     released.WaitForNotification();
     return out;

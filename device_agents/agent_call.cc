@@ -158,6 +158,7 @@ absl::Status AgentCall::Begin(const grpc::ByteBuffer& first) {
   // and touches them all the same: they count against the budget too. So
   // does the call's own bookkeeping, so that calls of empty tensors are not
   // free.
+  tensor_bytes_ = v.footprint_bytes;
   footprint_ = AddSaturating(
       v.footprint_bytes,
       kCallOverheadBytes + kTensorOverheadBytes * (header_.args_size() + header_.results_size()));
@@ -366,6 +367,13 @@ absl::Status AgentCall::ZeroResults() {
     }
   }
   return absl::OkStatus();
+}
+
+bool AgentCall::RunsInline() const {
+  return handler_ != nullptr && handler_->pool == nullptr &&
+         (handler_->traits & FARCALL_TRAIT_QUICK) != 0 &&
+         agent_.config.platform == Platform::kCpu && agent_.config.inline_call_bytes > 0 &&
+         tensor_bytes_ <= agent_.config.inline_call_bytes;
 }
 
 absl::Status AgentCall::Run(const CancellationToken& cancel) {

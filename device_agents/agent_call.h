@@ -80,6 +80,10 @@ class AgentCall final : private FrameVisitor {
   // The handler's own threads, or null for the agent's shared workers. Known
   // after Begin().
   WorkerPool* handler_pool() const { return handler_ ? handler_->pool.get() : nullptr; }
+  // Whether a unary call may run on the thread it arrived on (after Begin):
+  // a small call, on cpu, to a handler that declares FARCALL_TRAIT_QUICK
+  // and runs on the shared workers otherwise.
+  bool RunsInline() const;
   // Runs the handler on the calling (worker) thread.
   absl::Status Run(const CancellationToken& cancel);
   // Fills `out` with the next response frame carrying up to about
@@ -140,6 +144,7 @@ class AgentCall final : private FrameVisitor {
   std::optional<ValidatedCall> pending_;    // validated, not yet allocated
   std::optional<ValidatedCall> validated_;  // allocated
   int64_t footprint_ = 0;
+  int64_t tensor_bytes_ = 0;  // args plus non-aliased results
   const char* refused_ = nullptr;
   bool in_ledger_ = false;  // ClaimRun recorded this call's id
   bool handler_ran_ = false;

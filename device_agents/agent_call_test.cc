@@ -252,6 +252,40 @@ std::string RunCopy(AgentState& state, const std::vector<uint8_t>& data, int64_t
   return c.results[0];
 }
 
+// Whether a call of `handler` with one u8[n] arg and result runs inline.
+bool RunsInline(AgentState& state, const std::string& handler, int64_t n) {
+  AgentCall call(state);
+  v1::CallHeader h;
+  h.set_handler(handler);
+  h.add_platforms(std::string(PlatformName(state.config.platform)));
+  *h.add_args() = SpecToProto(TensorSpec{DType::kU8, {n}});
+  *h.add_results() = SpecToProto(TensorSpec{DType::kU8, {n}});
+  FrameEncoder enc;
+  enc.AddMessageField(kHeaderField, h);
+  EXPECT_TRUE(call.Begin(enc.Finish()).ok());
+  return call.RunsInline();
+}
+
+TEST_F(AgentCallDeviceTest, OnlySmallCallsOfQuickHandlersRunInline) {
+  Make(4);
+  state_.config.inline_call_bytes = 1024;
+  EXPECT_TRUE(RunsInline(state_, "copy", 512));    // 512 in + 512 out
+  EXPECT_FALSE(RunsInline(state_, "copy", 513));   // 1026 bytes
+  EXPECT_FALSE(RunsInline(state_, "sleep", 8));    // not FARCALL_TRAIT_QUICK
+  EXPECT_FALSE(RunsInline(state_, "explode", 8));  // a plugin without the trait
+  state_.config.inline_call_bytes = 0;
+  EXPECT_FALSE(RunsInline(state_, "copy", 0));
+  // Device work never runs inline (the fake device serves any platform).
+  state_.config.inline_call_bytes = 1024;
+  state_.config.platform = Platform::kOneApi;
+  for (const FarcallHandlerDef& d : cpu::BuiltinHandlers()) {
+    FarcallHandlerDef on_oneapi = d;
+    on_oneapi.platform = "oneapi";
+    ASSERT_TRUE(state_.registry.Register(on_oneapi, "builtin").ok());
+  }
+  EXPECT_FALSE(RunsInline(state_, "copy", 8));
+}
+
 TEST_F(AgentCallDeviceTest, InputsGoToTheDeviceBlockByBlockWhileTheNextArrive) {
   Make(/*pool_blocks=*/8);
   const std::vector<uint8_t> data = Pattern(5 * kBlock + 123);

@@ -62,6 +62,10 @@ ABSL_FLAG(absl::Duration, stream_stall_timeout, absl::Seconds(5),
           "reads nothing for this long (0: only --stream_idle_timeout applies)");
 ABSL_FLAG(absl::Duration, max_sleep, absl::Minutes(10),
           "the longest the built-in test handler sleep may be asked to sleep");
+ABSL_FLAG(int64_t, inline_call_bytes, 64 << 10,
+          "cpu: run unary calls of at most this many tensor bytes to handlers with "
+          "FARCALL_TRAIT_QUICK (the built-ins but sleep) on the thread they arrived on, "
+          "without a hand-off to a worker (0: never)");
 ABSL_FLAG(double, max_call_seconds, 3600,
           "the longest a call may run, whatever deadline its client set (or none)");
 ABSL_FLAG(std::vector<std::string>, disable_handlers, {},
@@ -138,6 +142,11 @@ absl::StatusOr<AgentServer::Options> AgentOptionsFromFlags() {
   }
   options.config.max_call_time = absl::Seconds(max_call_seconds);
   options.config.max_sleep = absl::GetFlag(FLAGS_max_sleep);
+  options.config.inline_call_bytes = absl::GetFlag(FLAGS_inline_call_bytes);
+  if (options.config.inline_call_bytes < 0 || options.config.inline_call_bytes > (16 << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--inline_call_bytes must be 0 to 16777216; got ", options.config.inline_call_bytes, "."));
+  }
   if (options.config.max_sleep < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--max_sleep must not be negative.");
   }

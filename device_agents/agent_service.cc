@@ -340,11 +340,17 @@ class CallReactor final : public AgentReactor<grpc::ServerUnaryReactor> {
     if (a.ok()) a = call_->EndOfInputs();
     if (a.ok()) a = call_->CheckFitsOneMessage();
     if (!a.ok()) return FinishWith(a);
-    Ref();
-    shared_.PoolFor(*call_).Submit([this] {
+    auto run_and_finish = [this] {
       absl::Status run = call_->Run(cancel_);
       if (run.ok()) run = call_->NextResponseFrame(0, response_).status();
       FinishWith(run);
+    };
+    // A quick handler's small call costs less than the hand-off to a worker
+    // and back would.
+    if (call_->RunsInline()) return run_and_finish();
+    Ref();
+    shared_.PoolFor(*call_).Submit([this, run_and_finish] {
+      run_and_finish();
       Unref();
     });
   }

@@ -48,6 +48,10 @@ struct AgentConfig {
   // The longest a call may run, from its header to its handler's end,
   // whatever deadline its client set (or none).
   absl::Duration max_call_time = absl::Hours(1);
+  // A cpu agent runs a unary call whose footprint is at most this, to a
+  // handler with FARCALL_TRAIT_QUICK, on the gRPC thread it arrived on
+  // (--inline_call_bytes; 0: every call goes to a worker).
+  int64_t inline_call_bytes = 64 << 10;
   // The longest the built-in `sleep` may sleep (--max_sleep).
   absl::Duration max_sleep = absl::Minutes(10);
   // Which devices to serve and how much pinned staging memory each gets.

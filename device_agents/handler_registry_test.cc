@@ -118,7 +118,7 @@ TEST(PluginLoaderTest, RefusesOtherAbiMajor) {
   absl::Status s = LoadPlugin(FARCALL_WRONG_ABI_PLUGIN, r);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(s.message(), HasSubstr("was built for farcall handler ABI 99.0"));
-  EXPECT_THAT(s.message(), HasSubstr("this agent speaks ABI 1.1"));
+  EXPECT_THAT(s.message(), HasSubstr("this agent speaks ABI 1.2"));
   EXPECT_EQ(r.Find("example.negate", "cpu"), nullptr);
 }
 

@@ -96,6 +96,7 @@ class AgentPool {
   void MarkDown(const AgentHandle& agent, absl::string_view why);
 
   v1::ListAgentsResponse List() const;
+  absl::Duration probe_interval() const { return options_.probe_interval; }
   // Every agent with its load and recent rates, for the status page.
   std::vector<AgentStatus> Status() const;
 

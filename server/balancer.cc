@@ -1,7 +1,7 @@
 #include "server/balancer.h"
 
-#include "absl/hash/hash.h"
 #include "absl/random/random.h"
+#include "core/rendezvous.h"
 
 namespace farcall::router {
 
@@ -20,9 +20,9 @@ std::shared_ptr<AgentHandle> PickAgent(
 std::shared_ptr<AgentHandle> PickAgentFor(
     absl::string_view key, const std::vector<std::shared_ptr<AgentHandle>>& candidates) {
   std::shared_ptr<AgentHandle> best;
-  size_t best_score = 0;
+  uint64_t best_score = 0;
   for (const auto& c : candidates) {
-    const size_t score = absl::HashOf(key, c->address);
+    const uint64_t score = RendezvousScore(key, c->address);
     if (best == nullptr || score > best_score) {
       best = c;
       best_score = score;

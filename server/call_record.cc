@@ -33,6 +33,11 @@ struct RouterMetrics {
       "unknown or insufficient token), platform (not a supported backend), no_agent (no "
       "live agent serves the platform and handler), draining (the router is shutting down).",
       {"reason"}};
+  metrics::CounterFamily resolves{
+      "farcall_router_resolves_total",
+      "Resolve answers (clients that then call an agent directly), by status code; the "
+      "platform and handler of refused ones are \"-\".",
+      {"platform", "handler", "code"}};
   metrics::GaugeFamily draining{
       "farcall_router_draining", "1 while the router drains for shutdown, else 0.", {}};
 
@@ -56,6 +61,12 @@ RouterMetrics& Metrics() {
 }
 
 }  // namespace
+
+void CountResolve(absl::string_view platform, absl::string_view handler, absl::StatusCode code) {
+  Metrics()
+      .resolves.With({std::string(platform), std::string(handler), absl::StatusCodeToString(code)})
+      .Increment();
+}
 
 void CallRecord::Routed(Platform p, const std::string& handler) {
   platform_ = std::string(PlatformName(p));

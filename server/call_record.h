@@ -12,6 +12,8 @@
 #include <string>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "core/platform.h"
@@ -39,6 +41,11 @@ class CallRecord {
   absl::Mutex mu_;
   std::shared_ptr<AgentHandle> agent_ ABSL_GUARDED_BY(mu_);  // the last one tried
 };
+
+// farcall_router_resolves_total: one Resolve answered (lookaside routing:
+// the call itself then goes straight to an agent). The platform and
+// handler label only answers that named agents; refusals count as "-".
+void CountResolve(absl::string_view platform, absl::string_view handler, absl::StatusCode code);
 
 // Creates the router's series that have no per-call labels, at zero.
 void ExportRouterSeries();

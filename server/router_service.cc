@@ -1,5 +1,6 @@
 #include "server/router_service.h"
 
+#include <algorithm>
 #include <map>
 #include <utility>
 
@@ -51,6 +52,23 @@ struct Route {
   std::string authorization;  // sent to the agent; empty: none
 };
 
+// The live agents that may serve `route.handler` on the validated call's
+// platform, into route.candidates; "gpu" takes cuda agents when any are
+// live, else rocm ones (route.platform then says which).
+absl::Status FindCandidates(const Shared& shared, const ValidatedCall& v, Route& route) {
+  route.platform = v.platform;
+  absl::StatusOr<std::vector<std::shared_ptr<AgentHandle>>> candidates =
+      shared.pool->Candidates(v.platform, route.handler);
+  if (v.any_gpu && absl::IsUnavailable(candidates.status())) {
+    route.platform = Platform::kRocm;
+    candidates = shared.pool->Candidates(Platform::kRocm, route.handler);
+    if (absl::IsUnavailable(candidates.status())) candidates = NoLiveAgentError("gpu");
+  }
+  FARCALL_RETURN_IF_ERROR(candidates.status());
+  route.candidates = *std::move(candidates);
+  return absl::OkStatus();
+}
+
 // Where the call may go; a refusal is counted in `record` by its reason.
 absl::StatusOr<Route> RouteCall(const Shared& shared, const grpc::ByteBuffer& first,
                                 const std::string& authorization, CallRecord& record) {
@@ -89,19 +107,9 @@ absl::StatusOr<Route> RouteCall(const Shared& shared, const grpc::ByteBuffer& fi
           header.has_side_effect() ? header.call_id() : std::string(),
           {},
           shared.agent_authorization.empty() ? authorization : shared.agent_authorization};
-  absl::StatusOr<std::vector<std::shared_ptr<AgentHandle>>> candidates =
-      shared.pool->Candidates(v->platform, header.handler());
-  if (v->any_gpu && absl::IsUnavailable(candidates.status())) {
-    // "gpu": cuda agents when any are live, else rocm ones.
-    r.platform = Platform::kRocm;
-    candidates = shared.pool->Candidates(Platform::kRocm, header.handler());
-    if (absl::IsUnavailable(candidates.status())) candidates = NoLiveAgentError("gpu");
-  }
-  if (!candidates.ok()) {
-    record.Refused("no_agent");
-    return candidates.status();
-  }
-  r.candidates = *std::move(candidates);
+  absl::Status found_agents = FindCandidates(shared, *v, r);
+  if (!found_agents.ok()) record.Refused("no_agent");
+  FARCALL_RETURN_IF_ERROR(found_agents);
   return r;
 }
 
@@ -113,18 +121,6 @@ std::shared_ptr<AgentHandle> TakeAgent(Route& route) {
                                        : PickAgentFor(route.call_id, route.candidates);
   std::erase(route.candidates, a);
   return a;
-}
-
-bool AgentAnswered(const grpc::ClientContext& ctx) {
-  return ctx.GetServerInitialMetadata().count(kAgentIdMetadataKey) > 0 ||
-         ctx.GetServerTrailingMetadata().count(kAgentIdMetadataKey) > 0;
-}
-
-// Whether a failed attempt never reached its agent, so that the call may go
-// to another one and the agent is marked down. Only a transport failure
-// qualifies: a deadline or a cancel says nothing about the agent.
-bool Unreachable(const grpc::Status& s, const grpc::ClientContext& ctx) {
-  return s.error_code() == grpc::StatusCode::UNAVAILABLE && !AgentAnswered(ctx);
 }
 
 // Router.Execute: header first, then raw frames both ways, never more than
@@ -332,7 +328,8 @@ class ForwardingExecute final : public grpc::ServerBidiReactor<grpc::ByteBuffer,
       absl::MutexLock l(&mu_);
       agent = down_->agent;
       // Nothing reached the agent: safe to try another one.
-      retry = !accepted_ && !cancelled_ && !route_.has_side_effect && Unreachable(s, down_->ctx);
+      retry =
+          !accepted_ && !cancelled_ && !route_.has_side_effect && NeverReachedAgent(s, down_->ctx);
       if (!retry) {
         down_done_ = true;
         final_ = s;
@@ -463,7 +460,7 @@ class ForwardingCall final : public grpc::ServerUnaryReactor, public RefCounted 
           bool retry;
           {
             absl::MutexLock l(&mu_);
-            retry = !cancelled_ && !route_.has_side_effect && Unreachable(s, *ctx);
+            retry = !cancelled_ && !route_.has_side_effect && NeverReachedAgent(s, *ctx);
           }
           if (retry) {
             shared_.pool->MarkDown(*agent, absl::StrCat("unreachable: ", s.error_message()));
@@ -497,8 +494,9 @@ class ForwardingCall final : public grpc::ServerUnaryReactor, public RefCounted 
 };
 
 class RouterService final
-    : public v1::Router::WithRawCallbackMethod_Execute<v1::Router::WithRawCallbackMethod_Call<
-          v1::Router::WithCallbackMethod_ListAgents<v1::Router::Service>>> {
+    : public v1::Router::WithRawCallbackMethod_Execute<
+          v1::Router::WithRawCallbackMethod_Call<v1::Router::WithCallbackMethod_ListAgents<
+              v1::Router::WithCallbackMethod_Resolve<v1::Router::Service>>>> {
  public:
   explicit RouterService(Shared shared) : shared_(shared) {}
 
@@ -510,6 +508,22 @@ class RouterService final
                                  grpc::ByteBuffer* response) override {
     return new ForwardingCall(shared_, ctx, request, response);
   }
+  // The agents a call may go to, after the checks a routed call's header
+  // gets before an agent is chosen; the same codes and messages.
+  grpc::ServerUnaryReactor* Resolve(grpc::CallbackServerContext* ctx,
+                                    const v1::ResolveRequest* request,
+                                    v1::ResolveResponse* response) override {
+    grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
+    const absl::Status s = ResolveCall(AuthorizationOf(*ctx), *request, *response);
+    if (s.ok()) {
+      CountResolve(response->platform(), request->handler(), s.code());
+    } else {
+      CountResolve("-", "-", s.code());
+    }
+    r->Finish(ToGrpcStatus(s));
+    return r;
+  }
+
   grpc::ServerUnaryReactor* ListAgents(grpc::CallbackServerContext* ctx,
                                        const v1::ListAgentsRequest* request,
                                        v1::ListAgentsResponse* response) override {
@@ -534,6 +548,30 @@ class RouterService final
   }
 
  private:
+  absl::Status ResolveCall(const std::string& authorization, const v1::ResolveRequest& request,
+                           v1::ResolveResponse& response) {
+    FARCALL_RETURN_IF_ERROR(shared_.tokens->Authenticate(authorization));
+    CallDescriptor call;
+    call.handler = request.handler();
+    call.platforms = {request.platform()};
+    FARCALL_ASSIGN_OR_RETURN(ValidatedCall v, ValidateCall(call));
+    FARCALL_RETURN_IF_ERROR(shared_.tokens->Authorize(authorization, request.handler()));
+    Route route;
+    route.handler = request.handler();
+    FARCALL_RETURN_IF_ERROR(FindCandidates(shared_, v, route));
+    // Fewest calls in flight first; the pool's order among equals.
+    std::stable_sort(route.candidates.begin(), route.candidates.end(),
+                     [](const auto& a, const auto& b) { return a->inflight < b->inflight; });
+    for (const std::shared_ptr<AgentHandle>& a : route.candidates) {
+      v1::ResolvedAgent* out = response.add_agents();
+      out->set_address(a->address);
+      out->set_inflight_calls(a->inflight.load());
+    }
+    response.set_platform(std::string(PlatformName(route.platform)));
+    response.set_valid_for_ms(absl::ToInt64Milliseconds(shared_.pool->probe_interval()));
+    return absl::OkStatus();
+  }
+
   Shared shared_;
 };
 

@@ -18,8 +18,8 @@ using ::farcall::testing::ChildProcess;
 using ::testing::HasSubstr;
 
 // test.count: bumps the agent's counter and answers its new value.
-absl::StatusOr<int64_t> Count(Client& client, const std::string& call_id, bool side_effect = true,
-                              Transport t = Transport::kUnary) {
+absl::StatusOr<int64_t> CountOn(Client& client, const std::string& call_id, bool side_effect = true,
+                                Transport t = Transport::kUnary, bool via_router = false) {
   CallRequest req;
   req.handler = "test.count";
   req.results = {TensorSpec{DType::kS64, {1}}};
@@ -28,18 +28,29 @@ absl::StatusOr<int64_t> Count(Client& client, const std::string& call_id, bool s
   o.call_id = call_id;
   o.transport = t;
   o.timeout = absl::Seconds(20);
+  o.via_router = via_router;
   absl::StatusOr<CallResult> r = client.Call(req, o);
   if (!r.ok()) return r.status();
   return r->results[0].as<int64_t>()[0];
 }
 
-// Direct to one agent, or through a router in front of two (whose repeats
-// must reach the agent that ran the first).
-class ExactlyOnceTest : public ::testing::TestWithParam<bool> {  // through the router?
+// How the calls go: to one agent; through a router in front of two; or
+// to one of those two, chosen by the router (lookaside). With two agents a
+// repeat must reach the agent that ran the first.
+enum class Path { kDirect, kRouted, kLookaside };
+
+class ExactlyOnceTest : public ::testing::TestWithParam<Path> {
  protected:
+  bool Routed() const { return GetParam() != Path::kDirect; }
+
+  absl::StatusOr<int64_t> Count(const std::string& call_id, bool side_effect = true,
+                                Transport t = Transport::kUnary) {
+    return CountOn(*client_, call_id, side_effect, t, GetParam() == Path::kRouted);
+  }
+
   void SetUp() override {
     std::vector<std::string> addresses;
-    for (int i = 0; i < (GetParam() ? 2 : 1); ++i) {
+    for (int i = 0; i < (Routed() ? 2 : 1); ++i) {
       auto agent = ChildProcess::Start(
           FARCALL_AGENT_BIN,
           {"--listen=127.0.0.1:0", absl::StrCat("--plugins=", FARCALL_SIDE_EFFECT_PLUGIN)});
@@ -48,7 +59,7 @@ class ExactlyOnceTest : public ::testing::TestWithParam<bool> {  // through the 
       agents_.push_back(*std::move(agent));
     }
     std::string target = addresses[0];
-    if (GetParam()) {
+    if (Routed()) {
       auto router = ChildProcess::Start(
           FARCALL_ROUTER_BIN,
           {"--listen=127.0.0.1:0", absl::StrCat("--agents=", addresses[0], ",", addresses[1])});
@@ -68,7 +79,7 @@ class ExactlyOnceTest : public ::testing::TestWithParam<bool> {  // through the 
       auto direct = Client::Connect(a->address());
       EXPECT_TRUE(direct.ok());
       // Without side effects it runs and answers its count, this run included.
-      runs += Count(**direct, "", /*side_effect=*/false).value_or(1) - 1;
+      runs += CountOn(**direct, "", /*side_effect=*/false).value_or(1) - 1;
     }
     return runs;
   }
@@ -81,25 +92,25 @@ class ExactlyOnceTest : public ::testing::TestWithParam<bool> {  // through the 
 TEST_P(ExactlyOnceTest, ARepeatedCallIdGetsTheFirstAnswerAndRunsNothing) {
   for (int i = 0; i < 20; ++i) {
     const std::string id = absl::StrCat("call-", i);
-    absl::StatusOr<int64_t> first = Count(*client_, id);
+    absl::StatusOr<int64_t> first = Count(id);
     ASSERT_TRUE(first.ok()) << first.status();
     for (int repeat = 0; repeat < 3; ++repeat) {
-      EXPECT_EQ(Count(*client_, id).value_or(-1), *first) << id;  // replayed
+      EXPECT_EQ(Count(id).value_or(-1), *first) << id;  // replayed
     }
   }
-  EXPECT_TRUE(Count(*client_, "").ok());  // a fresh id per call: runs
-  EXPECT_TRUE(Count(*client_, "").ok());
+  EXPECT_TRUE(Count("").ok());  // a fresh id per call: runs
+  EXPECT_TRUE(Count("").ok());
   EXPECT_EQ(Runs(), 22);
 }
 
 TEST_P(ExactlyOnceTest, CallsWithoutSideEffectsRunEveryTime) {
-  for (int i = 0; i < 4; ++i) EXPECT_TRUE(Count(*client_, "same", false).ok());
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(Count("same", false).ok());
   EXPECT_EQ(Runs(), 4);
 }
 
 TEST_P(ExactlyOnceTest, AStreamedAnswerIsNotKeptSoItsRepeatIsAlreadyExists) {
-  EXPECT_TRUE(Count(*client_, "streamed", true, Transport::kStream).ok());
-  absl::StatusOr<int64_t> again = Count(*client_, "streamed", true, Transport::kStream);
+  EXPECT_TRUE(Count("streamed", true, Transport::kStream).ok());
+  absl::StatusOr<int64_t> again = Count("streamed", true, Transport::kStream);
   EXPECT_EQ(again.status().code(), absl::StatusCode::kAlreadyExists) << again.status();
   EXPECT_THAT(again.status().message(),
               HasSubstr("call streamed already ran on this agent (OK); its answer was not kept"));
@@ -107,12 +118,13 @@ TEST_P(ExactlyOnceTest, AStreamedAnswerIsNotKeptSoItsRepeatIsAlreadyExists) {
 }
 
 TEST_P(ExactlyOnceTest, ASharedMemoryAnswerIsNeverReplayedIntoAnotherRegion) {
-  // Direct to a local agent, kAuto goes through shared memory, whose answer
-  // lies in the first call's region: the repeat must not get it.
-  absl::StatusOr<int64_t> first = Count(*client_, "local", true, Transport::kAuto);
+  // Direct to a local agent (the router's choice or not), kAuto goes through
+  // shared memory, whose answer lies in the first call's region: the repeat
+  // must not get it.
+  absl::StatusOr<int64_t> first = Count("local", true, Transport::kAuto);
   ASSERT_TRUE(first.ok()) << first.status();
-  absl::StatusOr<int64_t> again = Count(*client_, "local", true, Transport::kAuto);
-  if (GetParam()) {
+  absl::StatusOr<int64_t> again = Count("local", true, Transport::kAuto);
+  if (GetParam() == Path::kRouted) {
     EXPECT_EQ(again.value_or(-1), *first);  // through the router: gRPC, replayed
   } else {
     EXPECT_EQ(again.status().code(), absl::StatusCode::kAlreadyExists) << again.status();
@@ -129,6 +141,7 @@ TEST_P(ExactlyOnceTest, ARepeatWhileTheFirstRunsIsAlreadyExists) {
   o.call_id = "slow";
   o.timeout = absl::Seconds(20);
   // Two at once with one id: one runs, the other is told it is running.
+  o.via_router = GetParam() == Path::kRouted;
   auto a = client_->CallFuture(sleep, o);
   auto b = client_->CallFuture(sleep, o);
   std::vector<absl::Status> answers = {a.get().status(), b.get().status()};
@@ -141,8 +154,19 @@ TEST_P(ExactlyOnceTest, ARepeatWhileTheFirstRunsIsAlreadyExists) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(DirectAndRouted, ExactlyOnceTest, ::testing::Bool(),
-                         [](const auto& info) { return info.param ? "Routed" : "Direct"; });
+INSTANTIATE_TEST_SUITE_P(Paths, ExactlyOnceTest,
+                         ::testing::Values(Path::kDirect, Path::kRouted, Path::kLookaside),
+                         [](const auto& info) {
+                           switch (info.param) {
+                             case Path::kDirect:
+                               return "Direct";
+                             case Path::kRouted:
+                               return "Routed";
+                             case Path::kLookaside:
+                               break;
+                           }
+                           return "Lookaside";
+                         });
 
 }  // namespace
 }  // namespace farcall

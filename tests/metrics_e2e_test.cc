@@ -33,8 +33,11 @@ double Sample(const std::string& text, const std::string& name) {
   return ::farcall::testing::MetricValue(text, name);
 }
 
+// Through the router, so that it counts the call and its bytes.
 absl::StatusOr<CallResult> Copy(Client& client, const std::string& handler) {
-  return testing::CallOnFour(client, handler);
+  CallOptions o;
+  o.via_router = true;
+  return testing::CallOnFour(client, handler, o);
 }
 
 TEST(MetricsEndToEndTest, AgentAndRouterCountCalls) {
@@ -101,6 +104,21 @@ TEST(MetricsEndToEndTest, AgentAndRouterCountCalls) {
               HasSubstr("<title>farcall router</title>"));
   EXPECT_THAT(::farcall::testing::HttpGet((*router)->metrics_port(), "/nope"),
               HasSubstr("no page /nope"));
+
+  // A call that goes to the agent directly: the router counts the Resolve
+  // (refused ones without names), the agent the call.
+  ASSERT_TRUE(testing::CallOnFour(**client).ok());
+  EXPECT_FALSE(testing::CallOnFour(**client, "nope").ok());
+  const std::string after = Scrape((*router)->metrics_port());
+  EXPECT_THAT(after, HasSubstr("farcall_router_resolves_total{code=\"OK\",handler=\"copy\","
+                               "platform=\"cpu\"} 1"));
+  EXPECT_THAT(after, HasSubstr("farcall_router_resolves_total{code=\"NOT_FOUND\",handler=\"-\","
+                               "platform=\"-\"} 1"));
+  EXPECT_THAT(after, HasSubstr("farcall_router_calls_total{code=\"OK\",handler=\"copy\","
+                               "platform=\"cpu\"} 2"));
+  EXPECT_THAT(Scrape((*agent)->metrics_port()),
+              HasSubstr("farcall_agent_calls_total{code=\"OK\",handler=\"copy\","
+                        "platform=\"cpu\"} 3"));
 }
 
 TEST(MetricsEndToEndTest, CancelledCallFreesItsMemoryAtOnce) {

@@ -151,6 +151,8 @@ TEST(SecurityTest, TlsAndTokensThroughTheRouter) {
        "--tokens_file=" + p.tokens, "--agent_tls_ca=" + p.ca, "--agent_tls_cert=" + p.client_cert,
        "--agent_tls_key=" + p.client_key, "--agent_token_file=" + p.dir + "/router-token"});
   ASSERT_NE(router, nullptr);
+  // The caller has no client certificate, so it cannot call the agent the
+  // router names itself: the call goes through the router.
   EXPECT_TRUE(Copy(router->address(), Tls(false, "alpha")).ok());
   absl::Status s = Copy(router->address(), Tls(false, ""));
   EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated) << s;

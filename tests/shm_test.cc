@@ -129,11 +129,18 @@ TEST_F(ShmTest, AsyncCallsUseItToo) {
 TEST_F(ShmTest, FallsBackToGrpcWhenNotOfferedOrNotWanted) {
   TensorSpec spec{DType::kS32, {4}};
   std::vector<int32_t> x = {1, 2, 3, 4};
-  // Through the router: no shared memory.
-  auto via_router = *Client::Connect(router_->address());
-  auto r = via_router->Call(CopyRequest(spec, x.data()));
+  // Through the router: no shared memory. Sent to the agent the router
+  // names (the default): shared memory, as with the agent's own address.
+  auto router_client = *Client::Connect(router_->address());
+  CallOptions through;
+  through.via_router = true;
+  auto r = router_client->Call(CopyRequest(spec, x.data()), through);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_NE(r->transport, Transport::kShm);
+  r = router_client->Call(CopyRequest(spec, x.data()));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->transport, Transport::kShm);
+  EXPECT_FALSE(r->via_router);
   // Turned off by the caller.
   CallOptions o;
   o.allow_shm = false;

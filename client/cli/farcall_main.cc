@@ -43,6 +43,9 @@ ABSL_FLAG(int, print, 8, "elements to print per tensor");
 ABSL_FLAG(double, timeout_s, 60, "deadline of the call in seconds");
 ABSL_FLAG(int64_t, chunk_bytes, 1 << 20, "tensor bytes per message");
 ABSL_FLAG(std::string, transport, "auto", "auto, unary or stream");
+ABSL_FLAG(bool, via_router, false,
+          "call, bench: with a router as --target, send the tensors through it instead of "
+          "asking it for an agent and calling that agent directly");
 ABSL_FLAG(bool, refresh, true, "agents: probe every agent before listing");
 ABSL_FLAG(std::string, handler, "copy",
           "bench: copy, crc32c or sum (sum and crc32c send the bytes one way)");
@@ -125,6 +128,7 @@ int RunCall(const std::vector<char*>& pos) {
   farcall::CallOptions opts;
   opts.timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
   opts.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
+  opts.via_router = absl::GetFlag(FLAGS_via_router);
   const std::string transport = absl::GetFlag(FLAGS_transport);
   if (transport == "unary") {
     opts.transport = farcall::Transport::kUnary;
@@ -168,11 +172,13 @@ int RunCall(const std::vector<char*>& pos) {
     std::fprintf(stderr, "(the call declared no results: --results='float32[8]' declares one)\n");
   }
   if (!r.ok()) return Fail(r.status());
-  std::printf("  -> agent %s (%s), %s, %s (queue %s, transfer %s, execute %s)\n",
+  std::printf("  -> agent %s (%s), %s%s, %s (queue %s, transfer %s, execute %s)\n",
               r->agent_id.c_str(), r->platform.c_str(),
-              r->transport == farcall::Transport::kUnary ? "unary Call" : "streamed Execute",
-              Ms(took).c_str(), Ms(r->queue_time).c_str(), Ms(r->transfer_time).c_str(),
-              Ms(r->execute_time).c_str());
+              r->transport == farcall::Transport::kShm     ? "shared memory"
+              : r->transport == farcall::Transport::kUnary ? "unary Call"
+                                                           : "streamed Execute",
+              r->via_router ? " through the router" : "", Ms(took).c_str(),
+              Ms(r->queue_time).c_str(), Ms(r->transfer_time).c_str(), Ms(r->execute_time).c_str());
   for (size_t o = 0; o < r->results.size(); ++o) {
     const farcall::ResultTensor& t = r->results[o];
     std::string note;
@@ -252,6 +258,7 @@ int RunBenchCommand() {
   o.progress = isatty(fileno(stderr)) != 0;
   o.call.timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
   o.call.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
+  o.call.via_router = absl::GetFlag(FLAGS_via_router);
   std::printf("farcall bench %s on %s via %s: %lld calls of %lld bytes, concurrency %d%s%s\n",
               o.handler.c_str(), o.platform.c_str(), absl::GetFlag(FLAGS_target).c_str(),
               static_cast<long long>(o.calls), static_cast<long long>(o.bytes), o.concurrency,

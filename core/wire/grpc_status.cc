@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "core/wire/protocol.h"
+
 namespace farcall {
 namespace {
 
@@ -37,6 +39,12 @@ grpc::Status ToGrpcStatus(const absl::Status& s) {
 absl::Status FromGrpcStatus(const grpc::Status& s) {
   if (s.ok()) return absl::OkStatus();
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+}
+
+bool NeverReachedAgent(const grpc::Status& s, const grpc::ClientContext& ctx) {
+  return s.error_code() == grpc::StatusCode::UNAVAILABLE &&
+         ctx.GetServerInitialMetadata().count(kAgentIdMetadataKey) == 0 &&
+         ctx.GetServerTrailingMetadata().count(kAgentIdMetadataKey) == 0;
 }
 
 }  // namespace farcall

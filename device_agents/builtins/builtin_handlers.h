@@ -434,16 +434,18 @@ inline Status Fail(CallFrame& call) {
 template <class K>
 constexpr std::array<FarcallHandlerDef, 8> BuiltinDefs(const char* platform, uint32_t capturable) {
   // Every built-in writes all of its results: none needs them zeroed first.
+  // All but sleep take time in proportion to their bytes alone.
   constexpr uint32_t kAll = FARCALL_TRAIT_WRITES_ALL_RESULTS;
+  constexpr uint32_t kQuick = FARCALL_TRAIT_QUICK;
   return {{
-      FARCALL_HANDLER_DEF("copy", platform, kAll, Copy<K>),
-      FARCALL_HANDLER_DEF("scale", platform, capturable | kAll, Scale<K>),
-      FARCALL_HANDLER_DEF("axpy", platform, capturable | kAll, Axpy<K>),
-      FARCALL_HANDLER_DEF("add", platform, capturable | kAll, Add<K>),
-      FARCALL_HANDLER_DEF("sum", platform, capturable | kAll, Sum<K>),
-      FARCALL_HANDLER_DEF("crc32c", platform, kAll, Crc32c<K>),
+      FARCALL_HANDLER_DEF("copy", platform, kAll | kQuick, Copy<K>),
+      FARCALL_HANDLER_DEF("scale", platform, capturable | kAll | kQuick, Scale<K>),
+      FARCALL_HANDLER_DEF("axpy", platform, capturable | kAll | kQuick, Axpy<K>),
+      FARCALL_HANDLER_DEF("add", platform, capturable | kAll | kQuick, Add<K>),
+      FARCALL_HANDLER_DEF("sum", platform, capturable | kAll | kQuick, Sum<K>),
+      FARCALL_HANDLER_DEF("crc32c", platform, kAll | kQuick, Crc32c<K>),
       FARCALL_HANDLER_DEF("sleep", platform, kAll, Sleep),
-      FARCALL_HANDLER_DEF("fail", platform, kAll, Fail),
+      FARCALL_HANDLER_DEF("fail", platform, kAll | kQuick, Fail),
   }};
 }
 

@@ -125,6 +125,7 @@ nb::tuple ToPython(CallResult result) {
   info["agent_id"] = result.agent_id;
   info["platform"] = result.platform;
   info["transport"] = TransportName(result.transport);
+  info["via_router"] = result.via_router;
   info["queue_seconds"] = absl::ToDoubleSeconds(result.queue_time);
   info["transfer_seconds"] = absl::ToDoubleSeconds(result.transfer_time);
   info["execute_seconds"] = absl::ToDoubleSeconds(result.execute_time);
@@ -242,7 +243,8 @@ class PythonCompletions {
 class PyClient {
  public:
   PyClient(const std::string& target, const std::string& tls_ca, const std::string& tls_cert,
-           const std::string& tls_key, const std::string& token) {
+           const std::string& tls_key, const std::string& token, bool via_router)
+      : via_router_(via_router) {
     ClientOptions options;
     options.tls_ca = tls_ca;
     options.tls_cert = tls_cert;
@@ -260,6 +262,7 @@ class PyClient {
                  const std::string& call_id, const std::vector<uintptr_t>& result_memory) {
     PyCall c = BuildCall(handler, platform, args, results, aliases, attributes, has_side_effect,
                          timeout, rpc, validate, call_id, result_memory);
+    c.options.via_router = via_router_;
     absl::StatusOr<CallResult> r;
     {
       nb::gil_scoped_release release;
@@ -279,6 +282,7 @@ class PyClient {
                  const std::string& call_id, nb::object done) {
     PyCall c = BuildCall(handler, platform, args, results, aliases, attributes, has_side_effect,
                          timeout, rpc, validate, call_id, {});
+    c.options.via_router = via_router_;
     // Dropped only with the GIL (run), or leaked once Python is going away
     // (drop): never released on a gRPC thread.
     auto fn = std::make_shared<nb::object>(std::move(done));
@@ -361,6 +365,7 @@ class PyClient {
 
  private:
   std::unique_ptr<Client> client_;
+  const bool via_router_;  // every call through the router (CallOptions::via_router)
 };
 
 }  // namespace
@@ -368,9 +373,9 @@ class PyClient {
 void DefineClient(nb::module_& m) {
   nb::class_<PyClient>(m, "Client")
       .def(nb::init<const std::string&, const std::string&, const std::string&, const std::string&,
-                    const std::string&>(),
+                    const std::string&, bool>(),
            nb::arg("target"), nb::arg("tls_ca"), nb::arg("tls_cert"), nb::arg("tls_key"),
-           nb::arg("token"))
+           nb::arg("token"), nb::arg("via_router") = false)
       .def("call", &PyClient::Call)
       .def("call_async", &PyClient::CallAsync)
       .def("allocate_shared", &PyClient::AllocateShared)

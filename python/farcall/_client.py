@@ -44,6 +44,7 @@ class CallInfo:
     agent_id: str
     platform: str
     transport: str  # "unary", "stream" or "shm"
+    via_router: bool  # passed through a router (rather than to the agent it named)
     queue_seconds: float
     transfer_seconds: float
     execute_seconds: float
@@ -207,6 +208,14 @@ class Client:
     ``tls_key`` present a client certificate to servers that require one.
     ``token`` is sent as ``authorization: Bearer TOKEN`` on every call.
 
+    Given a router, a call asks it which agents may serve the call (cached
+    for the router's probe interval) and goes to one of them directly, so
+    that the arrays do not pass through the router; it goes through the
+    router when no such agent can be reached or one refuses ``token``.
+    ``via_router=True`` sends every call through the router, for clients
+    that cannot reach the agents. ``CallInfo.via_router`` says which way a
+    call went.
+
         client = farcall.Client("127.0.0.1:50050")
         x = np.arange(8, dtype=np.float32)
         y = np.ones(8, dtype=np.float32)
@@ -217,11 +226,11 @@ class Client:
 
     def __init__(self, target: str, *, timeout: float = 60.0, tls_ca: str | None = None,
                  tls_cert: str | None = None, tls_key: str | None = None,
-                 token: str | None = None):
+                 token: str | None = None, via_router: bool = False):
         self.target = target
         self.timeout = float(timeout)
         self._native = _farcall.Client(target, tls_ca or "", tls_cert or "", tls_key or "",
-                                       token or "")
+                                       token or "", bool(via_router))
 
     def __repr__(self) -> str:
         return f"farcall.Client({self.target!r})"

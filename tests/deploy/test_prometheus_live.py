@@ -114,20 +114,25 @@ def stack():
                        if line.startswith("farcall_router_agent_up{") and line.endswith(" 1")) == 2
         lib.wait_for("the router to see both agents SERVING", both_live, DEADLINE_S)
 
-        # Calls of every kind: unary and streamed, results and errors.
+        # Calls of every kind: unary and streamed, results and errors, through
+        # the router and straight to the agents it names.
         target = "--target=" + router.address
         calls = [
             ["call", "axpy", "float32[8]:iota", "float32[8]:ones", "--results=float32[8]",
              "--aliases=1:0", "--attr=alpha=2.0"],
-            ["call", "sum", "int32[16]:iota", "--results=int32[]"],
-            ["call", "copy", "float32[1048576]:ones", "--results=float32[1048576]", "--print=2"],
-            ["bench", "--handler=copy", "--calls=40", "--concurrency=4", "--bytes=65536"],
+            ["call", "axpy", "float32[8]:iota", "float32[8]:ones", "--results=float32[8]",
+             "--aliases=1:0", "--attr=alpha=2.0", "--via_router"],
+            ["call", "sum", "int32[16]:iota", "--results=int32[]", "--via_router"],
+            ["call", "copy", "float32[1048576]:ones", "--results=float32[1048576]", "--print=2",
+             "--via_router"],
+            ["bench", "--handler=copy", "--calls=40", "--concurrency=4", "--bytes=65536",
+             "--via_router"],
             ["bench", "--handler=crc32c", "--calls=20", "--bytes=4096"],
         ]
         for args in calls:
             r = cli(*args, target)
             assert r.returncode == 0, f"farcall {' '.join(args)}:\n{r.stdout}{r.stderr}"
-        r = cli("call", "fail", "--attr=code=13,message=str:boom", target)
+        r = cli("call", "fail", "--attr=code=13,message=str:boom", target, "--via_router")
         assert r.returncode == 1 and "INTERNAL" in r.stderr, r.stdout + r.stderr
         r = cli("call", "nope", "float32[4]", "--results=float32[4]", target)
         assert r.returncode == 1 and "NOT_FOUND" in r.stderr, r.stdout + r.stderr

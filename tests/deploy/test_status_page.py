@@ -101,7 +101,8 @@ def test_the_page_shows_every_agent_and_one_that_dies(stack):
     url = f"http://127.0.0.1:{router.metrics_port}/"
     for _ in range(4):
         subprocess.run([lib.cli_bin(), "call", "copy", "float32[4]:iota",
-                        "--results=float32[4]", f"--target={router.address}"],
+                        "--results=float32[4]", f"--target={router.address}",
+                            "--via_router"],
                        check=True, capture_output=True, timeout=30)
 
     rows = lib.wait_for("both agents SERVING on the page", lambda: (

@@ -169,6 +169,18 @@ def test_describe_agents_and_health_are_plain_objects(agent, router):
         farcall.Client("127.0.0.1:1").health(timeout=2)
 
 
+def test_a_router_names_the_agent_and_via_router_sends_the_arrays_through_it(agent, router):
+    x = np.arange(8, dtype=F32)
+    out, info = farcall.Client(router.address).call_with_info("copy", x, results=[x])
+    assert np.array_equal(out[0], x)
+    assert not info.via_router and info.agent_id.endswith(agent.address.rsplit(":", 1)[1])
+    out, info = farcall.Client(router.address, via_router=True).call_with_info(
+        "copy", x, results=[x])
+    assert np.array_equal(out[0], x) and info.via_router and info.transport != "shm"
+    _, info = farcall.Client(agent.address).call_with_info("copy", x, results=[x])
+    assert not info.via_router
+
+
 def test_shared_array_is_not_copied(agent):
     client = farcall.Client(agent.address)
     s = farcall.shared_array((1024,), F32, client)

@@ -107,8 +107,17 @@ struct CallOptions {
   bool wait_for_ready = false;
   // false: send the call without checking it here first, so that the
   // servers' answers to a bad call can be observed (their codes and messages
-  // are the same as the client's own checks). For conformance tests.
+  // are the same as the client's own checks). For conformance tests; such
+  // calls to a router go through it (as with via_router).
   bool validate_locally = true;
+  // With a router as the target: false (the default) asks the router which
+  // agents may serve the call (Router.Resolve, cached for the router's probe
+  // interval) and calls one of them directly, so that the tensors do not
+  // pass through the router; a call that could not reach that agent goes to
+  // the next one, and to the router when none can be reached or an agent
+  // refuses this client's token. true: every call goes through the router,
+  // for clients that cannot reach the agents.
+  bool via_router = false;
 };
 
 // One result. An aliased result's bytes were written into the caller's
@@ -138,6 +147,9 @@ struct CallResult {
   absl::Duration transfer_time;
   absl::Duration execute_time;
   Transport transport = Transport::kAuto;  // which RPC carried the call
+  // Whether the call passed through a router (CallOptions::via_router, or
+  // no agent could be called directly).
+  bool via_router = false;
 };
 
 // Memory shared with a same-host agent (Client::AllocateShared). Args whose
@@ -207,6 +219,10 @@ struct AgentStatus {
 // "UNKNOWN", "SERVING", "NOT_SERVING" or "DOWN", as the wire names them.
 const char* HealthName(AgentStatus::Health health);
 
+namespace client_internal {
+class Lookaside;
+}
+
 class Client {
  public:
   // Connects lazily: this never fails for an unreachable target; calls do.
@@ -237,10 +253,16 @@ class Client {
   absl::Status Health(absl::Duration timeout = absl::Seconds(5));
 
  private:
+  friend class client_internal::Lookaside;
   struct Impl;
   struct Plan;
   explicit Client(std::unique_ptr<Impl> impl);
   absl::StatusOr<Plan> MakePlan(const CallRequest& request, const CallOptions& options);
+  // This client is the lookaside's, for one agent a router named.
+  void MarkDirect();
+  // Whether the target is connected now, waiting for that up to `wait`
+  // (zero: only asks, and starts connecting when idle).
+  bool Connected(absl::Duration wait);
   std::unique_ptr<Impl> impl_;
 };
 

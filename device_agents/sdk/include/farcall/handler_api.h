@@ -28,7 +28,7 @@ extern "C" {
 #endif
 
 #define FARCALL_API_MAJOR 1
-#define FARCALL_API_MINOR 1 /* 1: FARCALL_TRAIT_WRITES_ALL_RESULTS */
+#define FARCALL_API_MINOR 2 /* 1: FARCALL_TRAIT_WRITES_ALL_RESULTS; 2: FARCALL_TRAIT_QUICK */
 
 /* Status codes: the same numbers as absl::StatusCode and grpc::StatusCode. */
 typedef enum FarcallCode {
@@ -176,6 +176,12 @@ typedef FarcallError* (*FarcallHandlerFn)(const FarcallCallFrame* frame);
  * it the agent zeroes those results before the handler runs, so that what a
  * handler leaves unwritten is never an earlier call's bytes. */
 #define FARCALL_TRAIT_WRITES_ALL_RESULTS 2u
+/* The handler's time is bounded by the bytes it touches: it never sleeps,
+ * waits on anything, or takes a lock another call may hold long. A cpu agent
+ * then runs a small unary call of it (--inline_call_bytes) on the thread the
+ * call arrived on, without the hand-off to a worker and back that is most of
+ * a small call's time. Other handlers always run on the workers. */
+#define FARCALL_TRAIT_QUICK 4u
 
 typedef struct FarcallHandlerDef {
   size_t struct_size;

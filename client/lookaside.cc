@@ -1,0 +1,336 @@
+#include "client/lookaside.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/random/random.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "core/rendezvous.h"
+#include "core/tokens.h"
+#include "core/wire/grpc_status.h"
+
+namespace farcall::client_internal {
+namespace {
+
+constexpr char kNotDeliveredPayload[] = "type.farcall.dev/not-delivered";
+
+std::string AnswerKey(const CallRequest& request) {
+  return absl::StrCat(request.platform, "\n", request.handler);
+}
+
+// Whether a failed Resolve never got the router's own answer: a transport
+// failure or a deadline, not a refusal such as NoLiveAgentError (which is
+// UNAVAILABLE too, with the contract's words).
+bool RouterUnreachable(const grpc::Status& s) {
+  if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) return true;
+  return s.error_code() == grpc::StatusCode::UNAVAILABLE &&
+         !absl::StartsWith(s.error_message(), "no live agent serves platform") &&
+         !absl::StartsWith(s.error_message(), "this router is draining");
+}
+
+}  // namespace
+
+void MarkNotDelivered(absl::Status& s) { s.SetPayload(kNotDeliveredPayload, absl::Cord()); }
+
+bool NotDelivered(const absl::Status& s) { return s.GetPayload(kNotDeliveredPayload).has_value(); }
+
+// One agent that some answer named. Its client is made on first use and
+// kept, so that its connection (and shared memory, on this host) is reused.
+struct Lookaside::Agent {
+  explicit Agent(std::string a) : address(std::move(a)) {}
+  const std::string address;
+  std::atomic<int64_t> inflight{0};  // this client's calls there now
+  absl::Mutex mu;
+  std::shared_ptr<Client> client ABSL_GUARDED_BY(mu);
+  bool reached ABSL_GUARDED_BY(mu) = false;    // connected since it last failed
+  bool contacted ABSL_GUARDED_BY(mu) = false;  // its first contact was tried
+  absl::Time avoid_until ABSL_GUARDED_BY(mu) = absl::InfinitePast();
+  absl::Duration backoff ABSL_GUARDED_BY(mu) = kFirstBackoff;
+};
+
+// A Resolve answer: the agents in the router's order, with the calls it
+// routed to each.
+struct Lookaside::Answer {
+  std::vector<std::shared_ptr<Agent>> agents;
+  std::vector<int64_t> router_inflight;
+  absl::Time expires;
+};
+
+Lookaside::Lookaside(std::string router_target, ClientOptions options,
+                     std::shared_ptr<grpc::Channel> channel, std::string authorization)
+    : router_target_(std::move(router_target)),
+      options_(std::move(options)),
+      authorization_(std::move(authorization)),
+      router_(v1::Router::NewStub(channel)) {}
+
+std::shared_ptr<const Lookaside::Answer> Lookaside::Resolved(const CallRequest& request,
+                                                             absl::Time deadline) {
+  const std::string key = AnswerKey(request);
+  const absl::Time now = absl::Now();
+  std::shared_ptr<const Answer> last;
+  {
+    absl::MutexLock l(&mu_);
+    auto it = answers_.find(key);
+    if (it != answers_.end()) {
+      if (now < it->second->expires) return it->second;
+      last = it->second;
+    }
+  }
+  // Several threads may ask at once when an answer expires; each answer is
+  // as good as the others, and the last one stays.
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(std::min(deadline, now + kConnectTimeout)));
+  if (!authorization_.empty()) ctx.AddMetadata(kAuthorizationKey, authorization_);
+  v1::ResolveRequest req;
+  req.set_platform(request.platform);
+  req.set_handler(request.handler);
+  v1::ResolveResponse resp;
+  grpc::Status s = router_->Resolve(&ctx, req, &resp);
+  if (!s.ok()) {
+    // A router without Resolve says so with UNIMPLEMENTED and gRPC's words;
+    // an unsupported platform gets UNIMPLEMENTED and the contract's.
+    if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED &&
+        !absl::StartsWith(s.error_message(), "`buffer_callback`")) {
+      resolve_missing_ = true;
+    }
+    absl::MutexLock l(&mu_);
+    if (last != nullptr && RouterUnreachable(s)) {
+      // The router is away (a restart, a network split): its last answer
+      // still names agents, which may well be up; those that are not fail
+      // their first contact and the call goes to the router after all. Ask
+      // it again in a second.
+      auto kept = std::make_shared<Answer>(*last);
+      kept->expires = now + kFirstBackoff;
+      answers_[key] = kept;
+      return kept;
+    }
+    answers_.erase(key);
+    return nullptr;
+  }
+  auto answer = std::make_shared<Answer>();
+  const absl::Duration valid =
+      std::clamp(absl::Milliseconds(resp.valid_for_ms()), absl::Milliseconds(50), absl::Minutes(1));
+  answer->expires = absl::Now() + valid;
+  absl::MutexLock l(&mu_);
+  for (const v1::ResolvedAgent& a : resp.agents()) {
+    std::shared_ptr<Agent>& agent = agents_[a.address()];
+    if (agent == nullptr) agent = std::make_shared<Agent>(a.address());
+    answer->agents.push_back(agent);
+    answer->router_inflight.push_back(a.inflight_calls());
+  }
+  answers_[key] = answer;
+  return answer;
+}
+
+std::vector<std::shared_ptr<Lookaside::Agent>> Lookaside::Choose(const CallRequest& request,
+                                                                 const CallOptions& options,
+                                                                 absl::Time deadline) {
+  // Calls sent unchecked, or naming several platforms, are for observing
+  // the router's own answers.
+  if (resolve_missing_ || options.via_router || !options.validate_locally ||
+      !request.platforms.empty()) {
+    return {};
+  }
+  std::shared_ptr<const Answer> answer = Resolved(request, deadline);
+  if (answer == nullptr) return {};
+  const absl::Time now = absl::Now();
+  struct Candidate {
+    std::shared_ptr<Agent> agent;
+    int64_t load;
+    uint64_t score;
+  };
+  std::vector<Candidate> c;
+  for (size_t i = 0; i < answer->agents.size(); ++i) {
+    const std::shared_ptr<Agent>& a = answer->agents[i];
+    const uint64_t score =
+        options.call_id.empty() ? 0 : RendezvousScore(options.call_id, a->address);
+    absl::MutexLock l(&a->mu);
+    if (now < a->avoid_until) continue;
+    c.push_back({a, answer->router_inflight[i] + a->inflight.load(), score});
+  }
+  if (request.has_side_effect && !options.call_id.empty()) {
+    // The agent a router would pick for this call_id, so that repeats of
+    // one call meet the agent that remembers it, whichever way they go.
+    std::sort(c.begin(), c.end(),
+              [](const Candidate& x, const Candidate& y) { return x.score > y.score; });
+  } else if (c.size() > 1) {
+    // Power of two choices on load first, then the rest by load.
+    thread_local absl::BitGen gen;
+    size_t x = absl::Uniform<size_t>(gen, 0, c.size());
+    size_t y = absl::Uniform<size_t>(gen, 0, c.size() - 1);
+    if (y >= x) ++y;
+    std::swap(c[0], c[c[y].load < c[x].load ? y : x]);
+    std::stable_sort(c.begin() + 1, c.end(),
+                     [](const Candidate& p, const Candidate& q) { return p.load < q.load; });
+  }
+  std::vector<std::shared_ptr<Agent>> out;
+  for (Candidate& k : c) out.push_back(std::move(k.agent));
+  return out;
+}
+
+std::shared_ptr<Client> Lookaside::Ready(Agent& agent, absl::Time deadline) {
+  absl::MutexLock l(&agent.mu);
+  if (absl::Now() < agent.avoid_until) return nullptr;
+  if (agent.client == nullptr) {
+    absl::StatusOr<std::unique_ptr<Client>> c = Client::Connect(agent.address, options_);
+    if (!c.ok()) return nullptr;  // TLS files the router's target took: not here
+    (*c)->MarkDirect();
+    agent.client = *std::move(c);
+  }
+  if (!agent.reached) {
+    // The first contact waits a little for a connection, so that an address
+    // this client cannot route to costs that once, not each call's whole
+    // deadline. Later (after a failure) nothing waits: gRPC reconnects in
+    // the background, and the agent is used again once it is connected.
+    absl::Duration wait = absl::ZeroDuration();
+    if (!agent.contacted) {
+      agent.contacted = true;
+      wait = std::max(std::min(deadline - absl::Now(), kConnectTimeout), absl::ZeroDuration());
+    }
+    if (!agent.client->Connected(wait)) {
+      agent.avoid_until = absl::Now() + agent.backoff;
+      agent.backoff = std::min(agent.backoff * 2, kMaxBackoff);
+      return nullptr;
+    }
+    agent.reached = true;
+  }
+  return agent.client;
+}
+
+void Lookaside::Avoid(Agent& agent, absl::Duration at_least) {
+  absl::MutexLock l(&agent.mu);
+  agent.avoid_until = absl::Now() + std::max(agent.backoff, at_least);
+  agent.backoff = std::min(agent.backoff * 2, kMaxBackoff);
+  agent.reached = false;
+}
+
+Lookaside::Next Lookaside::Judge(Agent& agent, const CallRequest& request,
+                                 absl::StatusOr<CallResult>& result) {
+  if (result.ok()) {
+    absl::MutexLock l(&agent.mu);
+    agent.backoff = kFirstBackoff;
+    return Next::kDone;
+  }
+  absl::Status s = result.status();
+  if (NotDelivered(s)) {
+    s.ErasePayload(kNotDeliveredPayload);
+    result = s;
+    Avoid(agent, kFirstBackoff);
+    {
+      absl::MutexLock l(&mu_);
+      answers_.erase(AnswerKey(request));  // ask the router afresh next time
+    }
+    // As the router does: a call with side effects that may have started is
+    // never sent again.
+    return request.has_side_effect ? Next::kDone : Next::kNextAgent;
+  }
+  if (absl::IsUnauthenticated(s) || absl::IsPermissionDenied(s)) {
+    // This client's token is not the agent's: the router may hold one that is.
+    Avoid(agent, kRefusedFor);
+    return Next::kViaRouter;
+  }
+  return Next::kDone;
+}
+
+CallOptions Lookaside::ProxyOptions(const CallOptions& options, absl::Time deadline) const {
+  CallOptions o = options;
+  o.via_router = true;
+  o.timeout = std::max(deadline - absl::Now(), absl::ZeroDuration());
+  return o;
+}
+
+Client& Lookaside::Proxy() {
+  absl::MutexLock l(&mu_);
+  if (proxy_ == nullptr) {
+    // The router's target was connected with these options already.
+    proxy_ = std::move(Client::Connect(router_target_, options_)).value();
+  }
+  return *proxy_;
+}
+
+absl::StatusOr<CallResult> Lookaside::Call(const CallRequest& request, const CallOptions& options) {
+  const absl::Time deadline = absl::Now() + options.timeout;
+  for (const std::shared_ptr<Agent>& agent : Choose(request, options, deadline)) {
+    std::shared_ptr<Client> client = Ready(*agent, deadline);
+    if (client == nullptr) continue;
+    CallOptions o = options;
+    o.timeout = deadline - absl::Now();
+    ++agent->inflight;
+    absl::StatusOr<CallResult> r = client->Call(request, o);
+    --agent->inflight;
+    const Next next = Judge(*agent, request, r);
+    if (next == Next::kDone) return r;
+    if (next == Next::kViaRouter) break;
+  }
+  return Proxy().Call(request, ProxyOptions(options, deadline));
+}
+
+// CallAsync's state between attempts: its own copy of the request (the
+// caller's may be gone), and the agents left to try.
+class Lookaside::AsyncCall : public std::enable_shared_from_this<AsyncCall> {
+ public:
+  AsyncCall(std::shared_ptr<Lookaside> owner, const CallRequest& request,
+            const CallOptions& options, CallCallback done)
+      : owner_(std::move(owner)),
+        request_(request),
+        options_(options),
+        deadline_(absl::Now() + options.timeout),
+        done_(std::move(done)) {}
+
+  void Start() {
+    agents_ = owner_->Choose(request_, options_, deadline_);
+    TryNext();
+  }
+
+ private:
+  // May run on a gRPC thread (after a failed attempt); the first contact
+  // with an agent then waits there, at most kConnectTimeout.
+  void TryNext() {
+    while (next_ < agents_.size()) {
+      std::shared_ptr<Agent> agent = agents_[next_++];
+      std::shared_ptr<Client> client = owner_->Ready(*agent, deadline_);
+      if (client == nullptr) continue;
+      CallOptions o = options_;
+      o.timeout = deadline_ - absl::Now();
+      ++agent->inflight;
+      client->CallAsync(request_, o,
+                        [self = shared_from_this(), agent](absl::StatusOr<CallResult> r) {
+                          --agent->inflight;
+                          self->Finished(*agent, std::move(r));
+                        });
+      return;
+    }
+    owner_->Proxy().CallAsync(request_, owner_->ProxyOptions(options_, deadline_),
+                              std::move(done_));
+  }
+
+  void Finished(Agent& agent, absl::StatusOr<CallResult> r) {
+    switch (owner_->Judge(agent, request_, r)) {
+      case Next::kDone:
+        done_(std::move(r));
+        return;
+      case Next::kViaRouter:
+        next_ = agents_.size();
+        break;
+      case Next::kNextAgent:
+        break;
+    }
+    TryNext();
+  }
+
+  const std::shared_ptr<Lookaside> owner_;
+  const CallRequest request_;
+  const CallOptions options_;
+  const absl::Time deadline_;
+  CallCallback done_;
+  std::vector<std::shared_ptr<Agent>> agents_;
+  size_t next_ = 0;
+};
+
+void Lookaside::CallAsync(const CallRequest& request, const CallOptions& options,
+                          CallCallback done) {
+  std::make_shared<AsyncCall>(shared_from_this(), request, options, std::move(done))->Start();
+}
+
+}  // namespace farcall::client_internal

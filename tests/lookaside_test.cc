@@ -1,0 +1,181 @@
+// Lookaside routing end to end: a client given a router asks it for agents
+// (Router.Resolve) and calls them directly; it goes on past an agent that
+// died and while the router is away, and goes through the router when an
+// agent refuses its token. Real agents and routers on loopback ports.
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "farcall/client.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/process_harness.h"
+#include "tests/test_calls.h"
+
+namespace farcall {
+namespace {
+
+using ::farcall::testing::CallOnFour;
+using ::farcall::testing::ChildProcess;
+using ::testing::HasSubstr;
+
+std::unique_ptr<ChildProcess> Start(const std::string& binary, std::vector<std::string> args) {
+  args.insert(args.begin(), "--listen=127.0.0.1:0");
+  auto p = ChildProcess::Start(binary, args);
+  EXPECT_TRUE(p.ok()) << p.status();
+  return p.ok() ? *std::move(p) : nullptr;
+}
+
+// Two agents and a router in front of them, serving /metrics.
+class LookasideTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    a_ = Start(FARCALL_AGENT_BIN, {});
+    b_ = Start(FARCALL_AGENT_BIN, {});
+    ASSERT_TRUE(a_ && b_);
+    router_ = Start(FARCALL_ROUTER_BIN, {"--metrics_listen=127.0.0.1:0",
+                                         "--agents=" + a_->address() + "," + b_->address()});
+    ASSERT_TRUE(router_);
+    auto client = Client::Connect(router_->address());
+    ASSERT_TRUE(client.ok()) << client.status();
+    client_ = *std::move(client);
+  }
+
+  std::string Id(const ChildProcess& agent) const {
+    return absl::StrCat("cpu-agent-", agent.port());
+  }
+  double RouterMetric(const std::string& name) const {
+    return testing::MetricValue(testing::HttpGet(router_->metrics_port(), "/metrics"), name);
+  }
+
+  std::unique_ptr<ChildProcess> a_, b_, router_;
+  std::unique_ptr<Client> client_;
+};
+
+TEST_F(LookasideTest, CallsGoStraightToTheAgentsTheRouterNames) {
+  std::set<std::string> agents;
+  for (int i = 0; i < 40; ++i) {
+    CallOptions o;
+    o.transport = i % 2 ? Transport::kUnary : Transport::kStream;
+    o.allow_shm = false;
+    absl::StatusOr<CallResult> r = CallOnFour(*client_, "copy", o);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_FALSE(r->via_router);
+    EXPECT_EQ(r->results[0].as<float>()[3], 4);
+    agents.insert(r->agent_id);
+  }
+  EXPECT_EQ(agents, (std::set<std::string>{Id(*a_), Id(*b_)}));  // both take calls
+  // The router answered Resolve (once per probe interval at most), not calls.
+  EXPECT_GE(
+      RouterMetric("farcall_router_resolves_total{code=\"OK\",handler=\"copy\",platform=\"cpu\"}"),
+      1);
+  // No call passed through it: the series is not there yet (-1).
+  EXPECT_LE(
+      RouterMetric("farcall_router_calls_total{code=\"OK\",handler=\"copy\",platform=\"cpu\"}"), 0);
+  // Same-host agents found through the router offer shared memory too.
+  absl::StatusOr<CallResult> shm = CallOnFour(*client_);
+  ASSERT_TRUE(shm.ok()) << shm.status();
+  EXPECT_EQ(shm->transport, Transport::kShm);
+
+  CallOptions proxy;
+  proxy.via_router = true;
+  absl::StatusOr<CallResult> r = CallOnFour(*client_, "copy", proxy);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->via_router);
+  EXPECT_EQ(
+      RouterMetric("farcall_router_calls_total{code=\"OK\",handler=\"copy\",platform=\"cpu\"}"), 1);
+}
+
+TEST_F(LookasideTest, RefusedCallsGetTheSameAnswerAsThroughTheRouter) {
+  CallOptions proxy;
+  proxy.via_router = true;
+  for (const std::string& platform : {"cpu", "gpu", "CUDA", "tpu"}) {
+    absl::StatusOr<CallResult> direct = CallOnFour(*client_, "softpls", {}, platform);
+    absl::StatusOr<CallResult> routed = CallOnFour(*client_, "softpls", proxy, platform);
+    ASSERT_FALSE(direct.ok());
+    EXPECT_EQ(direct.status(), routed.status()) << platform;
+    // Exactly the contract's words: nothing added on the way.
+    EXPECT_FALSE(direct.status().GetPayload("type.farcall.dev/not-delivered").has_value());
+  }
+  EXPECT_EQ(CallOnFour(*client_, "softpls").status().message(),
+            "handler 'softpls' is not registered for platform 'cpu'. Registered there: add, "
+            "axpy, copy, crc32c, fail, scale, sleep, sum.");
+}
+
+TEST_F(LookasideTest, ACallThatCannotReachItsAgentGoesToAnother) {
+  // Both agents are known and connected first.
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(CallOnFour(*client_).ok());
+  a_->Kill();
+  // Before any probe of the router notices: each call that picks the dead
+  // agent is sent to the other one, in the sync and the async form alike.
+  for (int i = 0; i < 10; ++i) {
+    absl::StatusOr<CallResult> r = CallOnFour(*client_);
+    ASSERT_TRUE(r.ok()) << i << ": " << r.status();
+    EXPECT_EQ(r->agent_id, Id(*b_));
+    EXPECT_FALSE(r->via_router);
+    std::vector<float> x = {1, 2, 3, 4};
+    TensorSpec spec{DType::kF32, {4}};
+    CallRequest req;
+    req.handler = "copy";
+    req.args = {Arg::In(spec, x.data())};
+    req.results = {spec};
+    absl::StatusOr<CallResult> f = client_->CallFuture(req).get();
+    ASSERT_TRUE(f.ok()) << i << ": " << f.status();
+    EXPECT_EQ(f->agent_id, Id(*b_));
+  }
+}
+
+TEST_F(LookasideTest, CallsGoOnWhileTheRouterIsAway) {
+  ASSERT_TRUE(CallOnFour(*client_).ok());
+  router_->Kill();
+  // The router's last answer still names live agents.
+  for (int i = 0; i < 5; ++i) {
+    absl::StatusOr<CallResult> r = CallOnFour(*client_);
+    ASSERT_TRUE(r.ok()) << i << ": " << r.status();
+    EXPECT_FALSE(r->via_router);
+  }
+  // Through the router there is nothing to reach.
+  CallOptions proxy;
+  proxy.via_router = true;
+  proxy.timeout = absl::Seconds(2);
+  EXPECT_EQ(CallOnFour(*client_, "copy", proxy).status().code(), absl::StatusCode::kUnavailable);
+}
+
+TEST(LookasideTokenTest, AnAgentThatRefusesTheCallersTokenIsReachedThroughTheRouter) {
+  // The agent knows only the router's token; the router knows the caller's.
+  char dir_template[] = "/tmp/farcall-lookaside-XXXXXX";
+  const std::string dir = mkdtemp(dir_template);
+  std::ofstream(dir + "/agent-tokens") << "router *\n";
+  std::ofstream(dir + "/router-tokens") << "caller copy\n";
+  std::ofstream(dir + "/router-token") << "router\n";
+  auto agent = Start(FARCALL_AGENT_BIN, {"--tokens_file=" + dir + "/agent-tokens"});
+  ASSERT_TRUE(agent);
+  auto router = Start(FARCALL_ROUTER_BIN,
+                      {"--agents=" + agent->address(), "--tokens_file=" + dir + "/router-tokens",
+                       "--agent_token_file=" + dir + "/router-token"});
+  ASSERT_TRUE(router);
+  ClientOptions caller;
+  caller.token = "caller";
+  auto client = Client::Connect(router->address(), caller);
+  ASSERT_TRUE(client.ok());
+  for (int i = 0; i < 3; ++i) {
+    absl::StatusOr<CallResult> r = CallOnFour(**client);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(r->via_router);
+  }
+  // The router's own checks still apply to what it resolves.
+  absl::StatusOr<CallResult> sum = CallOnFour(**client, "sum");
+  EXPECT_EQ(sum.status().code(), absl::StatusCode::kPermissionDenied) << sum.status();
+  ClientOptions stranger;
+  stranger.token = "stranger";
+  auto other = Client::Connect(router->address(), stranger);
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ(CallOnFour(**other).status().code(), absl::StatusCode::kUnauthenticated);
+  std::system(("rm -rf " + dir).c_str());
+}
+
+}  // namespace
+}  // namespace farcall
