@@ -19,8 +19,6 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
-#include "grpcpp/impl/client_unary_call.h"
-#include "grpcpp/impl/rpc_method.h"
 
 namespace farcall {
 namespace {
@@ -65,6 +63,28 @@ absl::StatusOr<CallResult> Conclude(const grpc::Status& status, const grpc::Clie
 
 // Whether the target is an agent or a router: the method paths differ.
 enum class Service { kUnknown, kAgent, kRouter };
+
+// A unary call of raw frames that blocks the calling thread, on a
+// completion queue of its own (the generic stub has no blocking form; the
+// generated one would copy the tensors into protobuf messages). No gRPC
+// thread takes part, so no hand-off to one and back.
+grpc::Status BlockingRawUnary(grpc::GenericStub& stub, grpc::ClientContext& ctx,
+                              const std::string& method, const grpc::ByteBuffer& request,
+                              grpc::ByteBuffer* response) {
+  grpc::CompletionQueue cq;
+  std::unique_ptr<grpc::GenericClientAsyncResponseReader> call =
+      stub.PrepareUnaryCall(&ctx, method, request, &cq);
+  call->StartCall();
+  grpc::Status status;
+  call->Finish(response, &status, &cq);
+  void* tag = nullptr;
+  bool ok = false;
+  cq.Next(&tag, &ok);  // the one event: the call's end
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+  return status;
+}
 
 // A unary answer's results.
 absl::StatusOr<CallResult> DecodeUnary(ResponseReader& reader, const grpc::ByteBuffer& response) {
@@ -491,10 +511,8 @@ absl::StatusOr<CallResult> Client::Call(const CallRequest& request, const CallOp
       impl_->Prepare(ctx);
       grpc::ByteBuffer request_frame, response_frame;
       RequestWriter(plan->prepared, 0, completion).Next(&request_frame);
-      grpc::Status s = grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
-          impl_->channel.get(),
-          grpc::internal::RpcMethod(plan->method.c_str(), grpc::internal::RpcMethod::NORMAL_RPC),
-          &ctx, request_frame, &response_frame);
+      grpc::Status s =
+          BlockingRawUnary(*impl_->generic, ctx, plan->method, request_frame, &response_frame);
       completion->Set(Conclude(s, ctx, plan->prepared, Transport::kUnary,
                                [&] { return DecodeUnary(reader, response_frame); }));
     }

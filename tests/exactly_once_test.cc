@@ -103,6 +103,25 @@ TEST_P(ExactlyOnceTest, ARepeatedCallIdGetsTheFirstAnswerAndRunsNothing) {
   EXPECT_EQ(Runs(), 22);
 }
 
+TEST_P(ExactlyOnceTest, RepeatsMeetTheFirstAgentWhicheverWayTheyGo) {
+  if (GetParam() != Path::kLookaside) GTEST_SKIP() << "needs a router in front of two agents";
+  // The client picks the agent a router would (the same rendezvous hash in
+  // both processes): a call sent directly, then repeated through the router,
+  // or the other way round, reaches one agent, which replays it.
+  for (int i = 0; i < 10; ++i) {
+    const std::string id = absl::StrCat("mixed-", i);
+    const bool direct_first = i % 2 == 0;
+    absl::StatusOr<int64_t> first =
+        CountOn(*client_, id, true, Transport::kUnary, /*via_router=*/!direct_first);
+    ASSERT_TRUE(first.ok()) << first.status();
+    EXPECT_EQ(
+        CountOn(*client_, id, true, Transport::kUnary, /*via_router=*/direct_first).value_or(-1),
+        *first)
+        << id;
+  }
+  EXPECT_EQ(Runs(), 10);
+}
+
 TEST_P(ExactlyOnceTest, CallsWithoutSideEffectsRunEveryTime) {
   for (int i = 0; i < 4; ++i) EXPECT_TRUE(Count("same", false).ok());
   EXPECT_EQ(Runs(), 4);
