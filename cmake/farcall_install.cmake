@@ -33,6 +33,7 @@ install(FILES client/include/farcall/client.h core/include/farcall/tensor_spec.h
               device_agents/sdk/include/farcall/handler.h
               device_agents/sdk/include/farcall/handler_api.h
               device_agents/sdk/include/farcall/handler_binding.h
+              device_agents/sdk/include/farcall/handler_dtypes.h
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/farcall COMPONENT dev)
 
 set(FARCALL_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/farcall)

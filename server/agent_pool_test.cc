@@ -39,9 +39,7 @@ class FakeAgent final : public v1::Agent::Service {
     return grpc::Status::OK;
   }
 
-  void SetServing(bool serving) {
-    server_->GetHealthCheckService()->SetServingStatus(serving);
-  }
+  void SetServing(bool serving) { server_->GetHealthCheckService()->SetServingStatus(serving); }
   void Stop() {
     if (server_ != nullptr) server_->Shutdown(std::chrono::system_clock::now());
     server_.reset();

@@ -50,7 +50,8 @@ struct CpuKernels {
     return OkStatus();
   }
 
-  static Status Scale(CallFrame&, DType d, const void* x, void* out, int64_t n, double alpha) {
+  static Status Scale(CallFrame&, FarcallDType d, const void* x, void* out, int64_t n,
+                      double alpha) {
     const bool ok = builtins::VisitFloatCodec(static_cast<int32_t>(d), [&](auto codec) {
       using K = decltype(codec);
       const auto* in = static_cast<const typename K::T*>(x);
@@ -61,7 +62,7 @@ struct CpuKernels {
     return ok ? OkStatus() : Unreachable("scale");
   }
 
-  static Status Axpy(CallFrame&, DType d, const void* x, const void* y, void* out, int64_t n,
+  static Status Axpy(CallFrame&, FarcallDType d, const void* x, const void* y, void* out, int64_t n,
                      double alpha) {
     const bool ok = builtins::VisitFloatCodec(static_cast<int32_t>(d), [&](auto codec) {
       using K = decltype(codec);
@@ -74,7 +75,8 @@ struct CpuKernels {
     return ok ? OkStatus() : Unreachable("axpy");
   }
 
-  static Status Add(CallFrame&, DType d, const void* a, const void* b, void* out, int64_t n) {
+  static Status Add(CallFrame&, FarcallDType d, const void* a, const void* b, void* out,
+                    int64_t n) {
     const int32_t dt = static_cast<int32_t>(d);
     const bool ok = builtins::VisitFloatCodec(dt,
                                               [&](auto codec) {
@@ -102,7 +104,8 @@ struct CpuKernels {
   // imaginary parts). The order of additions is fixed, so results are
   // deterministic. Wide unsigned accumulation, truncated at the end, is the
   // wrapped integer sum.
-  static Status Sum(CallFrame&, DType d, const void* x, int64_t n, int64_t lanes, void* out) {
+  static Status Sum(CallFrame&, FarcallDType d, const void* x, int64_t n, int64_t lanes,
+                    void* out) {
     const int32_t dt = static_cast<int32_t>(d);
     const bool ok =
         builtins::VisitFloatCodec(dt,

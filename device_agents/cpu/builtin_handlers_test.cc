@@ -402,15 +402,16 @@ TEST(ScaleTest, RejectsBadFrames) {
   Tensor out = Zeros(DType::kF32, {4});
   Tensor out5 = Zeros(DType::kF32, {5});
   Tensor out64 = Zeros(DType::kF64, {4});
-  ExpectInvalid(Call("scale", {Buf(x)}, {Buf(out)}), "scale: attribute 'alpha' (f64) is required");
+  ExpectInvalid(Call("scale", {Buf(x)}, {Buf(out)}),
+                "scale: attribute 'alpha': missing (expected float64 (or int64))");
   ExpectInvalid(Call("scale", {Buf(x)}, {Buf(out)}, {Str("alpha", "2")}),
-                "scale: attribute 'alpha' must be f64, got str");
+                "scale: attribute 'alpha': expected float64 (or int64), got str");
   ExpectInvalid(Call("scale", {Buf(x)}, {Buf(out5)}, {F64("alpha", 1)}),
                 "scale: result must have x's spec float32[4], got float32[5]");
   ExpectInvalid(Call("scale", {Buf(x)}, {Buf(out64)}, {F64("alpha", 1)}),
                 "scale: result must have x's spec float32[4], got float64[4]");
   ExpectInvalid(Call("scale", {Buf(x), Buf(x)}, {Buf(out)}, {F64("alpha", 1)}),
-                "scale: takes 1 arg and 1 result, got 2 args and 1 result");
+                "scale: expected 1 arg and 1 result, got 2 args and 1 result");
 }
 
 // ---------------------------------------------------------------------------
@@ -499,9 +500,9 @@ TEST(AxpyTest, RejectsBadFrames) {
   ExpectInvalid(Call("axpy", {Buf(x), Buf(y)}, {Buf(y22)}, {F64("alpha", 1)}),
                 "axpy: result must have y's spec float32[4], got float32[2,2]");
   ExpectInvalid(Call("axpy", {Buf(x), Buf(y)}, {Buf(y, 1)}),
-                "axpy: attribute 'alpha' (f64) is required");
+                "axpy: attribute 'alpha': missing (expected float64 (or int64))");
   ExpectInvalid(Call("axpy", {Buf(x)}, {Buf(y)}, {F64("alpha", 1)}),
-                "axpy: takes 2 args and 1 result, got 1 arg and 1 result");
+                "axpy: expected 2 args and 1 result, got 1 arg and 1 result");
 }
 
 // ---------------------------------------------------------------------------
@@ -594,7 +595,7 @@ TEST(AddTest, RejectsBoolAndBadSpecs) {
   ExpectInvalid(Call("add", {Buf(a), Buf(a)}, {Buf(out_u)}),
                 "add: result must have a's spec int32[4], got uint32[4]");
   ExpectInvalid(Call("add", {Buf(a), Buf(a)}, {}),
-                "add: takes 2 args and 1 result, got 2 args and 0 results");
+                "add: expected 2 args and 1 result, got 2 args and 0 results");
 }
 
 // ---------------------------------------------------------------------------
@@ -788,14 +789,14 @@ TEST(SleepTest, CancelledFromAnotherThread) {
 }
 
 TEST(SleepTest, RejectsBadAttributes) {
-  ExpectInvalid(Call("sleep", {}, {}), "sleep: attribute 'ms' (i64) is required");
+  ExpectInvalid(Call("sleep", {}, {}), "sleep: attribute 'ms': missing (expected int64)");
   ExpectInvalid(Call("sleep", {}, {}, {F64("ms", 5)}),
-                "sleep: attribute 'ms' must be i64, got f64");
+                "sleep: attribute 'ms': expected int64, got float64");
   ExpectInvalid(Call("sleep", {}, {}, {I64("ms", -1)}),
                 "sleep: attribute 'ms' must be >= 0, got -1");
   Tensor x = Zeros(DType::kF32, {1});
   ExpectInvalid(Call("sleep", {Buf(x)}, {}, {I64("ms", 0)}),
-                "sleep: takes 0 args and 0 results, got 1 arg and 0 results");
+                "sleep: expected 0 args and 0 results, got 1 arg and 0 results");
 }
 
 // ---------------------------------------------------------------------------
@@ -820,11 +821,11 @@ TEST(FailTest, RejectsBadAttributes) {
   ExpectInvalid(Call("fail", {}, {}, {I64("code", -3), Str("message", "x")}),
                 "fail: code -3 is not a status code (1..16)");
   ExpectInvalid(Call("fail", {}, {}, {Str("message", "x")}),
-                "fail: attribute 'code' (i64) is required");
+                "fail: attribute 'code': missing (expected int64)");
   ExpectInvalid(Call("fail", {}, {}, {I64("code", 3)}),
-                "fail: attribute 'message' (str) is required");
+                "fail: attribute 'message': missing (expected str)");
   ExpectInvalid(Call("fail", {}, {}, {Str("code", "3"), Str("message", "x")}),
-                "fail: attribute 'code' must be i64, got str");
+                "fail: attribute 'code': expected int64, got str");
 }
 
 }  // namespace

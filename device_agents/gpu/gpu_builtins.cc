@@ -65,22 +65,25 @@ struct GpuKernels {
     return status;
   }
 
-  static Status Scale(CallFrame& call, DType d, const void* x, void* out, int64_t n, double alpha) {
+  static Status Scale(CallFrame& call, FarcallDType d, const void* x, void* out, int64_t n,
+                      double alpha) {
     return FromLaunch(
         kernels::LaunchScale(static_cast<int32_t>(d), x, out, n, alpha, StreamOf(call)),
         "scale kernel");
   }
-  static Status Axpy(CallFrame& call, DType d, const void* x, const void* y, void* out, int64_t n,
-                     double alpha) {
+  static Status Axpy(CallFrame& call, FarcallDType d, const void* x, const void* y, void* out,
+                     int64_t n, double alpha) {
     return FromLaunch(
         kernels::LaunchAxpy(static_cast<int32_t>(d), x, y, out, n, alpha, StreamOf(call)),
         "axpy kernel");
   }
-  static Status Add(CallFrame& call, DType d, const void* a, const void* b, void* out, int64_t n) {
+  static Status Add(CallFrame& call, FarcallDType d, const void* a, const void* b, void* out,
+                    int64_t n) {
     return FromLaunch(kernels::LaunchAdd(static_cast<int32_t>(d), a, b, out, n, StreamOf(call)),
                       "add kernel");
   }
-  static Status Sum(CallFrame& call, DType d, const void* x, int64_t n, int64_t lanes, void* out) {
+  static Status Sum(CallFrame& call, FarcallDType d, const void* x, int64_t n, int64_t lanes,
+                    void* out) {
     return FromLaunch(kernels::LaunchSum(static_cast<int32_t>(d), x, n, lanes, out, StreamOf(call)),
                       "sum kernel");
   }

@@ -33,37 +33,37 @@ cl_command_queue QueueOf(const CallFrame& call) { return call.stream<cl_command_
 cl_mem Mem(const void* p) { return static_cast<cl_mem>(const_cast<void*>(p)); }
 
 // The kernel-name suffix of a storage dtype ("f32", "u16", ...), or null.
-const char* Suffix(DType d) {
+const char* Suffix(FarcallDType d) {
   switch (d) {
-    case DType::kF32:
+    case FARCALL_DTYPE_F32:
       return "f32";
-    case DType::kF64:
+    case FARCALL_DTYPE_F64:
       return "f64";
-    case DType::kF16:
+    case FARCALL_DTYPE_F16:
       return "f16";
-    case DType::kBF16:
+    case FARCALL_DTYPE_BF16:
       return "bf16";
-    case DType::kF8E5M2:
+    case FARCALL_DTYPE_F8E5M2:
       return "f8e5m2";
-    case DType::kF8E4M3FN:
+    case FARCALL_DTYPE_F8E4M3FN:
       return "f8e4m3fn";
-    case DType::kF8E4M3B11FNUZ:
+    case FARCALL_DTYPE_F8E4M3B11FNUZ:
       return "f8e4m3b11fnuz";
-    case DType::kF8E5M2FNUZ:
+    case FARCALL_DTYPE_F8E5M2FNUZ:
       return "f8e5m2fnuz";
-    case DType::kF8E4M3FNUZ:
+    case FARCALL_DTYPE_F8E4M3FNUZ:
       return "f8e4m3fnuz";
-    case DType::kS8:
-    case DType::kU8:
+    case FARCALL_DTYPE_S8:
+    case FARCALL_DTYPE_U8:
       return "u8";
-    case DType::kS16:
-    case DType::kU16:
+    case FARCALL_DTYPE_S16:
+    case FARCALL_DTYPE_U16:
       return "u16";
-    case DType::kS32:
-    case DType::kU32:
+    case FARCALL_DTYPE_S32:
+    case FARCALL_DTYPE_U32:
       return "u32";
-    case DType::kS64:
-    case DType::kU64:
+    case FARCALL_DTYPE_S64:
+    case FARCALL_DTYPE_U64:
       return "u64";
     default:
       return nullptr;
@@ -74,7 +74,7 @@ const char* Suffix(DType d) {
 // args in order, enqueues it on the call's queue.
 class Launch {
  public:
-  Launch(CallFrame& call, const char* op, DType d) : queue_(QueueOf(call)) {
+  Launch(CallFrame& call, const char* op, FarcallDType d) : queue_(QueueOf(call)) {
     const char* suffix = Suffix(d);
     bool fp64 = false;
     absl::StatusOr<cl_program> program = BuiltinProgramFor(queue_, &fp64);
@@ -82,10 +82,10 @@ class Launch {
       status_ = ToSdk(program.status());
       return;
     }
-    if (suffix == nullptr || (d == DType::kF64 && !fp64)) {
+    if (suffix == nullptr || (d == FARCALL_DTYPE_F64 && !fp64)) {
       status_ = sdk::Unimplemented(std::string(op) + ": dtype " + builtins::Name(d) +
                                    " has no kernel on this OpenCL device" +
-                                   (d == DType::kF64 ? " (it lacks cl_khr_fp64)" : ""));
+                                   (d == FARCALL_DTYPE_F64 ? " (it lacks cl_khr_fp64)" : ""));
       return;
     }
     const std::string name = std::string(op) + "_" + suffix;
@@ -133,7 +133,7 @@ class Launch {
 };
 
 template <typename C>
-Status ScaleOrAxpy(CallFrame& call, const char* op, DType d, const void* x, const void* y,
+Status ScaleOrAxpy(CallFrame& call, const char* op, FarcallDType d, const void* x, const void* y,
                    void* out, int64_t n, double alpha) {
   Launch k(call, op, d);
   k.Arg(Mem(x));
@@ -176,22 +176,26 @@ struct OpenClKernels {
     for (cl_mem t : temps) clReleaseMemObject(t);
     return status;
   }
-  static Status Scale(CallFrame& call, DType d, const void* x, void* out, int64_t n, double alpha) {
-    if (d == DType::kF64) return ScaleOrAxpy<double>(call, "scale", d, x, nullptr, out, n, alpha);
+  static Status Scale(CallFrame& call, FarcallDType d, const void* x, void* out, int64_t n,
+                      double alpha) {
+    if (d == FARCALL_DTYPE_F64)
+      return ScaleOrAxpy<double>(call, "scale", d, x, nullptr, out, n, alpha);
     return ScaleOrAxpy<float>(call, "scale", d, x, nullptr, out, n, alpha);
   }
-  static Status Axpy(CallFrame& call, DType d, const void* x, const void* y, void* out, int64_t n,
-                     double alpha) {
-    if (d == DType::kF64) return ScaleOrAxpy<double>(call, "axpy", d, x, y, out, n, alpha);
+  static Status Axpy(CallFrame& call, FarcallDType d, const void* x, const void* y, void* out,
+                     int64_t n, double alpha) {
+    if (d == FARCALL_DTYPE_F64) return ScaleOrAxpy<double>(call, "axpy", d, x, y, out, n, alpha);
     return ScaleOrAxpy<float>(call, "axpy", d, x, y, out, n, alpha);
   }
-  static Status Add(CallFrame& call, DType d, const void* a, const void* b, void* out, int64_t n) {
+  static Status Add(CallFrame& call, FarcallDType d, const void* a, const void* b, void* out,
+                    int64_t n) {
     Launch k(call, "add", d);
     return k.Arg(Mem(a)).Arg(Mem(b)).Arg(Mem(out)).Arg(static_cast<cl_ulong>(n)).Run(n);
   }
   // Two stages (builtin_kernels.cl): the work-groups of the first are
   // picked from the element count alone, so the order of the additions is.
-  static Status Sum(CallFrame& call, DType d, const void* x, int64_t n, int64_t lanes, void* out) {
+  static Status Sum(CallFrame& call, FarcallDType d, const void* x, int64_t n, int64_t lanes,
+                    void* out) {
     const auto count = static_cast<size_t>(n / lanes);
     const size_t groups =
         std::clamp<size_t>((count + Launch::kGroup - 1) / Launch::kGroup, 1, Launch::kSumGroups);

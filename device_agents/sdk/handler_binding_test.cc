@@ -147,5 +147,21 @@ TEST(HandlerBindingTest, OptionalAttributesAnyDTypesAndTheContext) {
   EXPECT_TRUE(saw);
 }
 
+TEST(HandlerDTypesTest, SizesKindsAndParts) {
+  static_assert(ItemSize(FARCALL_DTYPE_BF16) == 2 && ItemSize(FARCALL_DTYPE_C128) == 16);
+  static_assert(ItemSize(FARCALL_DTYPE_F8E4M3FNUZ) == 1 && ItemSize(FARCALL_DTYPE_INVALID) == 0);
+  EXPECT_FALSE(IsKnownDType(13));  // a number the wire does not use
+  EXPECT_TRUE(IsFloating(FARCALL_DTYPE_F8E5M2));
+  EXPECT_FALSE(IsFloating(FARCALL_DTYPE_C64));
+  EXPECT_TRUE(IsComplex(FARCALL_DTYPE_C64));
+  EXPECT_TRUE(IsNumeric(FARCALL_DTYPE_U64));
+  EXPECT_FALSE(IsNumeric(FARCALL_DTYPE_PRED));
+  EXPECT_FALSE(IsNumeric(99));
+  EXPECT_EQ(PartDType(FARCALL_DTYPE_C128), FARCALL_DTYPE_F64);
+  EXPECT_EQ(PartDType(FARCALL_DTYPE_S32), FARCALL_DTYPE_S32);
+  EXPECT_EQ(Lanes(FARCALL_DTYPE_C64), 2);
+  EXPECT_EQ(DTypeName(FARCALL_DTYPE_F8E4M3B11FNUZ), "float8_e4m3b11fnuz");
+}
+
 }  // namespace
 }  // namespace farcall::sdk

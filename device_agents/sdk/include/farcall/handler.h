@@ -29,6 +29,7 @@
 #include <utility>
 
 #include "farcall/handler_api.h"
+#include "farcall/handler_dtypes.h"  // IWYU pragma: export
 
 namespace farcall::sdk {
 

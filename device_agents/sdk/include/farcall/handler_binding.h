@@ -139,54 +139,6 @@ struct ElementType<FARCALL_DTYPE_F8E4M3FNUZ> {
   using type = uint8_t;
 };
 
-// The dtype's name as JAX and numpy write it ("float32"), for messages.
-inline std::string_view DTypeName(int32_t d) {
-  switch (d) {
-    case FARCALL_DTYPE_PRED:
-      return "bool";
-    case FARCALL_DTYPE_S8:
-      return "int8";
-    case FARCALL_DTYPE_S16:
-      return "int16";
-    case FARCALL_DTYPE_S32:
-      return "int32";
-    case FARCALL_DTYPE_S64:
-      return "int64";
-    case FARCALL_DTYPE_U8:
-      return "uint8";
-    case FARCALL_DTYPE_U16:
-      return "uint16";
-    case FARCALL_DTYPE_U32:
-      return "uint32";
-    case FARCALL_DTYPE_U64:
-      return "uint64";
-    case FARCALL_DTYPE_F16:
-      return "float16";
-    case FARCALL_DTYPE_F32:
-      return "float32";
-    case FARCALL_DTYPE_F64:
-      return "float64";
-    case FARCALL_DTYPE_C64:
-      return "complex64";
-    case FARCALL_DTYPE_BF16:
-      return "bfloat16";
-    case FARCALL_DTYPE_C128:
-      return "complex128";
-    case FARCALL_DTYPE_F8E5M2:
-      return "float8_e5m2";
-    case FARCALL_DTYPE_F8E4M3FN:
-      return "float8_e4m3fn";
-    case FARCALL_DTYPE_F8E4M3B11FNUZ:
-      return "float8_e4m3b11fnuz";
-    case FARCALL_DTYPE_F8E5M2FNUZ:
-      return "float8_e5m2fnuz";
-    case FARCALL_DTYPE_F8E4M3FNUZ:
-      return "float8_e4m3fnuz";
-    default:
-      return "invalid";
-  }
-}
-
 // A read-only view of `size()` items; at(i) is checked (a value-initialised
 // item past the end, never a read out of bounds).
 template <typename T>

@@ -1,0 +1,136 @@
+// farcall handler SDK: facts about dtypes, for handlers that take any
+// dtype and check it themselves (the built-ins do): names for messages, item
+// sizes, and kinds. Keyed by FarcallDType numbers; needs nothing but the
+// standard library. Included by farcall/handler.h.
+#ifndef FARCALL_HANDLER_DTYPES_H_
+#define FARCALL_HANDLER_DTYPES_H_
+
+#include <cstdint>
+#include <string_view>
+
+#include "farcall/handler_api.h"
+
+namespace farcall::sdk {
+
+// The dtype's name as JAX and numpy write it ("float32"), for messages.
+inline constexpr std::string_view DTypeName(int32_t d) {
+  switch (d) {
+    case FARCALL_DTYPE_PRED:
+      return "bool";
+    case FARCALL_DTYPE_S8:
+      return "int8";
+    case FARCALL_DTYPE_S16:
+      return "int16";
+    case FARCALL_DTYPE_S32:
+      return "int32";
+    case FARCALL_DTYPE_S64:
+      return "int64";
+    case FARCALL_DTYPE_U8:
+      return "uint8";
+    case FARCALL_DTYPE_U16:
+      return "uint16";
+    case FARCALL_DTYPE_U32:
+      return "uint32";
+    case FARCALL_DTYPE_U64:
+      return "uint64";
+    case FARCALL_DTYPE_F16:
+      return "float16";
+    case FARCALL_DTYPE_F32:
+      return "float32";
+    case FARCALL_DTYPE_F64:
+      return "float64";
+    case FARCALL_DTYPE_C64:
+      return "complex64";
+    case FARCALL_DTYPE_BF16:
+      return "bfloat16";
+    case FARCALL_DTYPE_C128:
+      return "complex128";
+    case FARCALL_DTYPE_F8E5M2:
+      return "float8_e5m2";
+    case FARCALL_DTYPE_F8E4M3FN:
+      return "float8_e4m3fn";
+    case FARCALL_DTYPE_F8E4M3B11FNUZ:
+      return "float8_e4m3b11fnuz";
+    case FARCALL_DTYPE_F8E5M2FNUZ:
+      return "float8_e5m2fnuz";
+    case FARCALL_DTYPE_F8E4M3FNUZ:
+      return "float8_e4m3fnuz";
+    default:
+      return "invalid";
+  }
+}
+
+// Bytes per element; 0 for a number farcall does not know.
+inline constexpr int64_t ItemSize(int32_t d) {
+  switch (d) {
+    case FARCALL_DTYPE_PRED:
+    case FARCALL_DTYPE_S8:
+    case FARCALL_DTYPE_U8:
+    case FARCALL_DTYPE_F8E5M2:
+    case FARCALL_DTYPE_F8E4M3FN:
+    case FARCALL_DTYPE_F8E4M3B11FNUZ:
+    case FARCALL_DTYPE_F8E5M2FNUZ:
+    case FARCALL_DTYPE_F8E4M3FNUZ:
+      return 1;
+    case FARCALL_DTYPE_S16:
+    case FARCALL_DTYPE_U16:
+    case FARCALL_DTYPE_F16:
+    case FARCALL_DTYPE_BF16:
+      return 2;
+    case FARCALL_DTYPE_S32:
+    case FARCALL_DTYPE_U32:
+    case FARCALL_DTYPE_F32:
+      return 4;
+    case FARCALL_DTYPE_S64:
+    case FARCALL_DTYPE_U64:
+    case FARCALL_DTYPE_F64:
+    case FARCALL_DTYPE_C64:
+      return 8;
+    case FARCALL_DTYPE_C128:
+      return 16;
+    default:
+      return 0;
+  }
+}
+
+inline constexpr bool IsKnownDType(int32_t d) { return ItemSize(d) > 0; }
+
+// Real floats of every width, the float8 formats included.
+inline constexpr bool IsFloating(int32_t d) {
+  switch (d) {
+    case FARCALL_DTYPE_F16:
+    case FARCALL_DTYPE_BF16:
+    case FARCALL_DTYPE_F32:
+    case FARCALL_DTYPE_F64:
+    case FARCALL_DTYPE_F8E5M2:
+    case FARCALL_DTYPE_F8E4M3FN:
+    case FARCALL_DTYPE_F8E4M3B11FNUZ:
+    case FARCALL_DTYPE_F8E5M2FNUZ:
+    case FARCALL_DTYPE_F8E4M3FNUZ:
+      return true;
+    default:
+      return false;
+  }
+}
+
+inline constexpr bool IsComplex(int32_t d) {
+  return d == FARCALL_DTYPE_C64 || d == FARCALL_DTYPE_C128;
+}
+
+// Integers, floats and complex numbers; not bool.
+inline constexpr bool IsNumeric(int32_t d) { return IsKnownDType(d) && d != FARCALL_DTYPE_PRED; }
+
+// The dtype of one part of a complex dtype (complex64: float32); any other
+// dtype is its own.
+inline constexpr FarcallDType PartDType(int32_t d) {
+  if (d == FARCALL_DTYPE_C64) return FARCALL_DTYPE_F32;
+  if (d == FARCALL_DTYPE_C128) return FARCALL_DTYPE_F64;
+  return static_cast<FarcallDType>(d);
+}
+
+// Parts per element: 2 for complex dtypes, else 1.
+inline constexpr int64_t Lanes(int32_t d) { return IsComplex(d) ? 2 : 1; }
+
+}  // namespace farcall::sdk
+
+#endif  // FARCALL_HANDLER_DTYPES_H_
