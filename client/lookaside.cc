@@ -1,6 +1,7 @@
 #include "client/lookaside.h"
 
 #include <algorithm>
+#include <iterator>
 #include <utility>
 
 #include "absl/random/random.h"
@@ -43,8 +44,9 @@ struct Lookaside::Agent {
   std::atomic<int64_t> inflight{0};  // this client's calls there now
   absl::Mutex mu;
   std::shared_ptr<Client> client ABSL_GUARDED_BY(mu);
-  bool reached ABSL_GUARDED_BY(mu) = false;    // connected since it last failed
-  bool contacted ABSL_GUARDED_BY(mu) = false;  // its first contact was tried
+  bool reached ABSL_GUARDED_BY(mu) = false;     // connected since it last failed
+  bool contacted ABSL_GUARDED_BY(mu) = false;   // its first contact was tried
+  bool connecting ABSL_GUARDED_BY(mu) = false;  // that first contact waits now
   absl::Time avoid_until ABSL_GUARDED_BY(mu) = absl::InfinitePast();
   absl::Duration backoff ABSL_GUARDED_BY(mu) = kFirstBackoff;
 };
@@ -120,6 +122,11 @@ std::shared_ptr<const Lookaside::Answer> Lookaside::Resolved(const CallRequest& 
     answer->router_inflight.push_back(a.inflight_calls());
   }
   answers_[key] = answer;
+  // Agents no answer names any more, and no call uses, are forgotten (pods
+  // come and go); their connections stay in the process's channel table.
+  for (auto it = agents_.begin(); it != agents_.end();) {
+    it = it->second.use_count() == 1 ? agents_.erase(it) : std::next(it);
+  }
   return answer;
 }
 
@@ -170,32 +177,41 @@ std::vector<std::shared_ptr<Lookaside::Agent>> Lookaside::Choose(const CallReque
 }
 
 std::shared_ptr<Client> Lookaside::Ready(Agent& agent, absl::Time deadline) {
-  absl::MutexLock l(&agent.mu);
-  if (absl::Now() < agent.avoid_until) return nullptr;
-  if (agent.client == nullptr) {
-    absl::StatusOr<std::unique_ptr<Client>> c = Client::Connect(agent.address, options_);
-    if (!c.ok()) return nullptr;  // TLS files the router's target took: not here
-    (*c)->MarkDirect();
-    agent.client = *std::move(c);
-  }
-  if (!agent.reached) {
+  std::shared_ptr<Client> client;
+  absl::Duration wait = absl::ZeroDuration();
+  {
+    absl::MutexLock l(&agent.mu);
+    if (absl::Now() < agent.avoid_until) return nullptr;
+    if (agent.client == nullptr) {
+      absl::StatusOr<std::unique_ptr<Client>> c = Client::Connect(agent.address, options_);
+      if (!c.ok()) return nullptr;  // TLS files the router's target took: not here
+      (*c)->MarkDirect();
+      agent.client = *std::move(c);
+    }
+    if (agent.reached) return agent.client;
+    if (agent.connecting) return nullptr;  // another call's first contact
+    client = agent.client;
     // The first contact waits a little for a connection, so that an address
     // this client cannot route to costs that once, not each call's whole
     // deadline. Later (after a failure) nothing waits: gRPC reconnects in
     // the background, and the agent is used again once it is connected.
-    absl::Duration wait = absl::ZeroDuration();
     if (!agent.contacted) {
       agent.contacted = true;
+      agent.connecting = true;
       wait = std::max(std::min(deadline - absl::Now(), kConnectTimeout), absl::ZeroDuration());
     }
-    if (!agent.client->Connected(wait)) {
-      agent.avoid_until = absl::Now() + agent.backoff;
-      agent.backoff = std::min(agent.backoff * 2, kMaxBackoff);
-      return nullptr;
-    }
-    agent.reached = true;
   }
-  return agent.client;
+  // Outside the lock: other calls skip this agent meanwhile.
+  const bool connected = client->Connected(wait);
+  absl::MutexLock l(&agent.mu);
+  agent.connecting = false;
+  if (connected) {
+    agent.reached = true;
+    return client;
+  }
+  agent.avoid_until = absl::Now() + agent.backoff;
+  agent.backoff = std::min(agent.backoff * 2, kMaxBackoff);
+  return nullptr;
 }
 
 void Lookaside::Avoid(Agent& agent, absl::Duration at_least) {

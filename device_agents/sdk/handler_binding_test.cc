@@ -147,6 +147,35 @@ TEST(HandlerBindingTest, OptionalAttributesAnyDTypesAndTheContext) {
   EXPECT_TRUE(saw);
 }
 
+TEST(HandlerSdkTest, RawAccessorsAreCheckedWithoutABinding) {
+  Frame f;
+  CallFrame call = f.Call();
+  Buffer x = call.arg(0);
+  EXPECT_EQ(x.typed_data<float>(), f.x.data());
+  EXPECT_EQ(x.typed_data<const float>(), f.x.data());
+  EXPECT_EQ(x.typed_data<int32_t>(), nullptr);  // float32 is not int32
+  EXPECT_EQ(x.typed_data<double>(), nullptr);
+  EXPECT_EQ(x.shape().size(), 1u);
+  EXPECT_EQ(x.shape()[0], 4);
+  EXPECT_EQ(x.dim(0), 4);
+  EXPECT_EQ(x.dim(1), 0);  // past the rank
+  EXPECT_EQ(x.dim(-1), 0);
+  // Past the args or results: an empty buffer, not a read out of bounds.
+  Buffer none = call.arg(5);
+  EXPECT_EQ(none.dtype(), FARCALL_DTYPE_INVALID);
+  EXPECT_EQ(none.rank(), 0);
+  EXPECT_EQ(none.raw(), nullptr);
+  EXPECT_EQ(none.typed_data<float>(), nullptr);
+  EXPECT_TRUE(none.shape().empty());
+  EXPECT_EQ(call.result(1).size_bytes(), 0u);
+  EXPECT_EQ(call.result(1).aliased_arg(), -1);
+  // The raw-bits types match every dtype stored in them.
+  static_assert(IsElementType<uint16_t>(FARCALL_DTYPE_BF16));
+  static_assert(IsElementType<uint16_t>(FARCALL_DTYPE_F16));
+  static_assert(IsElementType<std::complex<float>>(FARCALL_DTYPE_C64));
+  static_assert(!IsElementType<float>(FARCALL_DTYPE_C64));
+}
+
 TEST(HandlerDTypesTest, SizesKindsAndParts) {
   static_assert(ItemSize(FARCALL_DTYPE_BF16) == 2 && ItemSize(FARCALL_DTYPE_C128) == 16);
   static_assert(ItemSize(FARCALL_DTYPE_F8E4M3FNUZ) == 1 && ItemSize(FARCALL_DTYPE_INVALID) == 0);

@@ -230,14 +230,20 @@ def test_containers_are_read_only_and_not_root(podman, stack):
         assert podman.inspect(n, "{{.Config.User}}") == "65532:65532", n
 
 
+@pytest.mark.parametrize("via_router", [False, True], ids=["named-agent", "via-router"])
 @pytest.mark.parametrize("platform", ["cpu", "oneapi"])
-def test_call_through_the_containerised_router(stack, platform):
+def test_call_through_the_containerised_router(stack, platform, via_router):
+    # By default the router names an agent and the CLI calls it (directly
+    # when the host reaches the containers' network, else through the
+    # router); --via_router sends the tensors through the router.
     r = cli("call", "axpy", "float32[8]:iota", "float32[8]:ones", "--results=float32[8]",
             "--aliases=1:0", "--attr=alpha=2.0", f"--platform={platform}",
-            "--target=" + stack["router"])
+            "--target=" + stack["router"], *(["--via_router"] if via_router else []))
     assert r.returncode == 0, r.stdout + r.stderr + stack["logs"]()
     assert "[1, 3, 5, 7, 9, 11, 13, 15]" in r.stdout, r.stdout
     assert f"({platform})" in r.stdout, r.stdout
+    if via_router:
+        assert "through the router" in r.stdout, r.stdout
     print(r.stdout)
 
 
@@ -251,6 +257,8 @@ def test_metrics_scraped_from_the_host(stack):
     router = lib.http_get(f"http://127.0.0.1:{stack['router_metrics']}/metrics")
     assert re.search(r'^farcall_router_calls_total\{code="OK",handler="axpy",platform="cpu"\} [1-9]',
                      router, re.M), router
+    assert re.search(r'^farcall_router_resolves_total\{code="OK",handler="axpy",platform="cpu"\} '
+                     r'[1-9]', router, re.M), router
     assert re.search(r'^farcall_router_agent_up\{[^}]*platform="oneapi"[^}]*\} 1', router, re.M), router
     agent = lib.http_get(f"http://127.0.0.1:{stack['agent_metrics']}/metrics")
     assert re.search(r'^farcall_agent_calls_total\{code="OK",handler="axpy",platform="cpu"\} [1-9]',

@@ -26,6 +26,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 #include "farcall/handler_api.h"
@@ -57,13 +58,38 @@ inline Status Unimplemented(std::string m) {
   return Status(FARCALL_CODE_UNIMPLEMENTED, std::move(m));
 }
 
-// A read-only view of one FarcallBuffer.
+// A read-only view of `size()` items; at(i) is checked (a value-initialised
+// item past the end, never a read out of bounds).
+template <typename T>
+class Span {
+ public:
+  Span(const T* data, size_t size) : data_(data), size_(size) {}
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  const T& operator[](size_t i) const { return data_[i]; }
+  T at(size_t i) const { return i < size_ ? data_[i] : T{}; }
+  const T* begin() const { return data_; }
+  const T* end() const { return data_ + size_; }
+
+ private:
+  const T* data_;
+  size_t size_;
+};
+
+// A read-only view of one FarcallBuffer. A CallFrame hands out an empty one
+// (no dtype, rank 0, no data) for an index past its args or results.
 class Buffer {
  public:
   explicit Buffer(const FarcallBuffer* b) : b_(b) {}
   FarcallDType dtype() const { return static_cast<FarcallDType>(b_->dtype); }
   int64_t rank() const { return b_->rank; }
-  int64_t dim(int64_t i) const { return b_->dims[i]; }
+  // Dimension i, or 0 past the rank.
+  int64_t dim(int64_t i) const {
+    return i >= 0 && i < b_->rank && b_->dims != nullptr ? b_->dims[i] : 0;
+  }
+  Span<int64_t> shape() const {
+    return Span<int64_t>(b_->dims, b_->dims != nullptr && b_->rank > 0 ? b_->rank : 0);
+  }
   const int64_t* dims() const { return b_->dims; }
   uint64_t size_bytes() const { return b_->size_bytes; }
   int64_t element_count() const {
@@ -74,6 +100,13 @@ class Buffer {
   // Result index `aliased_arg()` >= 0 means this result is that arg's memory.
   int64_t aliased_arg() const { return b_->aliased_arg; }
   void* raw() const { return b_->data; }
+  // The elements as T, or null when T is not this dtype's element type
+  // (ElementType: float for float32, uint16_t for bfloat16's bits, ...).
+  template <typename T>
+  T* typed_data() const {
+    return IsElementType<std::remove_cv_t<T>>(b_->dtype) ? static_cast<T*>(b_->data) : nullptr;
+  }
+  // The elements as T, unchecked: prefer typed_data() or a binding.
   template <typename T>
   T* data() const {
     return static_cast<T*>(b_->data);
@@ -97,8 +130,11 @@ class CallFrame {
 
   size_t num_args() const { return f_->num_args; }
   size_t num_results() const { return f_->num_results; }
-  Buffer arg(size_t i) const { return Buffer(&f_->args[i]); }
-  Buffer result(size_t i) const { return Buffer(&f_->results[i]); }
+  // Past the end: an empty buffer (see Buffer), never out of bounds.
+  Buffer arg(size_t i) const { return Buffer(i < f_->num_args ? &f_->args[i] : &kNoBuffer); }
+  Buffer result(size_t i) const {
+    return Buffer(i < f_->num_results ? &f_->results[i] : &kNoBuffer);
+  }
 
   std::string_view platform() const { return f_->ctx->platform; }
   int32_t device_ordinal() const { return f_->ctx->device_ordinal; }
@@ -169,6 +205,8 @@ class CallFrame {
   const FarcallCallFrame* raw() const { return f_; }
 
  private:
+  static constexpr FarcallBuffer kNoBuffer = {
+      sizeof(FarcallBuffer), FARCALL_DTYPE_INVALID, 0, nullptr, nullptr, 0, -1};
   const FarcallCallFrame* f_;
 };
 
