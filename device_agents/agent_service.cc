@@ -394,6 +394,9 @@ class AgentService final
     info->set_platform(std::string(PlatformName(s.config.platform)));
     info->set_version(Version());
     info->set_max_call_bytes(s.config.max_call_bytes);
+    int64_t inflight = 0;
+    for (const auto& d : s.backend.devices) inflight += d->active_calls.load();
+    info->set_inflight_calls(inflight);
     if (s.shm != nullptr) {
       info->set_shm_socket(s.shm->address());
       info->set_shm_regions(s.shm->region_count());

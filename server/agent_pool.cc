@@ -114,13 +114,13 @@ AgentPool::~AgentPool() {
       +[](int* n) { return *n == 0; }, &probes_in_flight_));
 }
 
-// One agent's probe: its health, then, when it serves and is not yet
-// described, its Describe; both asynchronous, so that no thread waits on an
-// agent (and a hung one delays nothing). Owns what the RPCs need until the
-// last one completes.
+// One agent's probe: its health, then, when it serves, its Describe (every
+// round: the handlers may change with a restart on the same address, and
+// the agent's own count of its calls is its load); both asynchronous, so
+// that no thread waits on an agent (and a hung one delays nothing). Owns
+// what the RPCs need until the last one completes.
 struct AgentPool::Probe {
   std::shared_ptr<AgentHandle> handle;
-  bool need_describe = true;
   std::function<void()> done;
   grpc::health::v1::Health::Stub health;
   v1::Agent::Stub agent;
@@ -140,9 +140,6 @@ void AgentPool::ProbeOne(const std::shared_ptr<AgentHandle>& h, std::function<vo
   {
     absl::MutexLock l(&mu_);
     ++probes_in_flight_;
-    for (const Entry& e : entries_) {
-      if (e.handle == h) p->need_describe = !e.described || e.health != v1::AgentEntry::SERVING;
-    }
   }
   const auto deadline =
       std::chrono::system_clock::now() + absl::ToChronoMilliseconds(options_.probe_timeout);
@@ -156,8 +153,7 @@ void AgentPool::ProbeOne(const std::shared_ptr<AgentHandle>& h, std::function<vo
   }
   p->health.async()->Check(&p->hctx, &p->hreq, &p->hresp, [this, p](grpc::Status s) {
     p->hs = std::move(s);
-    if (p->hs.ok() && p->hresp.status() == grpc::health::v1::HealthCheckResponse::SERVING &&
-        p->need_describe) {
+    if (p->hs.ok() && p->hresp.status() == grpc::health::v1::HealthCheckResponse::SERVING) {
       p->agent.async()->Describe(&p->dctx, &p->dreq, &p->info, [this, p](grpc::Status d) {
         p->ds = std::move(d);
         Record(*p);
@@ -186,10 +182,9 @@ void AgentPool::Record(Probe& p) {
         e.health = v1::AgentEntry::DOWN;
         e.last_error = absl::StrCat("Describe failed: ", p.ds.error_message());
       } else {
-        if (p.need_describe) {
-          e.info = std::move(p.info);
-          e.described = true;
-        }
+        e.info = std::move(p.info);
+        e.described = true;
+        h->reported_inflight = e.info.inflight_calls();
         e.health = v1::AgentEntry::SERVING;
         e.last_error.clear();
       }

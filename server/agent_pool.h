@@ -5,6 +5,7 @@
 #ifndef FARCALL_SERVER_AGENT_POOL_H_
 #define FARCALL_SERVER_AGENT_POOL_H_
 
+#include <algorithm>
 #include <atomic>
 #include <deque>
 #include <functional>
@@ -31,7 +32,11 @@ struct AgentHandle {
   std::string address;
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<grpc::GenericStub> generic;
-  std::atomic<int64_t> inflight{0};
+  std::atomic<int64_t> inflight{0};  // calls this router forwards there now
+  // Calls the agent said it holds (from every client) at its last probe.
+  std::atomic<int64_t> reported_inflight{0};
+  // The load to weigh it by: the larger of the two.
+  int64_t load() const { return std::max(inflight.load(), reported_inflight.load()); }
   std::atomic<uint64_t> calls_total{0};
   // Calls routed here that ended in an error, and the last such error.
   std::atomic<uint64_t> errors_total{0};

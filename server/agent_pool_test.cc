@@ -35,6 +35,7 @@ class FakeAgent final : public v1::Agent::Service {
     ++describes;
     info->set_agent_id(absl::StrCat(platform_, "-fake-", port_));
     info->set_platform(platform_);
+    info->set_inflight_calls(inflight);
     for (const std::string& h : handlers_) info->add_handlers()->set_name(h);
     return grpc::Status::OK;
   }
@@ -47,6 +48,7 @@ class FakeAgent final : public v1::Agent::Service {
   std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
 
   std::atomic<int> describes{0};
+  std::atomic<int64_t> inflight{0};  // what Describe reports
 
  private:
   const std::string platform_;
@@ -125,6 +127,22 @@ TEST(AgentPoolTest, AnAgentLeavesTheChoiceWhenNotServingDownOrMarkedAndComesBack
   list = pool.List();
   EXPECT_EQ(list.agents(1).health(), v1::AgentEntry::DOWN);
   EXPECT_THAT(list.agents(1).last_error(), HasSubstr("health check failed"));
+}
+
+TEST(AgentPoolTest, AnAgentsLoadIsWhatItReportsOrWhatTheRouterSendsIfMore) {
+  FakeAgent a("cpu", {"copy"});
+  AgentPool pool({a.address()}, {});
+  a.inflight = 5;
+  pool.ProbeAll();
+  auto c = pool.Candidates(Platform::kCpu, "copy");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ((*c)[0]->load(), 5);  // read on every probe, not only the first
+  (*c)[0]->inflight = 7;
+  EXPECT_EQ((*c)[0]->load(), 7);
+  (*c)[0]->inflight = 0;
+  a.inflight = 0;
+  pool.ProbeAll();
+  EXPECT_EQ((*c)[0]->load(), 0);
 }
 
 TEST(AgentPoolTest, StatusCountsCallsAndErrorsPerAgent) {

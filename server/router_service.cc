@@ -559,13 +559,17 @@ class RouterService final
     Route route;
     route.handler = request.handler();
     FARCALL_RETURN_IF_ERROR(FindCandidates(shared_, v, route));
-    // Fewest calls in flight first; the pool's order among equals.
-    std::stable_sort(route.candidates.begin(), route.candidates.end(),
-                     [](const auto& a, const auto& b) { return a->inflight < b->inflight; });
-    for (const std::shared_ptr<AgentHandle>& a : route.candidates) {
+    // Least loaded first (the agent's own count at the last probe, or the
+    // calls this router forwards there now if more); the pool's order among
+    // equals.
+    std::vector<std::pair<int64_t, std::shared_ptr<AgentHandle>>> by_load;
+    for (std::shared_ptr<AgentHandle>& a : route.candidates) by_load.emplace_back(a->load(), a);
+    std::stable_sort(by_load.begin(), by_load.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (const auto& [load, a] : by_load) {
       v1::ResolvedAgent* out = response.add_agents();
       out->set_address(a->address);
-      out->set_inflight_calls(a->inflight.load());
+      out->set_inflight_calls(load);
     }
     response.set_platform(std::string(PlatformName(route.platform)));
     response.set_valid_for_ms(absl::ToInt64Milliseconds(shared_.pool->probe_interval()));

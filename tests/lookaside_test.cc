@@ -89,6 +89,37 @@ TEST_F(LookasideTest, CallsGoStraightToTheAgentsTheRouterNames) {
       RouterMetric("farcall_router_calls_total{code=\"OK\",handler=\"copy\",platform=\"cpu\"}"), 1);
 }
 
+TEST_F(LookasideTest, TheRouterWeighsAgentsByTheCallsTheyHoldFromAnyClient) {
+  // Another client keeps agent a busy, straight to its address.
+  auto busy_client = Client::Connect(a_->address());
+  ASSERT_TRUE(busy_client.ok());
+  CallRequest sleep;
+  sleep.handler = "sleep";
+  sleep.attributes["ms"] = int64_t{3000};
+  auto busy = (*busy_client)->CallFuture(sleep);
+  // Once the router has probed a holding it, new clients are sent to b.
+  bool seen = false;
+  for (int round = 0; round < 50 && !seen; ++round) {
+    auto agents = client_->ListAgents(/*refresh=*/true);
+    ASSERT_TRUE(agents.ok()) << agents.status();
+    // ListAgents shows the router's own count; Resolve's order is the test.
+    auto fresh = Client::Connect(router_->address());
+    ASSERT_TRUE(fresh.ok());
+    absl::StatusOr<CallResult> r = CallOnFour(**fresh);
+    ASSERT_TRUE(r.ok()) << r.status();
+    seen = r->agent_id == Id(*b_);
+  }
+  ASSERT_TRUE(seen);
+  for (int i = 0; i < 10; ++i) {
+    auto fresh = Client::Connect(router_->address());
+    ASSERT_TRUE(fresh.ok());
+    absl::StatusOr<CallResult> r = CallOnFour(**fresh);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->agent_id, Id(*b_)) << i;
+  }
+  EXPECT_TRUE(busy.get().ok());
+}
+
 TEST_F(LookasideTest, RefusedCallsGetTheSameAnswerAsThroughTheRouter) {
   CallOptions proxy;
   proxy.via_router = true;
