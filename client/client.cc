@@ -38,10 +38,10 @@ void AddAuthorization(grpc::ClientContext& ctx, const std::string& authorization
 }
 
 // A finished RPC's outcome: its failure, or what `decode` makes of the
-// answer, with the RPC that carried it (`rpc`, unless shared memory did).
+// answer, with the RPC that carried it.
 template <typename Decode>
 absl::StatusOr<CallResult> Conclude(const grpc::Status& status, const grpc::ClientContext& ctx,
-                                    const PreparedCall& call, Transport rpc, Decode decode) {
+                                    const PreparedCall& call, Rpc rpc, Decode decode) {
   absl::StatusOr<CallResult> result;
   if (!status.ok()) {
     absl::Status s = FromGrpcStatus(status);
@@ -50,7 +50,8 @@ absl::StatusOr<CallResult> Conclude(const grpc::Status& status, const grpc::Clie
   } else {
     result = decode();
     if (result.ok()) {
-      if (result->transport != Transport::kShm) result->transport = rpc;
+      if (result->transport != Transport::kShm) result->transport = Transport::kGrpc;
+      result->rpc = rpc;
       result->via_router = call.via_router;
     }
   }
@@ -142,7 +143,7 @@ class StreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::
       local = local_error_;
     }
     absl::StatusOr<CallResult> result =
-        Conclude(local.ok() ? status : ToGrpcStatus(local), ctx_, call_, Transport::kStream,
+        Conclude(local.ok() ? status : ToGrpcStatus(local), ctx_, call_, Rpc::kStream,
                  [this] { return reader_.Finish(); });
     completion_->Set(std::move(result));
     delete this;  // the callback runs once gRPC has released our slices
@@ -196,7 +197,7 @@ class UnaryCall {
 
  private:
   void OnDone(const grpc::Status& status) {
-    completion_->Set(Conclude(status, ctx_, call_, Transport::kUnary,
+    completion_->Set(Conclude(status, ctx_, call_, Rpc::kUnary,
                               [this] { return DecodeUnary(reader_, response_); }));
     delete this;  // the callback runs once gRPC has released our slices
   }
@@ -432,10 +433,12 @@ absl::StatusOr<Client::Plan> Client::MakePlan(const CallRequest& request,
     plan.lookaside = impl_->Lookaside();
     return plan;
   }
-  prepared->via_router = *service == Service::kRouter;
-  prepared->direct = impl_->direct;
-  plan.unary = options.transport == Transport::kUnary;
-  if (options.transport == Transport::kAuto) {
+  if (options.transport == Transport::kUcx) {
+    return absl::FailedPreconditionError(
+        "transport ucx: this build of farcall has no UCX data plane; use auto, grpc or shm.");
+  }
+  plan.unary = options.rpc == Rpc::kUnary;
+  if (options.rpc == Rpc::kAuto) {
     // Saturating sums: sizes come from the caller's specs.
     auto total = [](const std::vector<int64_t>& sizes) {
       int64_t t = 0;
@@ -447,21 +450,32 @@ absl::StatusOr<Client::Plan> Client::MakePlan(const CallRequest& request,
     plan.unary = total(prepared->validated.arg_bytes) <= unary_limit &&
                  total(prepared->validated.result_bytes) <= unary_limit;
   }
-  if (options.transport == Transport::kAuto && options.allow_shm) {
-    if (std::shared_ptr<client_internal::ShmChannel> shm = impl_->SharedMemory()) {
-      absl::Status staged = client_internal::StageInSharedMemory(*prepared, *shm);
-      if (staged.ok()) {
-        plan.unary = true;  // only the header crosses gRPC
-      } else {
-        // The agent refused this client's memory (another user, too many
-        // connections) or the socket broke: this client goes on over gRPC,
-        // and this call too, prepared afresh without the shared region.
-        impl_->DisableSharedMemory();
-        prepared = client_internal::Prepare(request, options);
-        if (!prepared.ok()) return prepared.status();
-      }
+  const bool want_shm =
+      options.transport == Transport::kShm ||
+      (options.transport == Transport::kAuto && options.allow_shm && options.rpc == Rpc::kAuto);
+  std::shared_ptr<client_internal::ShmChannel> shm = want_shm ? impl_->SharedMemory() : nullptr;
+  if (options.transport == Transport::kShm && shm == nullptr) {
+    return absl::FailedPreconditionError(
+        "transport shm: the target is not an agent on this host that offers shared memory "
+        "(a router's agents are called directly only when it is not via_router).");
+  }
+  if (shm != nullptr) {
+    absl::Status staged = client_internal::StageInSharedMemory(*prepared, *shm);
+    if (staged.ok()) {
+      plan.unary = true;  // only the header crosses gRPC
+    } else {
+      // The agent refused this client's memory (another user, too many
+      // connections) or the socket broke: this client goes on over gRPC,
+      // and this call too (unless it asked for shared memory), prepared
+      // afresh without the shared region.
+      impl_->DisableSharedMemory();
+      if (options.transport == Transport::kShm) return staged;
+      prepared = client_internal::Prepare(request, options);
+      if (!prepared.ok()) return prepared.status();
     }
   }
+  prepared->via_router = *service == Service::kRouter;
+  prepared->direct = impl_->direct;
   if (*service == Service::kAgent) {
     plan.method = plan.unary ? kAgentCallMethod : kAgentExecuteMethod;
   } else {
@@ -513,7 +527,7 @@ absl::StatusOr<CallResult> Client::Call(const CallRequest& request, const CallOp
       RequestWriter(plan->prepared, 0, completion).Next(&request_frame);
       grpc::Status s =
           BlockingRawUnary(*impl_->generic, ctx, plan->method, request_frame, &response_frame);
-      completion->Set(Conclude(s, ctx, plan->prepared, Transport::kUnary,
+      completion->Set(Conclude(s, ctx, plan->prepared, Rpc::kUnary,
                                [&] { return DecodeUnary(reader, response_frame); }));
     }
     released.WaitForNotification();

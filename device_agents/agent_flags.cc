@@ -31,6 +31,9 @@ ABSL_FLAG(int64_t, response_chunk_bytes, 1 << 20, "result bytes per streamed res
 ABSL_FLAG(std::string, metrics_listen, "",
           "HOST:PORT to serve Prometheus /metrics on; a bare PORT binds loopback only "
           "(empty: off)");
+ABSL_FLAG(std::vector<std::string>, transports, (std::vector<std::string>{"grpc", "shm"}),
+          "how calls' tensors may travel: grpc (always; calls themselves are gRPC) and shm "
+          "(same-host shared memory, cpu agents); ucx needs a build with UCX");
 ABSL_FLAG(std::string, shm_socket, "auto",
           "same-host shared memory: auto, @abstract-name, a socket path, or empty for none");
 ABSL_FLAG(std::vector<std::string>, shm_allow_uids, {},
@@ -117,6 +120,26 @@ absl::StatusOr<AgentServer::Options> AgentOptionsFromFlags() {
   options.workers = absl::GetFlag(FLAGS_workers);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.shm_socket = absl::GetFlag(FLAGS_shm_socket);
+  bool grpc = false, shm = false;
+  for (const std::string& t : absl::GetFlag(FLAGS_transports)) {
+    if (t == "grpc") {
+      grpc = true;
+    } else if (t == "shm") {
+      shm = true;
+    } else if (t == "ucx") {
+      return absl::InvalidArgumentError(
+          "--transports=ucx: this agent was built without UCX; use grpc,shm.");
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--transports takes grpc and shm (and ucx in builds with UCX); got '", t, "'."));
+    }
+  }
+  if (!grpc) {
+    return absl::InvalidArgumentError(
+        "--transports must include grpc: calls are gRPC, and tensors too when no other "
+        "transport serves them.");
+  }
+  if (!shm) options.shm_socket.clear();  // no same-host path offered
   if (absl::GetFlag(FLAGS_shm_max_bytes) <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("--shm_max_bytes must be positive; got ",
                                                    absl::GetFlag(FLAGS_shm_max_bytes), "."));

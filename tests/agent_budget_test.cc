@@ -75,7 +75,7 @@ TEST(AgentBudgetTest, CallsPastTheBudgetWaitTheirTurnAndAllSucceed) {
     req.results = {spec};
     CallOptions o;
     o.allow_shm = false;
-    o.transport = c % 2 ? Transport::kUnary : Transport::kStream;
+    o.rpc = c % 2 ? Rpc::kUnary : Rpc::kStream;
     futures.push_back((*client)->CallFuture(req, o));
   }
   for (int c = 0; c < kCalls; ++c) {

@@ -78,6 +78,32 @@ TEST(CliAgentFlagsTest, DisabledHandlersAreNotServed) {
   EXPECT_THAT(r.output, HasSubstr("--disable_handlers names 'slep'"));
 }
 
+TEST(CliAgentFlagsTest, TransportsNameWhatTheAgentOffers) {
+  auto agent =
+      ChildProcess::Start(FARCALL_AGENT_BIN, {"--listen=127.0.0.1:0", "--transports=grpc"});
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  const std::string target = absl::StrCat("--target=", (*agent)->address());
+  // No shared memory offered: asked for, it is refused; auto goes over gRPC.
+  CommandResult r = Farcall(
+      absl::StrCat("call copy 'float32[4]' --results='float32[4]' --transport=shm ", target));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("FAILED_PRECONDITION: transport shm: the target is not an "
+                                  "agent on this host that offers shared memory"));
+  r = Farcall(absl::StrCat("call copy 'float32[4]' --results='float32[4]' ", target));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("unary Call"));
+  for (const auto& [flag, message] : std::vector<std::pair<std::string, std::string>>{
+           {"shm", "--transports must include grpc"},
+           {"grpc,ucx", "--transports=ucx: this agent was built without UCX"},
+           {"grpc,tcp",
+            "--transports takes grpc and shm (and ucx in builds with UCX); got 'tcp'"}}) {
+    r = testing::RunCommand(
+        absl::StrCat(FARCALL_AGENT_BIN, " --listen=127.0.0.1:0 --transports=", flag));
+    EXPECT_EQ(r.exit_code, 2) << r.output;  // a bad flag
+    EXPECT_THAT(r.output, HasSubstr(message)) << flag;
+  }
+}
+
 TEST(CliAgentFlagsTest, CallsEndAtTheAgentsLimitWhateverTheirDeadline) {
   auto agent =
       ChildProcess::Start(FARCALL_AGENT_BIN, {"--listen=127.0.0.1:0", "--max_call_seconds=0.5"});
@@ -101,6 +127,23 @@ TEST_F(CliTest, ErrorsPrintCodeAndMessageAndExitNonZero) {
   r = Farcall(absl::StrCat("call nope 'float32[4]' --results='float32[4]' ", Target()));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.output, HasSubstr("farcall: NOT_FOUND: handler 'nope' is not registered"));
+}
+
+TEST_F(CliTest, TransportAndRpcFlagsTakeOnlyTheirValues) {
+  const std::string call = absl::StrCat("call copy 'float32[4]' --results='float32[4]' ", Target());
+  CommandResult r = Farcall(call + " --transport=unary");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr("farcall: INVALID_ARGUMENT: --transport must be auto, grpc, shm "
+                                  "or ucx; got 'unary' (the RPC's shape is --rpc=unary)."));
+  r = Farcall(call + " --rpc=fast");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr("--rpc must be auto, unary or stream; got 'fast'."));
+  r = Farcall(call + " --transport=grpc --rpc=stream");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("streamed Execute"));
+  r = Farcall(absl::StrCat("bench --bytes=64 --calls=2 --transport=carrier-pigeon ", Target()));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr("--transport must be auto, grpc, shm or ucx"));
 }
 
 TEST_F(CliTest, AgentsTableShowsTheAgent) {

@@ -74,12 +74,12 @@ enum class Target { kAgent, kRouter };
 
 struct Param {
   Target target;
-  Transport transport;
+  Rpc rpc;
 };
 
 std::string ParamName(const ::testing::TestParamInfo<Param>& p) {
   return absl::StrCat(p.param.target == Target::kAgent ? "Agent" : "Router",
-                      p.param.transport == Transport::kUnary ? "Call" : "Execute");
+                      p.param.rpc == Rpc::kUnary ? "Call" : "Execute");
 }
 
 v1::TensorSpec Spec(DType d, std::vector<int64_t> dims) {
@@ -118,7 +118,7 @@ class ConformanceTest : public ::testing::TestWithParam<Param> {
                                                : g_cluster->router->address();
   }
   bool via_router() const { return GetParam().target == Target::kRouter; }
-  bool unary() const { return GetParam().transport == Transport::kUnary; }
+  bool unary() const { return GetParam().rpc == Rpc::kUnary; }
 
   std::shared_ptr<grpc::Channel> Channel() {
     grpc::ChannelArguments args;
@@ -186,7 +186,7 @@ class ConformanceTest : public ::testing::TestWithParam<Param> {
   }
   CallOptions Opts() const {
     CallOptions o;
-    o.transport = GetParam().transport;
+    o.rpc = GetParam().rpc;
     return o;
   }
 
@@ -496,7 +496,7 @@ TEST_P(ConformanceTest, RoundTripEveryDType) {
     ASSERT_EQ(r->results.size(), 1u);
     EXPECT_EQ(r->results[0].spec, spec);
     EXPECT_EQ(std::memcmp(r->results[0].data, in.data(), in.size()), 0) << DTypeName(d);
-    EXPECT_EQ(r->transport, GetParam().transport);
+    EXPECT_EQ(r->rpc, GetParam().rpc);
     EXPECT_EQ(r->platform, TestPlatform());
   }
 }
@@ -698,10 +698,10 @@ TEST_P(ConformanceTest, UncheckedCallsGetTheServersAnswer) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllPaths, ConformanceTest,
-                         ::testing::Values(Param{Target::kAgent, Transport::kUnary},
-                                           Param{Target::kAgent, Transport::kStream},
-                                           Param{Target::kRouter, Transport::kUnary},
-                                           Param{Target::kRouter, Transport::kStream}),
+                         ::testing::Values(Param{Target::kAgent, Rpc::kUnary},
+                                           Param{Target::kAgent, Rpc::kStream},
+                                           Param{Target::kRouter, Rpc::kUnary},
+                                           Param{Target::kRouter, Rpc::kStream}),
                          ParamName);
 
 }  // namespace

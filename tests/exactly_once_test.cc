@@ -19,14 +19,14 @@ using ::testing::HasSubstr;
 
 // test.count: bumps the agent's counter and answers its new value.
 absl::StatusOr<int64_t> CountOn(Client& client, const std::string& call_id, bool side_effect = true,
-                                Transport t = Transport::kUnary, bool via_router = false) {
+                                Rpc t = Rpc::kUnary, bool via_router = false) {
   CallRequest req;
   req.handler = "test.count";
   req.results = {TensorSpec{DType::kS64, {1}}};
   req.has_side_effect = side_effect;
   CallOptions o;
   o.call_id = call_id;
-  o.transport = t;
+  o.rpc = t;
   o.timeout = absl::Seconds(20);
   o.via_router = via_router;
   absl::StatusOr<CallResult> r = client.Call(req, o);
@@ -44,7 +44,7 @@ class ExactlyOnceTest : public ::testing::TestWithParam<Path> {
   bool Routed() const { return GetParam() != Path::kDirect; }
 
   absl::StatusOr<int64_t> Count(const std::string& call_id, bool side_effect = true,
-                                Transport t = Transport::kUnary) {
+                                Rpc t = Rpc::kUnary) {
     return CountOn(*client_, call_id, side_effect, t, GetParam() == Path::kRouted);
   }
 
@@ -112,11 +112,10 @@ TEST_P(ExactlyOnceTest, RepeatsMeetTheFirstAgentWhicheverWayTheyGo) {
     const std::string id = absl::StrCat("mixed-", i);
     const bool direct_first = i % 2 == 0;
     absl::StatusOr<int64_t> first =
-        CountOn(*client_, id, true, Transport::kUnary, /*via_router=*/!direct_first);
+        CountOn(*client_, id, true, Rpc::kUnary, /*via_router=*/!direct_first);
     ASSERT_TRUE(first.ok()) << first.status();
-    EXPECT_EQ(
-        CountOn(*client_, id, true, Transport::kUnary, /*via_router=*/direct_first).value_or(-1),
-        *first)
+    EXPECT_EQ(CountOn(*client_, id, true, Rpc::kUnary, /*via_router=*/direct_first).value_or(-1),
+              *first)
         << id;
   }
   EXPECT_EQ(Runs(), 10);
@@ -128,8 +127,8 @@ TEST_P(ExactlyOnceTest, CallsWithoutSideEffectsRunEveryTime) {
 }
 
 TEST_P(ExactlyOnceTest, AStreamedAnswerIsNotKeptSoItsRepeatIsAlreadyExists) {
-  EXPECT_TRUE(Count("streamed", true, Transport::kStream).ok());
-  absl::StatusOr<int64_t> again = Count("streamed", true, Transport::kStream);
+  EXPECT_TRUE(Count("streamed", true, Rpc::kStream).ok());
+  absl::StatusOr<int64_t> again = Count("streamed", true, Rpc::kStream);
   EXPECT_EQ(again.status().code(), absl::StatusCode::kAlreadyExists) << again.status();
   EXPECT_THAT(again.status().message(),
               HasSubstr("call streamed already ran on this agent (OK); its answer was not kept"));
@@ -140,9 +139,9 @@ TEST_P(ExactlyOnceTest, ASharedMemoryAnswerIsNeverReplayedIntoAnotherRegion) {
   // Direct to a local agent (the router's choice or not), kAuto goes through
   // shared memory, whose answer lies in the first call's region: the repeat
   // must not get it.
-  absl::StatusOr<int64_t> first = Count("local", true, Transport::kAuto);
+  absl::StatusOr<int64_t> first = Count("local", true, Rpc::kAuto);
   ASSERT_TRUE(first.ok()) << first.status();
-  absl::StatusOr<int64_t> again = Count("local", true, Transport::kAuto);
+  absl::StatusOr<int64_t> again = Count("local", true, Rpc::kAuto);
   if (GetParam() == Path::kRouted) {
     EXPECT_EQ(again.value_or(-1), *first);  // through the router: gRPC, replayed
   } else {

@@ -59,7 +59,7 @@ TEST_F(LookasideTest, CallsGoStraightToTheAgentsTheRouterNames) {
   std::set<std::string> agents;
   for (int i = 0; i < 40; ++i) {
     CallOptions o;
-    o.transport = i % 2 ? Transport::kUnary : Transport::kStream;
+    o.rpc = i % 2 ? Rpc::kUnary : Rpc::kStream;
     o.allow_shm = false;
     absl::StatusOr<CallResult> r = CallOnFour(*client_, "copy", o);
     ASSERT_TRUE(r.ok()) << r.status();

@@ -36,9 +36,9 @@ TEST(RouterFailoverTest, KeepsServingWhenAnAgentDiesAndUsesItAgainWhenBack) {
   auto client = Client::Connect((*router)->address());
   ASSERT_TRUE(client.ok());
 
-  auto copy_call = [&](Transport t) {
+  auto copy_call = [&](Rpc t) {
     CallOptions o;
-    o.transport = t;
+    o.rpc = t;
     return CallOnFour(**client, "copy", o, TestPlatform());
   };
 
@@ -46,7 +46,7 @@ TEST(RouterFailoverTest, KeepsServingWhenAnAgentDiesAndUsesItAgainWhenBack) {
   // Every call succeeds: a call that cannot reach the dead agent is retried
   // on the other one before anything was sent.
   for (int i = 0; i < 20; ++i) {
-    auto r = copy_call(i % 2 ? Transport::kUnary : Transport::kStream);
+    auto r = copy_call(i % 2 ? Rpc::kUnary : Rpc::kStream);
     ASSERT_TRUE(r.ok()) << "call " << i << ": " << r.status();
     EXPECT_EQ(r->agent_id, absl::StrCat(TestPlatform(), "-agent-", (*b)->port()));
   }
@@ -72,7 +72,7 @@ TEST(RouterFailoverTest, KeepsServingWhenAnAgentDiesAndUsesItAgainWhenBack) {
   }
   EXPECT_TRUE(serving);
   (*b)->Kill();
-  auto r = copy_call(Transport::kUnary);
+  auto r = copy_call(Rpc::kUnary);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->agent_id, absl::StrCat(TestPlatform(), "-agent-", a_port));
 }

@@ -141,12 +141,53 @@ TEST_F(ShmTest, FallsBackToGrpcWhenNotOfferedOrNotWanted) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->transport, Transport::kShm);
   EXPECT_FALSE(r->via_router);
-  // Turned off by the caller.
+  // Turned off by the caller, either way.
   CallOptions o;
   o.allow_shm = false;
   r = AgentClient()->Call(CopyRequest(spec, x.data()), o);
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_NE(r->transport, Transport::kShm);
+  EXPECT_EQ(r->transport, Transport::kGrpc);
+  CallOptions grpc_only;
+  grpc_only.transport = Transport::kGrpc;
+  r = AgentClient()->Call(CopyRequest(spec, x.data()), grpc_only);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->transport, Transport::kGrpc);
+  EXPECT_EQ(r->rpc, Rpc::kUnary);
+  // An RPC shape asked for is a gRPC call.
+  CallOptions streamed;
+  streamed.rpc = Rpc::kStream;
+  r = AgentClient()->Call(CopyRequest(spec, x.data()), streamed);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->transport, Transport::kGrpc);
+  EXPECT_EQ(r->rpc, Rpc::kStream);
+}
+
+TEST_F(ShmTest, ATransportAskedForIsUsedOrRefused) {
+  TensorSpec spec{DType::kS32, {4}};
+  std::vector<int32_t> x = {1, 2, 3, 4};
+  CallOptions shm;
+  shm.transport = Transport::kShm;
+  auto r = AgentClient()->Call(CopyRequest(spec, x.data()), shm);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->transport, Transport::kShm);
+  // Through the router there is no shared memory to use.
+  shm.via_router = true;
+  auto router_client = *Client::Connect(router_->address());
+  r = router_client->Call(CopyRequest(spec, x.data()), shm);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+  EXPECT_THAT(r.status().message(), ::testing::HasSubstr("transport shm: the target is not an "
+                                                         "agent on this host that offers"));
+  // The agent the router names is local: shared memory.
+  shm.via_router = false;
+  r = router_client->Call(CopyRequest(spec, x.data()), shm);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->transport, Transport::kShm);
+  CallOptions ucx;
+  ucx.transport = Transport::kUcx;
+  r = AgentClient()->Call(CopyRequest(spec, x.data()), ucx);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+  EXPECT_EQ(r.status().message(),
+            "transport ucx: this build of farcall has no UCX data plane; use auto, grpc or shm.");
 }
 
 TEST_F(ShmTest, SharedBuffersGoWithoutACopyAndAreUpdatedInPlace) {

@@ -67,7 +67,7 @@ absl::Status CopyCall(const std::string& address, int64_t n, absl::Duration time
   CallOptions opts;
   opts.timeout = timeout;
   opts.allow_shm = false;
-  opts.transport = Transport::kStream;
+  opts.rpc = Rpc::kStream;
   return (*client)->Call(req, opts).status();
 }
 
@@ -98,7 +98,7 @@ TEST(GrpcLimitsTest, CallsPastTheStreamLimitOfAConnectionWait) {
   sleep.attributes["ms"] = int64_t{60000};
   CallOptions long_call;
   long_call.timeout = absl::Seconds(30);
-  long_call.transport = Transport::kStream;
+  long_call.rpc = Rpc::kStream;
   auto held = (*client)->CallFuture(sleep, long_call);
   // The sleep holds the connection's one stream: a second call on the same
   // connection waits for a stream until its deadline.

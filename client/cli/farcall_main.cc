@@ -42,7 +42,10 @@ ABSL_FLAG(std::string, out_dir, "", "write each result to DIR/result<i>.npy");
 ABSL_FLAG(int, print, 8, "elements to print per tensor");
 ABSL_FLAG(double, timeout_s, 60, "deadline of the call in seconds");
 ABSL_FLAG(int64_t, chunk_bytes, 1 << 20, "tensor bytes per message");
-ABSL_FLAG(std::string, transport, "auto", "auto, unary or stream");
+ABSL_FLAG(std::string, transport, "auto",
+          "call, bench: how the tensors travel: auto, grpc, shm (same-host shared memory) or ucx");
+ABSL_FLAG(std::string, rpc, "auto",
+          "call, bench: the gRPC call's shape: auto, unary (one message each way) or stream");
 ABSL_FLAG(bool, via_router, false,
           "call, bench: with a router as --target, send the tensors through it instead of "
           "asking it for an agent and calling that agent directly");
@@ -63,6 +66,38 @@ ABSL_FLAG(std::string, token_file, "",
           "a file holding the bearer token to send (a file, so that it shows in no process list)");
 
 namespace {
+
+// --transport and --rpc into `opts`; INVALID_ARGUMENT for any other value.
+absl::Status ApplyTransportFlags(farcall::CallOptions& opts) {
+  const std::string transport = absl::GetFlag(FLAGS_transport);
+  if (transport == "auto") {
+    opts.transport = farcall::Transport::kAuto;
+  } else if (transport == "grpc") {
+    opts.transport = farcall::Transport::kGrpc;
+  } else if (transport == "shm") {
+    opts.transport = farcall::Transport::kShm;
+  } else if (transport == "ucx") {
+    opts.transport = farcall::Transport::kUcx;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--transport must be auto, grpc, shm or ucx; got '", transport, "'",
+                     transport == "unary" || transport == "stream"
+                         ? " (the RPC's shape is --rpc=" + transport + ")."
+                         : "."));
+  }
+  const std::string rpc = absl::GetFlag(FLAGS_rpc);
+  if (rpc == "auto") {
+    opts.rpc = farcall::Rpc::kAuto;
+  } else if (rpc == "unary") {
+    opts.rpc = farcall::Rpc::kUnary;
+  } else if (rpc == "stream") {
+    opts.rpc = farcall::Rpc::kStream;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--rpc must be auto, unary or stream; got '", rpc, "'."));
+  }
+  return absl::OkStatus();
+}
 
 int Fail(const absl::Status& s) {
   std::fprintf(stderr, "farcall: %s: %s\n", absl::StatusCodeToString(s.code()).c_str(),
@@ -129,14 +164,7 @@ int RunCall(const std::vector<char*>& pos) {
   opts.timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
   opts.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
   opts.via_router = absl::GetFlag(FLAGS_via_router);
-  const std::string transport = absl::GetFlag(FLAGS_transport);
-  if (transport == "unary") {
-    opts.transport = farcall::Transport::kUnary;
-  } else if (transport == "stream") {
-    opts.transport = farcall::Transport::kStream;
-  } else if (transport != "auto") {
-    return Fail(absl::InvalidArgumentError("--transport must be auto, unary or stream"));
-  }
+  if (absl::Status s = ApplyTransportFlags(opts); !s.ok()) return Fail(s);
 
   const std::string out_dir = absl::GetFlag(FLAGS_out_dir);
   if (!out_dir.empty()) {
@@ -174,9 +202,9 @@ int RunCall(const std::vector<char*>& pos) {
   if (!r.ok()) return Fail(r.status());
   std::printf("  -> agent %s (%s), %s%s, %s (queue %s, transfer %s, execute %s)\n",
               r->agent_id.c_str(), r->platform.c_str(),
-              r->transport == farcall::Transport::kShm     ? "shared memory"
-              : r->transport == farcall::Transport::kUnary ? "unary Call"
-                                                           : "streamed Execute",
+              r->transport == farcall::Transport::kShm ? "shared memory"
+              : r->rpc == farcall::Rpc::kUnary         ? "unary Call"
+                                                       : "streamed Execute",
               r->via_router ? " through the router" : "", Ms(took).c_str(),
               Ms(r->queue_time).c_str(), Ms(r->transfer_time).c_str(), Ms(r->execute_time).c_str());
   for (size_t o = 0; o < r->results.size(); ++o) {
@@ -259,6 +287,12 @@ int RunBenchCommand() {
   o.call.timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
   o.call.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
   o.call.via_router = absl::GetFlag(FLAGS_via_router);
+  if (absl::Status s = ApplyTransportFlags(o.call); !s.ok()) return Fail(s);
+  if (o.call.transport == farcall::Transport::kShm) o.shm = true;
+  if (o.shm && o.call.transport != farcall::Transport::kAuto &&
+      o.call.transport != farcall::Transport::kShm) {
+    return Fail(absl::InvalidArgumentError("--shm is --transport=shm; give one or the other."));
+  }
   std::printf("farcall bench %s on %s via %s: %lld calls of %lld bytes, concurrency %d%s%s\n",
               o.handler.c_str(), o.platform.c_str(), absl::GetFlag(FLAGS_target).c_str(),
               static_cast<long long>(o.calls), static_cast<long long>(o.bytes), o.concurrency,

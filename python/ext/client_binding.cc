@@ -86,23 +86,43 @@ PyCall BuildCall(const std::string& handler, const std::vector<std::string>& pla
   c.options.timeout = absl::Seconds(timeout);
   c.options.validate_locally = validate;
   c.options.call_id = call_id;
-  if (rpc == "unary") c.options.transport = Transport::kUnary;
-  if (rpc == "stream") c.options.transport = Transport::kStream;
+  if (rpc == "unary") c.options.rpc = Rpc::kUnary;
+  if (rpc == "stream") c.options.rpc = Rpc::kStream;
   return c;
 }
 
 const char* TransportName(Transport t) {
   switch (t) {
-    case Transport::kUnary:
-      return "unary";
-    case Transport::kStream:
-      return "stream";
+    case Transport::kGrpc:
+      return "grpc";
     case Transport::kShm:
       return "shm";
+    case Transport::kUcx:
+      return "ucx";
     case Transport::kAuto:
       break;
   }
   return "auto";
+}
+
+const char* RpcName(Rpc r) {
+  switch (r) {
+    case Rpc::kUnary:
+      return "unary";
+    case Rpc::kStream:
+      return "stream";
+    case Rpc::kAuto:
+      break;
+  }
+  return "auto";
+}
+
+// "auto", "grpc", "shm" or "ucx" (the Python layer checked it).
+Transport TransportNamed(const std::string& name) {
+  if (name == "grpc") return Transport::kGrpc;
+  if (name == "shm") return Transport::kShm;
+  if (name == "ucx") return Transport::kUcx;
+  return Transport::kAuto;
 }
 
 // (results, info): each result a uint8 array, or None where it is aliased
@@ -125,6 +145,7 @@ nb::tuple ToPython(CallResult result) {
   info["agent_id"] = result.agent_id;
   info["platform"] = result.platform;
   info["transport"] = TransportName(result.transport);
+  info["rpc"] = RpcName(result.rpc);
   info["via_router"] = result.via_router;
   info["queue_seconds"] = absl::ToDoubleSeconds(result.queue_time);
   info["transfer_seconds"] = absl::ToDoubleSeconds(result.transfer_time);
@@ -243,8 +264,9 @@ class PythonCompletions {
 class PyClient {
  public:
   PyClient(const std::string& target, const std::string& tls_ca, const std::string& tls_cert,
-           const std::string& tls_key, const std::string& token, bool via_router)
-      : via_router_(via_router) {
+           const std::string& tls_key, const std::string& token, bool via_router,
+           const std::string& transport)
+      : via_router_(via_router), transport_(TransportNamed(transport)) {
     ClientOptions options;
     options.tls_ca = tls_ca;
     options.tls_cert = tls_cert;
@@ -263,6 +285,7 @@ class PyClient {
     PyCall c = BuildCall(handler, platform, args, results, aliases, attributes, has_side_effect,
                          timeout, rpc, validate, call_id, result_memory);
     c.options.via_router = via_router_;
+    c.options.transport = transport_;
     absl::StatusOr<CallResult> r;
     {
       nb::gil_scoped_release release;
@@ -283,6 +306,7 @@ class PyClient {
     PyCall c = BuildCall(handler, platform, args, results, aliases, attributes, has_side_effect,
                          timeout, rpc, validate, call_id, {});
     c.options.via_router = via_router_;
+    c.options.transport = transport_;
     // Dropped only with the GIL (run), or leaked once Python is going away
     // (drop): never released on a gRPC thread.
     auto fn = std::make_shared<nb::object>(std::move(done));
@@ -365,7 +389,8 @@ class PyClient {
 
  private:
   std::unique_ptr<Client> client_;
-  const bool via_router_;  // every call through the router (CallOptions::via_router)
+  const bool via_router_;      // every call through the router (CallOptions::via_router)
+  const Transport transport_;  // CallOptions::transport for every call
 };
 
 }  // namespace
@@ -373,9 +398,9 @@ class PyClient {
 void DefineClient(nb::module_& m) {
   nb::class_<PyClient>(m, "Client")
       .def(nb::init<const std::string&, const std::string&, const std::string&, const std::string&,
-                    const std::string&, bool>(),
+                    const std::string&, bool, const std::string&>(),
            nb::arg("target"), nb::arg("tls_ca"), nb::arg("tls_cert"), nb::arg("tls_key"),
-           nb::arg("token"), nb::arg("via_router") = false)
+           nb::arg("token"), nb::arg("via_router") = false, nb::arg("transport") = "auto")
       .def("call", &PyClient::Call)
       .def("call_async", &PyClient::CallAsync)
       .def("allocate_shared", &PyClient::AllocateShared)

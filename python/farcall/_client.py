@@ -43,7 +43,8 @@ class CallInfo:
 
     agent_id: str
     platform: str
-    transport: str  # "unary", "stream" or "shm"
+    transport: str  # how the arrays went: "grpc" or "shm"
+    rpc: str  # the gRPC call that carried it: "unary" or "stream"
     via_router: bool  # passed through a router (rather than to the agent it named)
     queue_seconds: float
     transfer_seconds: float
@@ -216,6 +217,12 @@ class Client:
     that cannot reach the agents. ``CallInfo.via_router`` says which way a
     call went.
 
+    ``transport`` says how the arrays travel: ``"auto"`` (shared memory to
+    an agent on this host that offers it, else gRPC), ``"grpc"``, ``"shm"``
+    (refused with ``FailedPreconditionError`` where it cannot be used) or
+    ``"ucx"`` (refused: this build has no UCX data plane). ``rpc`` on each
+    call picks the gRPC call's shape.
+
         client = farcall.Client("127.0.0.1:50050")
         x = np.arange(8, dtype=np.float32)
         y = np.ones(8, dtype=np.float32)
@@ -226,11 +233,15 @@ class Client:
 
     def __init__(self, target: str, *, timeout: float = 60.0, tls_ca: str | None = None,
                  tls_cert: str | None = None, tls_key: str | None = None,
-                 token: str | None = None, via_router: bool = False):
+                 token: str | None = None, via_router: bool = False,
+                 transport: str = "auto"):
+        if transport not in ("auto", "grpc", "shm", "ucx"):
+            raise ValueError(
+                f"transport must be 'auto', 'grpc', 'shm' or 'ucx'; got {transport!r}")
         self.target = target
         self.timeout = float(timeout)
         self._native = _farcall.Client(target, tls_ca or "", tls_cert or "", tls_key or "",
-                                       token or "", bool(via_router))
+                                       token or "", bool(via_router), transport)
 
     def __repr__(self) -> str:
         return f"farcall.Client({self.target!r})"

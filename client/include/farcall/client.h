@@ -85,9 +85,21 @@ struct CallRequest {
   std::vector<std::string> platforms;
 };
 
-// kShm: same-host shared memory (the agent is local and offers it); the
-// tensors are staged in a memfd region and only the header crosses gRPC.
-enum class Transport { kAuto, kUnary, kStream, kShm };
+// How a call's tensors travel; the call itself always goes over gRPC.
+//   kAuto  shared memory when the agent (the target, or the one a router
+//          names) is on this host and offers it, and the call asks for no
+//          RPC shape (Rpc::kAuto); else gRPC;
+//   kGrpc  in the gRPC messages;
+//   kShm   staged in a memfd region shared with a same-host agent, only the
+//          header crossing gRPC; FAILED_PRECONDITION when the agent is not
+//          on this host or offers none;
+//   kUcx   UCX; FAILED_PRECONDITION in this build, which has none.
+enum class Transport { kAuto, kGrpc, kShm, kUcx };
+
+// The gRPC call's shape: kUnary, one message each way (`Call`); kStream,
+// the tensors in chunks (`Execute`); kAuto, unary for calls whose args and
+// results each fit in one chunk.
+enum class Rpc { kAuto, kUnary, kStream };
 
 struct CallOptions {
   absl::Duration timeout = absl::Seconds(60);
@@ -99,8 +111,8 @@ struct CallOptions {
   // answers ALREADY_EXISTS): give the same key when retrying such a call.
   std::string call_id;
   Transport transport = Transport::kAuto;
-  // With kAuto, use shared memory when the target is an agent on this host
-  // that offers it.
+  Rpc rpc = Rpc::kAuto;
+  // false: with kAuto, never shared memory (the same as kGrpc).
   bool allow_shm = true;
   // Wait (within the timeout) for an unreachable target to come up instead
   // of failing at once with UNAVAILABLE.
@@ -146,7 +158,8 @@ struct CallResult {
   absl::Duration queue_time;
   absl::Duration transfer_time;
   absl::Duration execute_time;
-  Transport transport = Transport::kAuto;  // which RPC carried the call
+  Transport transport = Transport::kAuto;  // how the tensors went: kGrpc or kShm
+  Rpc rpc = Rpc::kAuto;                    // which RPC carried the call: kUnary or kStream
   // Whether the call passed through a router (CallOptions::via_router, or
   // no agent could be called directly).
   bool via_router = false;
