@@ -587,6 +587,46 @@ const char* HealthName(AgentStatus::Health health) {
   return "UNKNOWN";
 }
 
+const char* TransportName(Transport transport) {
+  switch (transport) {
+    case Transport::kGrpc:
+      return "grpc";
+    case Transport::kShm:
+      return "shm";
+    case Transport::kUcx:
+      return "ucx";
+    case Transport::kAuto:
+      break;
+  }
+  return "auto";
+}
+
+std::optional<Transport> TransportNamed(std::string_view name) {
+  for (Transport t : {Transport::kAuto, Transport::kGrpc, Transport::kShm, Transport::kUcx}) {
+    if (name == TransportName(t)) return t;
+  }
+  return std::nullopt;
+}
+
+const char* RpcName(Rpc rpc) {
+  switch (rpc) {
+    case Rpc::kUnary:
+      return "unary";
+    case Rpc::kStream:
+      return "stream";
+    case Rpc::kAuto:
+      break;
+  }
+  return "auto";
+}
+
+std::optional<Rpc> RpcNamed(std::string_view name) {
+  for (Rpc r : {Rpc::kAuto, Rpc::kUnary, Rpc::kStream}) {
+    if (name == RpcName(r)) return r;
+  }
+  return std::nullopt;
+}
+
 absl::StatusOr<AgentDescription> Client::Describe(absl::Duration timeout) {
   grpc::ClientContext ctx;
   ctx.set_deadline(DeadlineAfter(timeout));

@@ -70,32 +70,22 @@ namespace {
 // --transport and --rpc into `opts`; INVALID_ARGUMENT for any other value.
 absl::Status ApplyTransportFlags(farcall::CallOptions& opts) {
   const std::string transport = absl::GetFlag(FLAGS_transport);
-  if (transport == "auto") {
-    opts.transport = farcall::Transport::kAuto;
-  } else if (transport == "grpc") {
-    opts.transport = farcall::Transport::kGrpc;
-  } else if (transport == "shm") {
-    opts.transport = farcall::Transport::kShm;
-  } else if (transport == "ucx") {
-    opts.transport = farcall::Transport::kUcx;
-  } else {
+  std::optional<farcall::Transport> t = farcall::TransportNamed(transport);
+  if (!t.has_value()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--transport must be auto, grpc, shm or ucx; got '", transport, "'",
-                     transport == "unary" || transport == "stream"
+                     farcall::RpcNamed(transport).has_value() && transport != "auto"
                          ? " (the RPC's shape is --rpc=" + transport + ")."
                          : "."));
   }
+  opts.transport = *t;
   const std::string rpc = absl::GetFlag(FLAGS_rpc);
-  if (rpc == "auto") {
-    opts.rpc = farcall::Rpc::kAuto;
-  } else if (rpc == "unary") {
-    opts.rpc = farcall::Rpc::kUnary;
-  } else if (rpc == "stream") {
-    opts.rpc = farcall::Rpc::kStream;
-  } else {
+  std::optional<farcall::Rpc> r = farcall::RpcNamed(rpc);
+  if (!r.has_value()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--rpc must be auto, unary or stream; got '", rpc, "'."));
   }
+  opts.rpc = *r;
   return absl::OkStatus();
 }
 

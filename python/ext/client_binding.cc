@@ -86,43 +86,8 @@ PyCall BuildCall(const std::string& handler, const std::vector<std::string>& pla
   c.options.timeout = absl::Seconds(timeout);
   c.options.validate_locally = validate;
   c.options.call_id = call_id;
-  if (rpc == "unary") c.options.rpc = Rpc::kUnary;
-  if (rpc == "stream") c.options.rpc = Rpc::kStream;
+  c.options.rpc = RpcNamed(rpc).value_or(Rpc::kAuto);  // the Python layer checked it
   return c;
-}
-
-const char* TransportName(Transport t) {
-  switch (t) {
-    case Transport::kGrpc:
-      return "grpc";
-    case Transport::kShm:
-      return "shm";
-    case Transport::kUcx:
-      return "ucx";
-    case Transport::kAuto:
-      break;
-  }
-  return "auto";
-}
-
-const char* RpcName(Rpc r) {
-  switch (r) {
-    case Rpc::kUnary:
-      return "unary";
-    case Rpc::kStream:
-      return "stream";
-    case Rpc::kAuto:
-      break;
-  }
-  return "auto";
-}
-
-// "auto", "grpc", "shm" or "ucx" (the Python layer checked it).
-Transport TransportNamed(const std::string& name) {
-  if (name == "grpc") return Transport::kGrpc;
-  if (name == "shm") return Transport::kShm;
-  if (name == "ucx") return Transport::kUcx;
-  return Transport::kAuto;
 }
 
 // (results, info): each result a uint8 array, or None where it is aliased
@@ -266,7 +231,7 @@ class PyClient {
   PyClient(const std::string& target, const std::string& tls_ca, const std::string& tls_cert,
            const std::string& tls_key, const std::string& token, bool via_router,
            const std::string& transport)
-      : via_router_(via_router), transport_(TransportNamed(transport)) {
+      : via_router_(via_router), transport_(TransportNamed(transport).value_or(Transport::kAuto)) {
     ClientOptions options;
     options.tls_ca = tls_ca;
     options.tls_cert = tls_cert;

@@ -31,7 +31,9 @@
 #include <future>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -231,6 +233,14 @@ struct AgentStatus {
 
 // "UNKNOWN", "SERVING", "NOT_SERVING" or "DOWN", as the wire names them.
 const char* HealthName(AgentStatus::Health health);
+
+// "auto", "grpc", "shm" or "ucx", as the CLI and Python name transports;
+// TransportNamed is the reverse (nullopt for any other name).
+const char* TransportName(Transport transport);
+std::optional<Transport> TransportNamed(std::string_view name);
+// "auto", "unary" or "stream"; RpcNamed is the reverse.
+const char* RpcName(Rpc rpc);
+std::optional<Rpc> RpcNamed(std::string_view name);
 
 namespace client_internal {
 class Lookaside;
