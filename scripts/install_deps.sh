@@ -12,6 +12,8 @@ DEBS=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler openssl
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev prometheus-cpp-dev libcivetweb-dev
   libspdlog-dev
+  # UCX, for the data plane's building block (core/ucx) and ucx_perftest.
+  libucx-dev ucx-utils
   python3 python3-dev python3-venv
   # Device backends: rocm (HIP 5.2 compiler and runtime) and oneapi (the
   # OpenCL loader and headers, with PoCL as a CPU device to run it on).

@@ -1,0 +1,324 @@
+#include "core/ucx/ucx_worker.h"
+
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "ucp/api/ucp.h"
+
+namespace farcall::ucx {
+namespace {
+
+absl::Status FromUcs(ucs_status_t s) {
+  switch (s) {
+    case UCS_OK:
+      return absl::OkStatus();
+    case UCS_ERR_CANCELED:
+      return absl::CancelledError("ucx: the transfer was cancelled.");
+    case UCS_ERR_MESSAGE_TRUNCATED:
+      return absl::OutOfRangeError("ucx: more bytes arrived than the receive buffer holds.");
+    default:
+      return absl::UnavailableError(absl::StrCat("ucx: ", ucs_status_string(s), "."));
+  }
+}
+
+}  // namespace
+
+struct Worker::Ucx {
+  ucp_context_h context = nullptr;
+  ucp_worker_h worker = nullptr;
+  int epoll_fd = -1;
+  std::map<std::string, ucp_ep_h> endpoints;  // by peer address
+
+  ~Ucx() {
+    if (worker != nullptr) ucp_worker_destroy(worker);
+    if (context != nullptr) ucp_cleanup(context);
+    if (epoll_fd >= 0) close(epoll_fd);
+  }
+
+  // The endpoint to `peer`, made on first use; null when UCX refuses it.
+  ucp_ep_h Endpoint(const std::string& peer, ucs_status_t* status) {
+    auto it = endpoints.find(peer);
+    if (it != endpoints.end()) return it->second;
+    ucp_ep_params_t p{};
+    p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                   UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    p.address = reinterpret_cast<const ucp_address_t*>(peer.data());
+    p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    // A peer that goes away fails the transfers on its endpoint (their
+    // callbacks say so); nothing else is to be done here.
+    p.err_handler.cb = [](void*, ucp_ep_h, ucs_status_t) {};
+    p.err_handler.arg = nullptr;
+    ucp_ep_h ep = nullptr;
+    *status = ucp_ep_create(worker, &p, &ep);
+    if (*status != UCS_OK) return nullptr;
+    endpoints.emplace(peer, ep);
+    return ep;
+  }
+
+  // Closes every endpoint, waiting for UCX to be done with each.
+  void CloseEndpoints() {
+    for (auto& [peer, ep] : endpoints) {
+      ucp_request_param_t p{};
+      p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+      void* r = ucp_ep_close_nbx(ep, &p);
+      if (UCS_PTR_IS_PTR(r)) {
+        while (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_worker_progress(worker);
+        ucp_request_free(r);
+      }
+    }
+    endpoints.clear();
+  }
+};
+
+// ---------------------------------------------------------------------------
+// Transfer
+
+void Transfer::Finish(absl::Status status, size_t bytes) {
+  absl::MutexLock l(&mu_);
+  done_ = true;
+  status_ = std::move(status);
+  bytes_ = bytes;
+}
+
+absl::Status Transfer::Wait(absl::Time deadline) {
+  absl::MutexLock l(&mu_);
+  if (mu_.AwaitWithDeadline(absl::Condition(&done_), deadline)) return status_;
+  mu_.Unlock();
+  Cancel();
+  mu_.Lock();
+  // UCX completes a cancelled request at once, on the worker's thread.
+  mu_.Await(absl::Condition(&done_));
+  if (status_.ok()) return status_;  // it ended just before the cancel
+  return absl::DeadlineExceededError("ucx: the transfer did not end before its deadline.");
+}
+
+void Transfer::Cancel() {
+  std::shared_ptr<Transfer> self = shared_from_this();
+  worker_->Post([self] { self->worker_->CancelNow(self.get()); });
+}
+
+size_t Transfer::received_bytes() const {
+  absl::MutexLock l(&mu_);
+  return bytes_;
+}
+
+// ---------------------------------------------------------------------------
+// Worker
+
+absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(const Options& options) {
+  std::unique_ptr<Worker> w(new Worker());
+  w->ucx_ = std::make_unique<Ucx>();
+  ucp_config_t* config = nullptr;
+  ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
+  if (s != UCS_OK) return absl::UnavailableError(absl::StrCat("ucx: ", ucs_status_string(s)));
+  if (!options.transports.empty()) {
+    s = ucp_config_modify(config, "TLS", options.transports.c_str());
+    if (s != UCS_OK) {
+      ucp_config_release(config);
+      return absl::InvalidArgumentError(
+          absl::StrCat("ucx: transports '", options.transports, "': ", ucs_status_string(s)));
+    }
+  }
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES;
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+  s = ucp_init(&params, config, &w->ucx_->context);
+  ucp_config_release(config);
+  if (s != UCS_OK) {
+    return absl::UnavailableError(absl::StrCat("ucx: cannot start: ", ucs_status_string(s)));
+  }
+  ucp_worker_params_t wp{};
+  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wp.thread_mode = UCS_THREAD_MODE_SINGLE;  // only the loop's thread touches it
+  s = ucp_worker_create(w->ucx_->context, &wp, &w->ucx_->worker);
+  if (s != UCS_OK) {
+    return absl::UnavailableError(absl::StrCat("ucx: no worker: ", ucs_status_string(s)));
+  }
+  ucp_address_t* address = nullptr;
+  size_t length = 0;
+  s = ucp_worker_get_address(w->ucx_->worker, &address, &length);
+  if (s != UCS_OK) {
+    return absl::UnavailableError(absl::StrCat("ucx: no address: ", ucs_status_string(s)));
+  }
+  w->address_.assign(reinterpret_cast<const char*>(address), length);
+  ucp_worker_release_address(w->ucx_->worker, address);
+  int ucx_fd = -1;
+  s = ucp_worker_get_efd(w->ucx_->worker, &ucx_fd);
+  if (s != UCS_OK) {
+    return absl::UnavailableError(absl::StrCat("ucx: no event fd: ", ucs_status_string(s)));
+  }
+  w->wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  w->ucx_->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+  if (w->wake_fd_ < 0 || w->ucx_->epoll_fd < 0) {
+    return absl::InternalError("ucx: cannot make the worker's event fds.");
+  }
+  for (int fd : {ucx_fd, w->wake_fd_}) {
+    epoll_event e{};
+    e.events = EPOLLIN;
+    e.data.fd = fd;
+    if (epoll_ctl(w->ucx_->epoll_fd, EPOLL_CTL_ADD, fd, &e) != 0) {
+      return absl::InternalError("ucx: cannot watch the worker's event fds.");
+    }
+  }
+  Worker* raw = w.get();
+  w->thread_ = std::thread([raw] { raw->Loop(); });
+  return w;
+}
+
+Worker::~Worker() {
+  if (thread_.joinable()) {
+    Post([this] {
+      std::vector<Transfer*> all;
+      {
+        absl::MutexLock l(&mu_);
+        for (auto& [t, keep] : in_flight_) all.push_back(t);
+      }
+      for (Transfer* t : all) CancelNow(t);
+    });
+    {
+      absl::MutexLock l(&mu_);
+      stopping_ = true;
+    }
+    uint64_t one = 1;
+    (void)!write(wake_fd_, &one, sizeof(one));
+    thread_.join();
+  }
+  ucx_.reset();
+  if (wake_fd_ >= 0) close(wake_fd_);
+}
+
+void Worker::Post(std::function<void()> command) {
+  {
+    absl::MutexLock l(&mu_);
+    commands_.push_back(std::move(command));
+  }
+  uint64_t one = 1;
+  (void)!write(wake_fd_, &one, sizeof(one));
+}
+
+void Worker::Loop() {
+  for (;;) {
+    std::deque<std::function<void()>> commands;
+    bool stop = false;
+    {
+      absl::MutexLock l(&mu_);
+      commands.swap(commands_);
+      stop = stopping_;
+    }
+    for (std::function<void()>& c : commands) c();
+    // Bounded: a connection that keeps failing (a peer gone) can make
+    // progress report events without end; commands must still run.
+    for (int i = 0; i < 64 && ucp_worker_progress(ucx_->worker) != 0; ++i) {
+    }
+    if (stop) {
+      // Closing the endpoints by force ends the sends still on them, so
+      // that a peer that went away holds up nothing.
+      ucx_->CloseEndpoints();
+      bool idle = false;
+      {
+        absl::MutexLock l(&mu_);
+        idle = in_flight_.empty() && commands_.empty();
+      }
+      if (idle) return;
+      continue;  // cancels land as the worker progresses
+    }
+    if (ucp_worker_arm(ucx_->worker) == UCS_ERR_BUSY) continue;  // more to progress
+    epoll_event events[2];
+    if (epoll_wait(ucx_->epoll_fd, events, 2, 1000) > 0) {
+      uint64_t n;
+      (void)!read(wake_fd_, &n, sizeof(n));
+    }
+  }
+}
+
+void Worker::Settle(const std::shared_ptr<Transfer>& t, void* r, size_t done_bytes) {
+  if (UCS_PTR_IS_ERR(r)) return t->Finish(FromUcs(UCS_PTR_STATUS(r)), 0);
+  if (r == nullptr) return t->Finish(absl::OkStatus(), done_bytes);
+  if (t->ended_early_) {  // the callback ran inside the call
+    ucp_request_free(r);
+    const auto s = static_cast<ucs_status_t>(t->early_status_);
+    return t->Finish(FromUcs(s), s == UCS_OK ? t->early_bytes_ : 0);
+  }
+  t->request_ = r;
+  absl::MutexLock l(&mu_);
+  in_flight_.emplace(t.get(), t);
+}
+
+void Worker::CancelNow(Transfer* t) {
+  if (t->request_ != nullptr) ucp_request_cancel(ucx_->worker, t->request_);
+}
+
+int Worker::in_flight() const {
+  absl::MutexLock l(&mu_);
+  return static_cast<int>(in_flight_.size());
+}
+
+// Runs on the worker's thread, from ucp_worker_progress.
+void Worker::Ended(Transfer* t, void* request, int status, size_t bytes) {
+  if (t->request_ == nullptr) {  // still inside the call that started it: Settle ends it
+    t->ended_early_ = true;
+    t->early_status_ = status;
+    t->early_bytes_ = bytes;
+    return;
+  }
+  t->request_ = nullptr;
+  ucp_request_free(request);  // UCX is done with the caller's memory
+  std::shared_ptr<Transfer> keep;
+  {
+    absl::MutexLock l(&mu_);
+    auto it = in_flight_.find(t);
+    if (it != in_flight_.end()) {
+      keep = std::move(it->second);
+      in_flight_.erase(it);
+    }
+  }
+  const auto s = static_cast<ucs_status_t>(status);
+  t->Finish(FromUcs(s), s == UCS_OK ? bytes : 0);  // wakes Wait, after all of the above
+}
+
+std::shared_ptr<Transfer> Worker::StartSend(const std::string& peer, uint64_t tag, const void* data,
+                                            size_t size) {
+  std::shared_ptr<Transfer> t(new Transfer(this));
+  t->size_ = size;
+  Post([this, t, peer, tag, data, size] {
+    ucs_status_t s = UCS_OK;
+    ucp_ep_h ep = ucx_->Endpoint(peer, &s);
+    if (ep == nullptr) return t->Finish(FromUcs(s), 0);
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    p.cb.send = [](void* request, ucs_status_t status, void* user_data) {
+      auto* tr = static_cast<Transfer*>(user_data);
+      tr->worker_->Ended(tr, request, status, tr->size_);
+    };
+    p.user_data = t.get();
+    Settle(t, ucp_tag_send_nbx(ep, data, size, tag, &p), size);
+  });
+  return t;
+}
+
+std::shared_ptr<Transfer> Worker::StartReceive(uint64_t tag, void* data, size_t size) {
+  std::shared_ptr<Transfer> t(new Transfer(this));
+  t->size_ = size;
+  Post([this, t, tag, data, size] {
+    ucp_request_param_t p{};
+    // Always through the callback, which says how many bytes came.
+    p.op_attr_mask =
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    p.cb.recv = [](void* request, ucs_status_t status, const ucp_tag_recv_info_t* i,
+                   void* user_data) {
+      auto* tr = static_cast<Transfer*>(user_data);
+      tr->worker_->Ended(tr, request, status, i != nullptr ? i->length : 0);
+    };
+    p.user_data = t.get();
+    Settle(t, ucp_tag_recv_nbx(ucx_->worker, data, size, tag, ~uint64_t{0}, &p), 0);
+  });
+  return t;
+}
+
+}  // namespace farcall::ucx

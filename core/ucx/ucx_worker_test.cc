@@ -1,0 +1,120 @@
+#include "core/ucx/ucx_worker.h"
+
+#include <algorithm>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace farcall::ucx {
+namespace {
+
+std::unique_ptr<Worker> Make(const std::string& transports = "") {
+  Worker::Options o;
+  o.transports = transports;
+  auto w = Worker::Create(o);
+  EXPECT_TRUE(w.ok()) << w.status();
+  return w.ok() ? *std::move(w) : nullptr;
+}
+
+std::vector<uint8_t> Pattern(size_t n, uint8_t seed) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(i * 131 + seed + (i >> 12));
+  return v;
+}
+
+absl::Time Soon() { return absl::Now() + absl::Seconds(30); }
+
+// Each transport UCX picks by itself on one host, and TCP as between hosts.
+class UcxWorkerTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(UcxWorkerTest, BytesArriveExactlyInThePostedBuffer) {
+  auto a = Make(GetParam()), b = Make(GetParam());
+  ASSERT_TRUE(a && b);
+  for (size_t n : {size_t{0}, size_t{1}, size_t{4096}, size_t{64} << 20}) {
+    std::vector<uint8_t> src = Pattern(n, 7), dst(n + 1, 0xee);
+    auto rx = b->StartReceive(42, dst.data(), n);
+    auto tx = a->StartSend(b->address(), 42, src.data(), n);
+    ASSERT_TRUE(tx->Wait(Soon()).ok()) << n;
+    ASSERT_TRUE(rx->Wait(Soon()).ok()) << n;
+    EXPECT_EQ(rx->received_bytes(), n);
+    EXPECT_TRUE(std::equal(src.begin(), src.end(), dst.begin())) << n;
+    EXPECT_EQ(dst[n], 0xee) << "nothing written past the buffer";
+  }
+  EXPECT_EQ(a->in_flight(), 0);
+  EXPECT_EQ(b->in_flight(), 0);
+}
+
+TEST_P(UcxWorkerTest, ManyTransfersAtOnceFromManyThreadsMatchTheirTags) {
+  auto a = Make(GetParam()), b = Make(GetParam());
+  ASSERT_TRUE(a && b);
+  constexpr int kThreads = 8, kEach = 8;
+  constexpr size_t kBytes = 256 << 10;
+  std::vector<std::thread> threads;
+  std::atomic<int> wrong{0};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kEach; ++i) {
+        const uint64_t tag = (uint64_t{1} << 40) | (t << 8) | i;
+        std::vector<uint8_t> src = Pattern(kBytes, static_cast<uint8_t>(tag)), dst(kBytes);
+        auto tx = a->StartSend(b->address(), tag, src.data(), kBytes);  // before the receive
+        auto rx = b->StartReceive(tag, dst.data(), kBytes);
+        if (!tx->Wait(Soon()).ok() || !rx->Wait(Soon()).ok() || dst != src) ++wrong;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(wrong.load(), 0);
+}
+
+TEST_P(UcxWorkerTest, AReceiveThatNothingMatchesEndsAtItsDeadlineAndLetsGo) {
+  auto b = Make(GetParam());
+  ASSERT_TRUE(b);
+  std::vector<uint8_t> dst(1024);
+  auto rx = b->StartReceive(7, dst.data(), dst.size());
+  absl::Status s = rx->Wait(absl::Now() + absl::Milliseconds(50));
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  EXPECT_EQ(b->in_flight(), 0);  // UCX no longer holds the buffer
+  auto cancelled = b->StartReceive(8, dst.data(), dst.size());
+  cancelled->Cancel();
+  EXPECT_EQ(cancelled->Wait(Soon()).code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(b->in_flight(), 0);
+}
+
+TEST_P(UcxWorkerTest, MoreBytesThanTheBufferHoldsIsOutOfRange) {
+  auto a = Make(GetParam()), b = Make(GetParam());
+  ASSERT_TRUE(a && b);
+  std::vector<uint8_t> src(1 << 20, 1), dst(1024);
+  auto rx = b->StartReceive(9, dst.data(), dst.size());
+  auto tx = a->StartSend(b->address(), 9, src.data(), src.size());
+  EXPECT_EQ(rx->Wait(Soon()).code(), absl::StatusCode::kOutOfRange);
+  // The sender may or may not hear of it; either way it ends.
+  tx->Wait(absl::Now() + absl::Seconds(2)).IgnoreError();
+}
+
+TEST(UcxWorkerStopTest, DestroyingAWorkerCancelsWhatIsInFlight) {
+  std::vector<uint8_t> dst(4096);
+  std::shared_ptr<Transfer> rx;
+  {
+    auto b = Make();
+    ASSERT_TRUE(b);
+    rx = b->StartReceive(11, dst.data(), dst.size());
+  }
+  EXPECT_EQ(rx->Wait(Soon()).code(), absl::StatusCode::kCancelled);
+}
+
+TEST(UcxWorkerOptionsTest, UnknownTransportsAreRefused) {
+  Worker::Options o;
+  o.transports = "carrier-pigeon";
+  auto w = Worker::Create(o);
+  EXPECT_FALSE(w.ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, UcxWorkerTest, ::testing::Values("", "tcp"),
+                         [](const auto& info) {
+                           return info.param.empty() ? std::string("Default") : info.param;
+                         });
+
+}  // namespace
+}  // namespace farcall::ucx
