@@ -222,8 +222,8 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> SharedChannel(const std::string& 
   static absl::Mutex mu(absl::kConstInit);
   static auto* channels =
       new std::map<std::string, std::shared_ptr<grpc::Channel>>();  // never freed
-  const std::string key =
-      absl::StrCat(target, "\n", options.tls_ca, "\n", options.tls_cert, "\n", options.tls_key);
+  const std::string key = absl::StrCat(target, "\n", options.tls_ca, "\n", options.tls_cert, "\n",
+                                       options.tls_key, "\n", options.tls_server_name);
   absl::MutexLock l(&mu);
   std::shared_ptr<grpc::Channel>& c = (*channels)[key];
   if (c == nullptr) {
@@ -236,6 +236,7 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> SharedChannel(const std::string& 
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(-1);
     args.SetMaxSendMessageSize(-1);
+    if (!options.tls_server_name.empty()) args.SetSslTargetNameOverride(options.tls_server_name);
     c = grpc::CreateCustomChannel(target, *creds, args);
   }
   return c;

@@ -183,7 +183,9 @@ std::shared_ptr<Client> Lookaside::Ready(Agent& agent, absl::Time deadline) {
     absl::MutexLock l(&agent.mu);
     if (absl::Now() < agent.avoid_until) return nullptr;
     if (agent.client == nullptr) {
-      absl::StatusOr<std::unique_ptr<Client>> c = Client::Connect(agent.address, options_);
+      ClientOptions direct = options_;
+      direct.tls_server_name = options_.agent_tls_server_name;
+      absl::StatusOr<std::unique_ptr<Client>> c = Client::Connect(agent.address, direct);
       if (!c.ok()) return nullptr;  // TLS files the router's target took: not here
       (*c)->MarkDirect();
       agent.client = *std::move(c);

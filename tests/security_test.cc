@@ -186,6 +186,30 @@ TEST(SecurityTest, AgentsSharingOneCertificateAreCheckedAgainstItsName) {
   EXPECT_TRUE(Copy(by_name->address(), {}).ok());
 }
 
+TEST(SecurityTest, ClientsCallAgentsSharingOneCertificateDirectlyWhenToldItsName) {
+  const Pki& p = Certificates();
+  auto agent = Start(FARCALL_AGENT_BIN,
+                     {"--tls_cert=" + p.dir + "/agents.pem", "--tls_key=" + p.dir + "/agents.key"});
+  ASSERT_NE(agent, nullptr);
+  auto router =
+      Start(FARCALL_ROUTER_BIN, {"--agents=" + agent->address(), "--tls_cert=" + p.server_cert,
+                                 "--tls_key=" + p.server_key, "--agent_tls_ca=" + p.ca,
+                                 "--agent_tls_server_name=farcall-agent.farcall.svc"});
+  ASSERT_NE(router, nullptr);
+  // Checked against its address, the agent's certificate does not match:
+  // the call goes through the router. Told the agents' name, the client
+  // calls the agent itself.
+  for (const bool named : {false, true}) {
+    ClientOptions o = Tls();
+    if (named) o.agent_tls_server_name = "farcall-agent.farcall.svc";
+    auto client = Client::Connect(router->address(), o);
+    ASSERT_TRUE(client.ok());
+    absl::StatusOr<CallResult> r = testing::CallOnFour(**client);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->via_router, !named);
+  }
+}
+
 TEST(SecurityTest, BadSecurityFlagsFailAtStartWithoutShowingSecrets) {
   const Pki& p = Certificates();
   ::farcall::testing::CommandResult r = ::farcall::testing::RunCommand(

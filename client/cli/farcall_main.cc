@@ -62,6 +62,11 @@ ABSL_FLAG(bool, shm, false, "bench: same-host shared memory (target: a local age
 ABSL_FLAG(std::string, tls_ca, "", "TLS: verify the server against this PEM CA");
 ABSL_FLAG(std::string, tls_cert, "", "TLS: a PEM client certificate, for servers that require one");
 ABSL_FLAG(std::string, tls_key, "", "TLS: the PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_server_name, "",
+          "TLS: check the target's certificate against this name instead of its address");
+ABSL_FLAG(std::string, agent_tls_server_name, "",
+          "TLS, a router as --target: check the certificates of the agents it names against "
+          "this name when calling them directly (as the router's --agent_tls_server_name)");
 ABSL_FLAG(std::string, token_file, "",
           "a file holding the bearer token to send (a file, so that it shows in no process list)");
 
@@ -104,6 +109,8 @@ absl::StatusOr<std::unique_ptr<farcall::Client>> Connect() {
   options.tls_ca = absl::GetFlag(FLAGS_tls_ca);
   options.tls_cert = absl::GetFlag(FLAGS_tls_cert);
   options.tls_key = absl::GetFlag(FLAGS_tls_key);
+  options.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
+  options.agent_tls_server_name = absl::GetFlag(FLAGS_agent_tls_server_name);
   const std::string token_file = absl::GetFlag(FLAGS_token_file);
   if (!token_file.empty()) {
     absl::StatusOr<std::string> token = farcall::ReadTokenFile(token_file);

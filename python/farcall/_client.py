@@ -208,6 +208,9 @@ class Client:
     TLS: ``tls_ca`` (a PEM file) verifies the server; ``tls_cert`` and
     ``tls_key`` present a client certificate to servers that require one.
     ``token`` is sent as ``authorization: Bearer TOKEN`` on every call.
+    ``tls_server_name`` checks the target's certificate against that name
+    instead of its address; ``agent_tls_server_name`` does the same for the
+    agents a router names, when they share one certificate.
 
     Given a router, a call asks it which agents may serve the call (cached
     for the router's probe interval) and goes to one of them directly, so
@@ -234,14 +237,16 @@ class Client:
     def __init__(self, target: str, *, timeout: float = 60.0, tls_ca: str | None = None,
                  tls_cert: str | None = None, tls_key: str | None = None,
                  token: str | None = None, via_router: bool = False,
-                 transport: str = "auto"):
+                 transport: str = "auto", tls_server_name: str | None = None,
+                 agent_tls_server_name: str | None = None):
         if transport not in ("auto", "grpc", "shm", "ucx"):
             raise ValueError(
                 f"transport must be 'auto', 'grpc', 'shm' or 'ucx'; got {transport!r}")
         self.target = target
         self.timeout = float(timeout)
         self._native = _farcall.Client(target, tls_ca or "", tls_cert or "", tls_key or "",
-                                       token or "", bool(via_router), transport)
+                                       token or "", bool(via_router), transport,
+                                       tls_server_name or "", agent_tls_server_name or "")
 
     def __repr__(self) -> str:
         return f"farcall.Client({self.target!r})"

@@ -194,6 +194,14 @@ struct ClientOptions {
   std::string tls_key;
   // Sent as `authorization: Bearer TOKEN` on every call; empty: none.
   std::string token;
+  // With TLS: the name the target's certificate is checked against instead
+  // of its address.
+  std::string tls_server_name;
+  // With TLS and a router as the target: the name the certificates of the
+  // agents it names are checked against when they are called directly (one
+  // certificate for many agents, as a router's --agent_tls_server_name);
+  // empty: each agent's address.
+  std::string agent_tls_server_name;
 };
 
 using CallCallback = std::function<void(absl::StatusOr<CallResult>)>;
