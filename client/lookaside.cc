@@ -147,16 +147,16 @@ std::vector<std::shared_ptr<Lookaside::Agent>> Lookaside::Choose(const CallReque
     int64_t load;
     uint64_t score;
   };
+  const bool keyed = request.has_side_effect && !options.call_id.empty();
   std::vector<Candidate> c;
   for (size_t i = 0; i < answer->agents.size(); ++i) {
     const std::shared_ptr<Agent>& a = answer->agents[i];
-    const uint64_t score =
-        options.call_id.empty() ? 0 : RendezvousScore(options.call_id, a->address);
+    const uint64_t score = keyed ? RendezvousScore(options.call_id, a->address) : 0;
     absl::MutexLock l(&a->mu);
     if (now < a->avoid_until) continue;
     c.push_back({a, answer->router_inflight[i] + a->inflight.load(), score});
   }
-  if (request.has_side_effect && !options.call_id.empty()) {
+  if (keyed) {
     // The agent a router would pick for this call_id, so that repeats of
     // one call meet the agent that remembers it, whichever way they go.
     std::sort(c.begin(), c.end(),

@@ -168,12 +168,21 @@ TEST(SecurityTest, TlsAndTokensThroughTheRouter) {
   EXPECT_EQ((*agents)[0].health, AgentStatus::Health::kServing);
 }
 
+// The name on the certificate that agents share (agents.pem).
+constexpr char kAgentsName[] = "farcall-agent.farcall.svc";
+
+// An agent serving TLS with the shared certificate, which names the agents'
+// service, not the address it is dialled at (as with agents found through
+// dns:///).
+std::unique_ptr<ChildProcess> StartAgentWithSharedCertificate() {
+  const Pki& p = Certificates();
+  return Start(FARCALL_AGENT_BIN,
+               {"--tls_cert=" + p.dir + "/agents.pem", "--tls_key=" + p.dir + "/agents.key"});
+}
+
 TEST(SecurityTest, AgentsSharingOneCertificateAreCheckedAgainstItsName) {
   const Pki& p = Certificates();
-  // The certificate names the agents' service, not the address the router
-  // dials (as with agents found through dns:///).
-  auto agent = Start(FARCALL_AGENT_BIN,
-                     {"--tls_cert=" + p.dir + "/agents.pem", "--tls_key=" + p.dir + "/agents.key"});
+  auto agent = StartAgentWithSharedCertificate();
   ASSERT_NE(agent, nullptr);
   auto by_address =
       Start(FARCALL_ROUTER_BIN, {"--agents=" + agent->address(), "--agent_tls_ca=" + p.ca});
@@ -181,27 +190,26 @@ TEST(SecurityTest, AgentsSharingOneCertificateAreCheckedAgainstItsName) {
   EXPECT_EQ(Copy(by_address->address(), {}).code(), absl::StatusCode::kUnavailable);
   auto by_name =
       Start(FARCALL_ROUTER_BIN, {"--agents=" + agent->address(), "--agent_tls_ca=" + p.ca,
-                                 "--agent_tls_server_name=farcall-agent.farcall.svc"});
+                                 std::string("--agent_tls_server_name=") + kAgentsName});
   ASSERT_NE(by_name, nullptr);
   EXPECT_TRUE(Copy(by_name->address(), {}).ok());
 }
 
 TEST(SecurityTest, ClientsCallAgentsSharingOneCertificateDirectlyWhenToldItsName) {
   const Pki& p = Certificates();
-  auto agent = Start(FARCALL_AGENT_BIN,
-                     {"--tls_cert=" + p.dir + "/agents.pem", "--tls_key=" + p.dir + "/agents.key"});
+  auto agent = StartAgentWithSharedCertificate();
   ASSERT_NE(agent, nullptr);
   auto router =
       Start(FARCALL_ROUTER_BIN, {"--agents=" + agent->address(), "--tls_cert=" + p.server_cert,
                                  "--tls_key=" + p.server_key, "--agent_tls_ca=" + p.ca,
-                                 "--agent_tls_server_name=farcall-agent.farcall.svc"});
+                                 std::string("--agent_tls_server_name=") + kAgentsName});
   ASSERT_NE(router, nullptr);
   // Checked against its address, the agent's certificate does not match:
   // the call goes through the router. Told the agents' name, the client
   // calls the agent itself.
   for (const bool named : {false, true}) {
     ClientOptions o = Tls();
-    if (named) o.agent_tls_server_name = "farcall-agent.farcall.svc";
+    if (named) o.agent_tls_server_name = kAgentsName;
     auto client = Client::Connect(router->address(), o);
     ASSERT_TRUE(client.ok());
     absl::StatusOr<CallResult> r = testing::CallOnFour(**client);

@@ -164,7 +164,6 @@ absl::StatusOr<BenchReport> RunBench(Client& client, const BenchOptions& o) {
   // The gRPC path unless shared memory is asked for, so that each figure
   // measures one path (--transport=auto is gRPC here; ucx is refused by the
   // client as it is built).
-  opts.call.allow_shm = o.shm;
   if (opts.call.transport == Transport::kAuto) {
     opts.call.transport = o.shm ? Transport::kShm : Transport::kGrpc;
   }
