@@ -4,10 +4,12 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "ucp/api/ucp.h"
 
 namespace farcall::ucx {
@@ -32,7 +34,14 @@ struct Worker::Ucx {
   ucp_context_h context = nullptr;
   ucp_worker_h worker = nullptr;
   int epoll_fd = -1;
-  std::map<std::string, ucp_ep_h> endpoints;  // by peer address
+  struct Endpoint {
+    ucp_ep_h ep = nullptr;
+    int sends = 0;       // sends in flight on it
+    uint64_t used = 0;   // when it was last used (a counter)
+  };
+  std::map<std::string, Endpoint> endpoints;  // by peer address
+  uint64_t uses = 0;
+  std::vector<uint8_t> scratch;  // where unasked messages are thrown
 
   ~Ucx() {
     if (worker != nullptr) ucp_worker_destroy(worker);
@@ -41,9 +50,24 @@ struct Worker::Ucx {
   }
 
   // The endpoint to `peer`, made on first use; null when UCX refuses it.
-  ucp_ep_h Endpoint(const std::string& peer, ucs_status_t* status) {
+  // Past `max` endpoints, the least recently used one with no sends in
+  // flight is closed first.
+  Endpoint* Get(const std::string& peer, size_t max, ucs_status_t* status) {
     auto it = endpoints.find(peer);
-    if (it != endpoints.end()) return it->second;
+    if (it != endpoints.end()) {
+      it->second.used = ++uses;
+      return &it->second;
+    }
+    while (endpoints.size() >= std::max<size_t>(max, 1)) {
+      auto oldest = endpoints.end();
+      for (auto e = endpoints.begin(); e != endpoints.end(); ++e) {
+        if (e->second.sends == 0 && (oldest == endpoints.end() || e->second.used < oldest->second.used)) {
+          oldest = e;
+        }
+      }
+      if (oldest == endpoints.end()) break;  // all busy: one more for now
+      Close(oldest->first);
+    }
     ucp_ep_params_t p{};
     p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
@@ -56,23 +80,31 @@ struct Worker::Ucx {
     ucp_ep_h ep = nullptr;
     *status = ucp_ep_create(worker, &p, &ep);
     if (*status != UCS_OK) return nullptr;
-    endpoints.emplace(peer, ep);
-    return ep;
+    Endpoint& e = endpoints[peer];
+    e.ep = ep;
+    e.used = ++uses;
+    return &e;
   }
 
-  // Closes every endpoint, waiting for UCX to be done with each.
-  void CloseEndpoints() {
-    for (auto& [peer, ep] : endpoints) {
-      ucp_request_param_t p{};
-      p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-      p.flags = UCP_EP_CLOSE_FLAG_FORCE;
-      void* r = ucp_ep_close_nbx(ep, &p);
-      if (UCS_PTR_IS_PTR(r)) {
-        while (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_worker_progress(worker);
-        ucp_request_free(r);
-      }
+  // Closes the endpoint to `peer` by force, waiting for UCX to be done with
+  // it: the sends still on it end (cancelled).
+  void Close(const std::string& peer) {
+    auto it = endpoints.find(peer);
+    if (it == endpoints.end()) return;
+    ucp_ep_h ep = it->second.ep;
+    endpoints.erase(it);
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    void* r = ucp_ep_close_nbx(ep, &p);
+    if (UCS_PTR_IS_PTR(r)) {
+      while (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_worker_progress(worker);
+      ucp_request_free(r);
     }
-    endpoints.clear();
+  }
+
+  void CloseEndpoints() {
+    while (!endpoints.empty()) Close(endpoints.begin()->first);
   }
 };
 
@@ -80,10 +112,15 @@ struct Worker::Ucx {
 // Transfer
 
 void Transfer::Finish(absl::Status status, size_t bytes) {
-  absl::MutexLock l(&mu_);
-  done_ = true;
-  status_ = std::move(status);
-  bytes_ = bytes;
+  std::function<void(const absl::Status&)> on_end = std::move(on_end_);
+  absl::Status copy = on_end ? status : absl::OkStatus();
+  {
+    absl::MutexLock l(&mu_);
+    done_ = true;
+    status_ = std::move(status);
+    bytes_ = bytes;
+  }
+  if (on_end) on_end(copy);
 }
 
 absl::Status Transfer::Wait(absl::Time deadline) {
@@ -103,6 +140,11 @@ void Transfer::Cancel() {
   worker_->Post([self] { self->worker_->CancelNow(self.get()); });
 }
 
+bool Transfer::done() const {
+  absl::MutexLock l(&mu_);
+  return done_;
+}
+
 size_t Transfer::received_bytes() const {
   absl::MutexLock l(&mu_);
   return bytes_;
@@ -113,7 +155,9 @@ size_t Transfer::received_bytes() const {
 
 absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(const Options& options) {
   std::unique_ptr<Worker> w(new Worker());
+  w->options_ = options;
   w->ucx_ = std::make_unique<Ucx>();
+  if (options.discard_unexpected) w->ucx_->scratch.resize(64 << 10);
   ucp_config_t* config = nullptr;
   ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
   if (s != UCS_OK) return absl::UnavailableError(absl::StrCat("ucx: ", ucs_status_string(s)));
@@ -202,6 +246,33 @@ void Worker::Post(std::function<void()> command) {
   (void)!write(wake_fd_, &one, sizeof(one));
 }
 
+void Worker::Flush() {
+  absl::Notification done;
+  Post([&done] { done.Notify(); });
+  done.WaitForNotification();
+}
+
+void Worker::Discard() {
+  // Bounded per turn, like progress.
+  for (int i = 0; i < 64; ++i) {
+    ucp_tag_recv_info_t info;
+    ucp_tag_message_h m = ucp_tag_probe_nb(ucx_->worker, 0, 0, /*remove=*/1, &info);
+    if (m == nullptr) return;
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK;
+    p.cb.recv = [](void* request, ucs_status_t, const ucp_tag_recv_info_t*, void*) {
+      ucp_request_free(request);
+    };
+    // Into a scratch buffer, cut short: the bytes are not wanted, and UCX
+    // then lets the sender go (its send ends, truncated here).
+    const size_t n = std::min(info.length, ucx_->scratch.size());
+    void* r = ucp_tag_msg_recv_nbx(ucx_->worker, ucx_->scratch.data(), n, m, &p);
+    (void)r;  // done at once, failed, or freed by the callback
+    absl::MutexLock l(&mu_);
+    ++discarded_;
+  }
+}
+
 void Worker::Loop() {
   for (;;) {
     std::deque<std::function<void()>> commands;
@@ -215,6 +286,11 @@ void Worker::Loop() {
     // Bounded: a connection that keeps failing (a peer gone) can make
     // progress report events without end; commands must still run.
     for (int i = 0; i < 64 && ucp_worker_progress(ucx_->worker) != 0; ++i) {
+    }
+    if (options_.discard_unexpected) Discard();
+    {
+      absl::MutexLock l(&mu_);
+      endpoint_count_ = ucx_->endpoints.size();
     }
     if (stop) {
       // Closing the endpoints by force ends the sends still on them, so
@@ -237,10 +313,25 @@ void Worker::Loop() {
   }
 }
 
+void Worker::SendEnded(Transfer* t) {
+  if (t->peer_.empty()) return;
+  auto it = ucx_->endpoints.find(t->peer_);
+  if (it != ucx_->endpoints.end() && it->second.ep == t->ep_ && it->second.sends > 0) {
+    --it->second.sends;
+  }
+}
+
 void Worker::Settle(const std::shared_ptr<Transfer>& t, void* r, size_t done_bytes) {
-  if (UCS_PTR_IS_ERR(r)) return t->Finish(FromUcs(UCS_PTR_STATUS(r)), 0);
-  if (r == nullptr) return t->Finish(absl::OkStatus(), done_bytes);
+  if (UCS_PTR_IS_ERR(r)) {
+    SendEnded(t.get());
+    return t->Finish(FromUcs(UCS_PTR_STATUS(r)), 0);
+  }
+  if (r == nullptr) {
+    SendEnded(t.get());
+    return t->Finish(absl::OkStatus(), done_bytes);
+  }
   if (t->ended_early_) {  // the callback ran inside the call
+    SendEnded(t.get());
     ucp_request_free(r);
     const auto s = static_cast<ucs_status_t>(t->early_status_);
     return t->Finish(FromUcs(s), s == UCS_OK ? t->early_bytes_ : 0);
@@ -251,12 +342,27 @@ void Worker::Settle(const std::shared_ptr<Transfer>& t, void* r, size_t done_byt
 }
 
 void Worker::CancelNow(Transfer* t) {
-  if (t->request_ != nullptr) ucp_request_cancel(ucx_->worker, t->request_);
+  if (t->request_ == nullptr) return;
+  if (t->peer_.empty()) {
+    ucp_request_cancel(ucx_->worker, t->request_);
+  } else {
+    ucx_->Close(t->peer_);  // ends the send, cancelled
+  }
 }
 
 int Worker::in_flight() const {
   absl::MutexLock l(&mu_);
   return static_cast<int>(in_flight_.size());
+}
+
+int64_t Worker::discarded() const {
+  absl::MutexLock l(&mu_);
+  return discarded_;
+}
+
+size_t Worker::endpoints() const {
+  absl::MutexLock l(&mu_);
+  return endpoint_count_;
 }
 
 // Runs on the worker's thread, from ucp_worker_progress.
@@ -269,6 +375,7 @@ void Worker::Ended(Transfer* t, void* request, int status, size_t bytes) {
   }
   t->request_ = nullptr;
   ucp_request_free(request);  // UCX is done with the caller's memory
+  SendEnded(t);
   std::shared_ptr<Transfer> keep;
   {
     absl::MutexLock l(&mu_);
@@ -283,13 +390,21 @@ void Worker::Ended(Transfer* t, void* request, int status, size_t bytes) {
 }
 
 std::shared_ptr<Transfer> Worker::StartSend(const std::string& peer, uint64_t tag, const void* data,
-                                            size_t size) {
+                                            size_t size, OnEnd on_end) {
   std::shared_ptr<Transfer> t(new Transfer(this));
   t->size_ = size;
-  Post([this, t, peer, tag, data, size] {
+  t->peer_ = peer;
+  t->on_end_ = std::move(on_end);
+  Post([this, t, tag, data, size] {
     ucs_status_t s = UCS_OK;
-    ucp_ep_h ep = ucx_->Endpoint(peer, &s);
-    if (ep == nullptr) return t->Finish(FromUcs(s), 0);
+    Ucx::Endpoint* e = ucx_->Get(t->peer_, options_.max_endpoints, &s);
+    if (e == nullptr) {
+      t->peer_.clear();  // no endpoint counts it
+      return t->Finish(FromUcs(s), 0);
+    }
+    ++e->sends;
+    t->ep_ = e->ep;
+    ucp_ep_h ep = e->ep;
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     p.cb.send = [](void* request, ucs_status_t status, void* user_data) {
@@ -302,9 +417,11 @@ std::shared_ptr<Transfer> Worker::StartSend(const std::string& peer, uint64_t ta
   return t;
 }
 
-std::shared_ptr<Transfer> Worker::StartReceive(uint64_t tag, void* data, size_t size) {
+std::shared_ptr<Transfer> Worker::StartReceive(uint64_t tag, void* data, size_t size,
+                                               OnEnd on_end) {
   std::shared_ptr<Transfer> t(new Transfer(this));
   t->size_ = size;
+  t->on_end_ = std::move(on_end);
   Post([this, t, tag, data, size] {
     ucp_request_param_t p{};
     // Always through the callback, which says how many bytes came.

@@ -15,6 +15,11 @@
 // that ends early (Cancel, or Wait's deadline) is cancelled on that thread,
 // and Wait returns only once UCX has let go of the memory.
 //
+// A worker that never expects a message it has not posted a receive for
+// (Options::discard_unexpected: farcall's agents and clients, whose peers
+// send only after being told to) throws away whatever arrives unasked, so
+// that a peer cannot make it hold memory by sending.
+//
 // Thread safety: all methods may be called from any thread.
 #ifndef FARCALL_CORE_UCX_UCX_WORKER_H_
 #define FARCALL_CORE_UCX_UCX_WORKER_H_
@@ -48,6 +53,8 @@ class Transfer : public std::enable_shared_from_this<Transfer> {
   void Cancel();
   // Bytes a finished receive got.
   size_t received_bytes() const;
+  // Whether it ended.
+  bool done() const;
 
  private:
   friend class Worker;
@@ -55,7 +62,12 @@ class Transfer : public std::enable_shared_from_this<Transfer> {
   void Finish(absl::Status status, size_t bytes);
 
   Worker* const worker_;
-  size_t size_ = 0;  // the bytes asked for
+  size_t size_ = 0;   // the bytes asked for
+  std::string peer_;  // a send's peer; empty for a receive
+  void* ep_ = nullptr;  // a send's endpoint (worker's thread only)
+  // Called on the worker's thread once the transfer ended (after Wait would
+  // return).
+  std::function<void(const absl::Status&)> on_end_;
   // On the worker's thread only: the UCX request once its call returned,
   // and an end that UCX reported before that call returned.
   void* request_ = nullptr;
@@ -74,6 +86,11 @@ class Worker {
     // UCX transports to use (UCX_TLS's syntax, e.g. "tcp"); empty: UCX's
     // choice, or the UCX_TLS environment variable.
     std::string transports;
+    // Throw away tagged messages that match no posted receive.
+    bool discard_unexpected = false;
+    // Endpoints kept open at most; the least recently used idle ones close
+    // past it.
+    size_t max_endpoints = 1024;
   };
 
   // UNAVAILABLE when UCX cannot start here (no usable transport).
@@ -89,14 +106,26 @@ class Worker {
 
   // Starts sending `size` bytes at `data` to the worker at `peer` under
   // `tag`; `data` must stay valid until the transfer ends.
+  // `on_end`, if given, runs on the worker's thread when it ended: it must
+  // not block (it may start transfers). Cancelling a send closes its
+  // endpoint, failing the other sends on it too (UCX cannot take back one
+  // send the peer has started to take).
+  using OnEnd = std::function<void(const absl::Status&)>;
   std::shared_ptr<Transfer> StartSend(const std::string& peer, uint64_t tag, const void* data,
-                                      size_t size);
+                                      size_t size, OnEnd on_end = nullptr);
   // Starts receiving up to `size` bytes sent under exactly `tag` into
   // `data` (more is an error: OUT_OF_RANGE).
-  std::shared_ptr<Transfer> StartReceive(uint64_t tag, void* data, size_t size);
+  std::shared_ptr<Transfer> StartReceive(uint64_t tag, void* data, size_t size,
+                                         OnEnd on_end = nullptr);
+  // Returns once everything started before it was handed to UCX: a receive
+  // started before Flush() is posted when it returns.
+  void Flush();
 
   // Transfers in flight now (for tests: none once all have ended).
   int in_flight() const;
+  // Unasked messages thrown away so far, and endpoints open now.
+  int64_t discarded() const;
+  size_t endpoints() const;
 
  private:
   friend class Transfer;
@@ -111,14 +140,21 @@ class Worker {
   void CancelNow(Transfer* t);
   // A request's completion (UCX's callback); `status` is a ucs_status_t.
   void Ended(Transfer* t, void* request, int status, size_t bytes);
+  // A send no longer counts against its endpoint.
+  void SendEnded(Transfer* t);
+  // Throws away what arrived unasked (discard_unexpected).
+  void Discard();
 
   std::unique_ptr<Ucx> ucx_;
+  Options options_;
   std::string address_;
   int wake_fd_ = -1;  // an eventfd that wakes the loop for commands
   mutable absl::Mutex mu_;
   std::deque<std::function<void()>> commands_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::map<Transfer*, std::shared_ptr<Transfer>> in_flight_ ABSL_GUARDED_BY(mu_);
+  int64_t discarded_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t endpoint_count_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread thread_;
 };
 

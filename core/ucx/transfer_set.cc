@@ -1,0 +1,148 @@
+#include "core/ucx/transfer_set.h"
+
+#include <algorithm>
+#include <random>
+#include <utility>
+
+namespace farcall::ucx {
+
+uint64_t NewCallTag() {
+  thread_local std::mt19937_64 gen([] {
+    std::random_device rd;
+    return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  }());
+  uint64_t tag = 0;
+  while (tag == 0) tag = gen() & kCallTagMask;
+  return tag;
+}
+
+std::vector<Piece> PiecesOf(const std::vector<int64_t>& sizes) {
+  std::vector<Piece> out;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    for (int64_t off = 0; off < sizes[i]; off += kPieceBytes) {
+      out.push_back({i, off, std::min(kPieceBytes, sizes[i] - off)});
+    }
+  }
+  return out;
+}
+
+std::shared_ptr<TransferSet> TransferSet::Create(Worker& worker,
+                                                 std::function<void(const absl::Status&)> on_end) {
+  return std::shared_ptr<TransferSet>(new TransferSet(worker, std::move(on_end)));
+}
+
+bool TransferSet::Begin() {
+  absl::MutexLock l(&mu_);
+  if (cancelled_) return false;
+  ++pending_;
+  return true;
+}
+
+void TransferSet::AddSend(const std::string& peer, uint64_t tag, const void* data, int64_t size) {
+  if (!Begin()) return;
+  std::shared_ptr<TransferSet> self = shared_from_this();
+  std::shared_ptr<Transfer> t = worker_.StartSend(peer, tag, data, static_cast<size_t>(size),
+                                                  [self](const absl::Status& s) { self->End(s); });
+  bool cancelled;
+  {
+    absl::MutexLock l(&mu_);
+    transfers_.push_back(t);
+    cancelled = cancelled_;
+  }
+  if (cancelled) t->Cancel();
+}
+
+void TransferSet::AddReceive(uint64_t tag, void* data, int64_t size,
+                             std::function<void(const absl::Status&)> then) {
+  if (!Begin()) return;
+  std::shared_ptr<TransferSet> self = shared_from_this();
+  std::shared_ptr<Transfer> t =
+      worker_.StartReceive(tag, data, static_cast<size_t>(size),
+                           [self, then = std::move(then)](const absl::Status& s) {
+                             // Before End: what `then` adds keeps the set open.
+                             if (then) then(s);
+                             self->End(s);
+                           });
+  bool cancelled;
+  {
+    absl::MutexLock l(&mu_);
+    transfers_.push_back(t);
+    cancelled = cancelled_;
+  }
+  if (cancelled) t->Cancel();
+}
+
+void TransferSet::End(const absl::Status& s) {
+  std::vector<std::shared_ptr<Transfer>> rest;
+  {
+    absl::MutexLock l(&mu_);
+    if (!s.ok() && status_.ok()) {
+      status_ = s;
+      // One piece failed: the call failed; end the others now.
+      if (!cancelled_) {
+        cancelled_ = true;
+        rest = transfers_;
+      }
+    }
+  }
+  for (const auto& t : rest) {
+    if (!t->done()) t->Cancel();
+  }
+  if (on_each_) on_each_();
+  mu_.Lock();
+  --pending_;
+  MaybeFinish();
+}
+
+void TransferSet::Seal() {
+  mu_.Lock();
+  sealed_ = true;
+  MaybeFinish();
+}
+
+void TransferSet::MaybeFinish() {
+  if (!sealed_ || pending_ > 0 || ended_) {
+    mu_.Unlock();
+    return;
+  }
+  ended_ = true;
+  absl::Status s = status_;
+  mu_.Unlock();
+  if (on_end_) on_end_(s);
+}
+
+void TransferSet::Cancel() {
+  std::vector<std::shared_ptr<Transfer>> all;
+  {
+    absl::MutexLock l(&mu_);
+    if (status_.ok()) status_ = absl::CancelledError("ucx: the call's transfers were cancelled.");
+    if (cancelled_) return;
+    cancelled_ = true;
+    all = transfers_;
+  }
+  for (const auto& t : all) {
+    if (!t->done()) t->Cancel();
+  }
+  // Nothing more starts: it ends once what was cancelled let go.
+  mu_.Lock();
+  sealed_ = true;
+  MaybeFinish();
+}
+
+absl::Status TransferSet::Wait(absl::Time deadline) {
+  absl::MutexLock l(&mu_);
+  if (mu_.AwaitWithDeadline(absl::Condition(&ended_), deadline)) return status_;
+  mu_.Unlock();
+  Cancel();
+  mu_.Lock();
+  mu_.Await(absl::Condition(&ended_));
+  if (status_.ok()) return status_;
+  return absl::DeadlineExceededError("ucx: the call's transfers did not end before its deadline.");
+}
+
+bool TransferSet::ended() const {
+  absl::MutexLock l(&mu_);
+  return ended_;
+}
+
+}  // namespace farcall::ucx

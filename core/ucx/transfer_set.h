@@ -1,0 +1,107 @@
+// One call's tensors over UCX: the tags both sides agree on, and a set of
+// transfers that ends as one.
+//
+// A call's tensors move in pieces of at most kPieceBytes, each its own
+// tagged message, so that several are in flight at once. Tags are
+//   [63..24] the call's 40 random bits (CallHeader.ucx.tag)
+//   [23..22] what it carries: kReady, kArg or kResult
+//   [21..0]  the piece's number among the call's args (or results), in
+//            order: tensor 0's pieces, then tensor 1's, ...
+// The exchange, which never lets a message arrive before its receive is
+// posted (both workers discard what arrives unasked):
+//   client: posts receives for every result piece and for kReady; sends
+//           the header over gRPC;
+//   agent:  posts receives for every arg piece, then sends kReady;
+//   client: on kReady sends the arg pieces;
+//   agent:  runs the handler, sends the result pieces, waits for them to
+//           end, then answers the gRPC call;
+//   client: on the answer waits for its result pieces.
+//
+// Thread safety: TransferSet is thread-safe.
+#ifndef FARCALL_CORE_UCX_TRANSFER_SET_H_
+#define FARCALL_CORE_UCX_TRANSFER_SET_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "core/ucx/ucx_worker.h"
+
+namespace farcall::ucx {
+
+enum class Carries : uint64_t { kReady = 0, kArg = 1, kResult = 2 };
+
+inline constexpr int64_t kPieceBytes = int64_t{4} << 20;
+inline constexpr uint64_t kCallTagMask = ~((uint64_t{1} << 24) - 1);
+// At most this many pieces each way per call (16 TiB in 4 MiB pieces).
+inline constexpr int64_t kMaxPieces = int64_t{1} << 22;
+
+inline uint64_t TagOf(uint64_t call_tag, Carries what, uint64_t piece) {
+  return (call_tag & kCallTagMask) | (static_cast<uint64_t>(what) << 22) | piece;
+}
+
+// A fresh call tag: 40 random bits in the top of the word.
+uint64_t NewCallTag();
+
+// Pieces of `sizes` (bytes of each tensor), in tag order.
+struct Piece {
+  size_t tensor = 0;
+  int64_t offset = 0;
+  int64_t size = 0;
+};
+std::vector<Piece> PiecesOf(const std::vector<int64_t>& sizes);
+
+class TransferSet : public std::enable_shared_from_this<TransferSet> {
+ public:
+  // `on_end` runs once when the set was sealed (or cancelled) and every
+  // transfer in it ended: with OK, or the first error. It runs on the
+  // worker's thread, or on the thread that sealed or cancelled the set when
+  // nothing was in flight then. It must not block.
+  static std::shared_ptr<TransferSet> Create(Worker& worker,
+                                             std::function<void(const absl::Status&)> on_end);
+
+  // Each ended transfer (for progress), on the worker's thread; set before
+  // the first Add.
+  void OnEachEnd(std::function<void()> f) { on_each_ = std::move(f); }
+  void AddSend(const std::string& peer, uint64_t tag, const void* data, int64_t size);
+  void AddReceive(uint64_t tag, void* data, int64_t size,
+                  std::function<void(const absl::Status&)> then = nullptr);
+  // No more transfers; the end may come now.
+  void Seal();
+  // Ends what is in flight (CANCELLED) and seals the set: later Adds start
+  // nothing.
+  void Cancel();
+  // Blocks until the set ended; at `deadline` cancels it first. Not on the
+  // worker's thread.
+  absl::Status Wait(absl::Time deadline);
+  bool ended() const;
+
+ private:
+  TransferSet(Worker& worker, std::function<void(const absl::Status&)> on_end)
+      : worker_(worker), on_end_(std::move(on_end)) {}
+  // Before a transfer starts; false when the set was cancelled.
+  bool Begin();
+  void End(const absl::Status& s);
+  void MaybeFinish() ABSL_UNLOCK_FUNCTION(mu_);
+
+  Worker& worker_;
+  std::function<void(const absl::Status&)> on_end_;
+  std::function<void()> on_each_;
+  mutable absl::Mutex mu_;
+  std::vector<std::shared_ptr<Transfer>> transfers_ ABSL_GUARDED_BY(mu_);
+  int pending_ ABSL_GUARDED_BY(mu_) = 0;
+  bool sealed_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace farcall::ucx
+
+#endif  // FARCALL_CORE_UCX_TRANSFER_SET_H_
