@@ -159,7 +159,8 @@ bool RequestWriter::Next(grpc::ByteBuffer* out) {
     header_sent_ = true;
   }
   int64_t budget = chunk_bytes_;
-  if (call_.shm_region != nullptr) index_ = n;  // the args are in the region
+  // The args are in the region, or go over UCX.
+  if (call_.shm_region != nullptr || call_.ucx) index_ = n;
   while (index_ < n && budget > 0) {
     const int64_t size = call_.validated.arg_bytes[index_];
     const int64_t take = std::min(budget, size - offset_);
@@ -219,7 +220,14 @@ ResponseReader::ResponseReader(const PreparedCall& call) : call_(call) {
     targets.push_back({r.spec, r.size, r.data});
     result_.results.push_back(std::move(r));
   }
+  if (call.ucx) targets.clear();  // the results arrive over UCX, not in chunks
   assembler_.emplace("results", std::move(targets));
+}
+
+std::vector<uint8_t*> ResponseReader::result_data() const {
+  std::vector<uint8_t*> out;
+  for (const ResultTensor& r : result_.results) out.push_back(r.data);
+  return out;
 }
 
 absl::Status ResponseReader::OnFrame(const grpc::ByteBuffer& frame) {

@@ -30,6 +30,7 @@ struct PreparedCall {
   std::vector<uint8_t*> shm_result_data;
   std::vector<bool> shm_result_in_place;  // aliased into caller memory already
   std::vector<std::shared_ptr<ShmRegion>> shm_user_regions;
+  bool ucx = false;         // the tensors go over UCX (client/ucx_exchange.h)
   bool via_router = false;  // the target is a router
   // The target is an agent the lookaside chose: a failure that never reached
   // it is marked (MarkNotDelivered), so that the call may go elsewhere.
@@ -85,6 +86,8 @@ class ResponseReader final : private FrameVisitor {
   // Not OK when the results' memory could not be allocated; check before
   // sending the call.
   const absl::Status& init_status() const { return init_status_; }
+  // Where each result is to be written (a UCX call's receives go there).
+  std::vector<uint8_t*> result_data() const;
   absl::Status OnFrame(const grpc::ByteBuffer& frame);
   // After the RPC succeeded: checks completeness and hands the result over.
   absl::StatusOr<CallResult> Finish();

@@ -5,11 +5,13 @@
 #include <map>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "client/call_codec.h"
 #include "client/lookaside.h"
+#include "core/status_macros.h"
 #include "core/tokens.h"
 #include "core/wire/grpc_status.h"
 #include "core/wire/protocol.h"
@@ -19,6 +21,9 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
+#ifdef FARCALL_WITH_UCX
+#include "client/ucx_exchange.h"
+#endif
 
 namespace farcall {
 namespace {
@@ -170,17 +175,32 @@ class StreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::
   absl::Status local_error_ ABSL_GUARDED_BY(mu_);
 };
 
+// How a unary call's tensors travel over UCX: the process's worker and the
+// agent's address (a null worker: not over UCX).
+struct UcxRoute {
+  void* worker = nullptr;  // ucx::Worker
+  std::string agent_address;
+};
+
 // A unary call: one frame each way.
 class UnaryCall {
  public:
   UnaryCall(PreparedCall call, const CallOptions& options, const std::string& authorization,
-            CallCallback done)
+            CallCallback done, const UcxRoute& ucx = {})
       : call_(std::move(call)),
         completion_(std::make_shared<Completion>(std::move(done))),
-        reader_(call_) {
+        reader_(call_),
+        deadline_(absl::Now() + options.timeout) {
     ctx_.set_deadline(DeadlineAfter(options.timeout));
     ctx_.set_wait_for_ready(options.wait_for_ready);
     AddAuthorization(ctx_, authorization);
+#ifdef FARCALL_WITH_UCX
+    if (ucx.worker != nullptr && reader_.init_status().ok()) {
+      exchange_ = client_internal::UcxExchange::Start(
+          *static_cast<ucx::Worker*>(ucx.worker), call_, ucx.agent_address, reader_.result_data(),
+          [this] { ctx_.TryCancel(); });
+    }
+#endif
     RequestWriter writer(call_, 0, completion_);
     writer.Next(&request_);
   }
@@ -197,14 +217,24 @@ class UnaryCall {
 
  private:
   void OnDone(const grpc::Status& status) {
-    completion_->Set(Conclude(status, ctx_, call_, Rpc::kUnary,
-                              [this] { return DecodeUnary(reader_, response_); }));
+    absl::StatusOr<CallResult> r = Conclude(status, ctx_, call_, Rpc::kUnary,
+                                            [this] { return DecodeUnary(reader_, response_); });
+#ifdef FARCALL_WITH_UCX
+    // The results land before the agent answers, but the last piece may
+    // still be on its way here.
+    if (exchange_ != nullptr) r = exchange_->Conclude(std::move(r), deadline_);
+#endif
+    completion_->Set(std::move(r));
     delete this;  // the callback runs once gRPC has released our slices
   }
 
   PreparedCall call_;
   std::shared_ptr<Completion> completion_;
   ResponseReader reader_;
+  const absl::Time deadline_;
+#ifdef FARCALL_WITH_UCX
+  std::shared_ptr<client_internal::UcxExchange> exchange_;
+#endif
   grpc::ClientContext ctx_;
   grpc::ByteBuffer request_;
   grpc::ByteBuffer response_;
@@ -257,6 +287,7 @@ AgentDescription DescriptionFromProto(const v1::AgentInfo& info) {
   d.max_call_bytes = info.max_call_bytes();
   d.shm_socket = info.shm_socket();
   d.shm_regions = info.shm_regions();
+  d.offers_ucx = !info.ucx_address().empty();
   return d;
 }
 
@@ -282,6 +313,11 @@ struct Client::Impl {
   // After a failed channel, when to try again, and the wait after that.
   absl::Time shm_retry_at ABSL_GUARDED_BY(mu) = absl::InfinitePast();
   absl::Duration shm_backoff ABSL_GUARDED_BY(mu) = absl::Seconds(1);
+  // The agent's UCX worker address (empty: it offers none), and when to
+  // use it again after UCX failed this client.
+  std::string ucx_address ABSL_GUARDED_BY(mu);
+  absl::Time ucx_retry_at ABSL_GUARDED_BY(mu) = absl::InfinitePast();
+  absl::Duration ucx_backoff ABSL_GUARDED_BY(mu) = absl::Seconds(1);
   // For a router: the agents it names are called directly.
   std::shared_ptr<client_internal::Lookaside> lookaside ABSL_GUARDED_BY(mu);
 
@@ -336,6 +372,59 @@ struct Client::Impl {
     service = Service::kUnknown;
   }
 
+  // The agent's UCX address; unless `forced`, none while UCX failed this
+  // client a moment ago.
+  std::string UcxAddress(bool forced) {
+    absl::MutexLock l(&mu);
+    return forced || absl::Now() >= ucx_retry_at ? ucx_address : std::string();
+  }
+
+  // Whether a call to this agent goes over UCX: when asked (kUcx, or an error
+  // if it cannot), or by itself (kAuto, no RPC shape asked) for calls of at
+  // least ucx_min_bytes whose agent offers UCX.
+  absl::StatusOr<UcxRoute> ChooseUcx(const PreparedCall& call, const CallOptions& o) {
+    const bool forced = o.transport == Transport::kUcx;
+    if (!forced) {
+      if (o.transport != Transport::kAuto || o.rpc != Rpc::kAuto) return UcxRoute{};
+      int64_t total = 0;
+      for (const std::vector<int64_t>* v : {&call.validated.arg_bytes, &call.validated.result_bytes}) {
+        for (int64_t b : *v) total = b > INT64_MAX - total ? INT64_MAX : total + b;
+      }
+      if (total < o.ucx_min_bytes) return UcxRoute{};
+    }
+#ifdef FARCALL_WITH_UCX
+    UcxRoute route;
+    route.agent_address = UcxAddress(forced);
+    if (route.agent_address.empty()) {
+      if (!forced) return route;
+      return absl::FailedPreconditionError(
+          "transport ucx: the agent offers no UCX data plane (it was built without UCX, serves "
+          "a GPU platform, was started with --transports without ucx, or requires TLS or "
+          "tokens without --allow_ucx_with_tls).");
+    }
+    absl::StatusOr<ucx::Worker*> w = client_internal::ProcessUcxWorker(options.ucx_transports);
+    if (!w.ok()) {
+      if (forced) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("transport ucx: UCX cannot start in this process: ", w.status().message()));
+      }
+      BackOffUcx();
+      return UcxRoute{};
+    }
+    route.worker = *w;
+    return route;
+#else
+    return UcxRoute{};
+#endif
+  }
+  // UCX failed before a call ran (an agent whose worker cannot be reached
+  // from here, say): calls go over gRPC for a while, longer each time.
+  void BackOffUcx() {
+    absl::MutexLock l(&mu);
+    ucx_retry_at = absl::Now() + ucx_backoff;
+    ucx_backoff = std::min(ucx_backoff * 2, absl::Minutes(5));
+  }
+
   // Shared memory serves only calls over loopback TCP (the agent checks the
   // caller's user on each call).
   static bool IsLocal(const std::string& t) {
@@ -363,6 +452,7 @@ struct Client::Impl {
       found = Service::kAgent;
       absl::MutexLock l(&mu);
       shm_socket = info.shm_socket();
+      ucx_address = info.ucx_address();
     } else if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
       found = Service::kRouter;
     } else {
@@ -406,6 +496,7 @@ struct Client::Plan {
   PreparedCall prepared;
   bool unary = false;
   std::string method;
+  UcxRoute ucx;  // set when the tensors go over UCX
   // Set for a router's calls that go to an agent directly: the rest of the
   // plan is then that agent's client's.
   std::shared_ptr<client_internal::Lookaside> lookaside;
@@ -435,8 +526,20 @@ absl::StatusOr<Client::Plan> Client::MakePlan(const CallRequest& request,
     return plan;
   }
   if (options.transport == Transport::kUcx) {
+#ifndef FARCALL_WITH_UCX
     return absl::FailedPreconditionError(
         "transport ucx: this build of farcall has no UCX data plane; use auto, grpc or shm.");
+#endif
+    if (options.rpc == Rpc::kStream) {
+      return absl::FailedPreconditionError(
+          "transport ucx: a UCX call goes as a unary Call (only its header crosses gRPC); use "
+          "rpc auto or unary.");
+    }
+    if (*service == Service::kRouter) {
+      return absl::FailedPreconditionError(
+          "transport ucx: this call goes through the router (via_router), which carries its "
+          "tensors itself; UCX reaches only agents called directly.");
+    }
   }
   plan.unary = options.rpc == Rpc::kUnary;
   if (options.rpc == Rpc::kAuto) {
@@ -475,6 +578,13 @@ absl::StatusOr<Client::Plan> Client::MakePlan(const CallRequest& request,
       if (!prepared.ok()) return prepared.status();
     }
   }
+  if (shm == nullptr && *service == Service::kAgent) {
+    FARCALL_ASSIGN_OR_RETURN(plan.ucx, impl_->ChooseUcx(*prepared, options));
+    if (plan.ucx.worker != nullptr) {
+      prepared->ucx = true;
+      plan.unary = true;  // only the header crosses gRPC
+    }
+  }
   prepared->via_router = *service == Service::kRouter;
   prepared->direct = impl_->direct;
   if (*service == Service::kAgent) {
@@ -492,8 +602,8 @@ void Client::CallAsync(const CallRequest& request, const CallOptions& options, C
   if (plan->lookaside != nullptr)
     return plan->lookaside->CallAsync(request, options, std::move(done));
   if (plan->unary) {
-    auto* call =
-        new UnaryCall(std::move(plan->prepared), options, impl_->authorization, std::move(done));
+    auto* call = new UnaryCall(std::move(plan->prepared), options, impl_->authorization,
+                               std::move(done), plan->ucx);
     call->Start(*impl_->generic, plan->method);
   } else {
     auto* call =
@@ -506,6 +616,20 @@ absl::StatusOr<CallResult> Client::Call(const CallRequest& request, const CallOp
   absl::StatusOr<Plan> plan = MakePlan(request, options);
   if (!plan.ok()) return plan.status();
   if (plan->lookaside != nullptr) return plan->lookaside->Call(request, options);
+  if (plan->ucx.worker != nullptr) {
+    absl::StatusOr<CallResult> r = CallOverUcx(*std::move(plan), options);
+    // UCX chosen by itself failed before the handler ran (the agent's worker
+    // cannot be reached from here, say): the call goes again over gRPC, and
+    // so do the next ones for a while.
+    if (!r.ok() && options.transport == Transport::kAuto && absl::IsUnavailable(r.status()) &&
+        absl::StartsWith(r.status().message(), kUcxInputsFailed)) {
+      impl_->BackOffUcx();
+      CallOptions grpc = options;
+      grpc.transport = Transport::kGrpc;
+      return Call(request, grpc);
+    }
+    return r;
+  }
   if (plan->unary) {
     // Blocking on the caller's thread: no hand-off to a gRPC callback thread
     // and back, which is most of a small call's latency.
@@ -542,6 +666,20 @@ absl::StatusOr<CallResult> Client::Call(const CallRequest& request, const CallOp
                                 done.Notify();
                               });
   call->Start(*impl_->generic, plan->method);
+  done.WaitForNotification();
+  return result;
+}
+
+absl::StatusOr<CallResult> Client::CallOverUcx(Plan plan, const CallOptions& options) {
+  absl::Notification done;
+  absl::StatusOr<CallResult> result;
+  auto* call = new UnaryCall(std::move(plan.prepared), options, impl_->authorization,
+                             [&](absl::StatusOr<CallResult> r) {
+                               result = std::move(r);
+                               done.Notify();
+                             },
+                             plan.ucx);
+  call->Start(*impl_->generic, plan.method);
   done.WaitForNotification();
   return result;
 }

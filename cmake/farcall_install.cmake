@@ -16,6 +16,14 @@ include(CMakePackageConfigHelpers)
 
 set(FARCALL_EXPORTED farcall_client farcall_core farcall_core_wire farcall_proto_pb
     farcall_proto_grpc health_proto_pb health_proto_grpc)
+# With UCX, the client's UCX data plane comes along, and the package finds
+# UCX through pkg-config as the build did.
+set(FARCALL_UCX_DEPENDENCY "")
+if(FARCALL_WITH_UCX)
+  list(APPEND FARCALL_EXPORTED farcall_core_ucx)
+  set(FARCALL_UCX_DEPENDENCY
+      "find_dependency(PkgConfig)\npkg_check_modules(UCX REQUIRED QUIET IMPORTED_TARGET ucx)")
+endif()
 foreach(t ${FARCALL_EXPORTED})
   string(REGEX REPLACE "^farcall_" "" name ${t})
   set_target_properties(${t} PROPERTIES EXPORT_NAME ${name})

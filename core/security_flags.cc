@@ -23,6 +23,7 @@ absl::StatusOr<ServerSecurity> ServerSecurityFromFlags() {
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> creds = ServerCredentials(tls);
   if (!creds.ok()) return creds.status();
   s.credentials = *std::move(creds);
+  s.tls = !tls.files.cert.empty();
   const std::string tokens = absl::GetFlag(FLAGS_tokens_file);
   if (!tokens.empty()) {
     absl::StatusOr<TokenTable> t = TokenTable::Load(tokens);

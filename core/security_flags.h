@@ -16,6 +16,7 @@ namespace farcall {
 
 struct ServerSecurity {
   std::shared_ptr<grpc::ServerCredentials> credentials;
+  bool tls = false;  // the credentials are TLS (else plaintext)
   TokenTable tokens;
 };
 

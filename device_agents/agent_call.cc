@@ -14,6 +14,9 @@
 #include "core/wire/proto_convert.h"
 #include "core/wire/protocol.h"
 #include "device_agents/agent_metrics.h"
+#ifdef FARCALL_WITH_UCX
+#include "core/ucx/transfer_set.h"
+#endif
 
 namespace farcall::agent {
 namespace {
@@ -64,6 +67,14 @@ AgentCall::AgentCall(AgentState& agent, std::string peer) : agent_(agent), peer_
 }
 
 AgentCall::~AgentCall() {
+#ifdef FARCALL_WITH_UCX
+  // UCX may still be writing the args or reading the results: take it back
+  // before the memory goes.
+  if (ucx_set_ != nullptr && !ucx_set_->ended()) {
+    ucx_set_->Cancel();
+    ucx_set_->Wait(absl::InfiniteFuture()).IgnoreError();
+  }
+#endif
   // Device work of this call may still read or write its memory (a call
   // cancelled while its inputs were being copied): finish it before the
   // memory goes back to the pool for other calls.
@@ -97,7 +108,8 @@ void AgentCall::RecordOutcome(const absl::Status& status, const grpc::ByteBuffer
     if (handler_ran_) {
       // A shared-memory answer names places in this call's own regions,
       // which a repeat does not share: it is never kept.
-      agent_.ledger->Ran(header_.call_id(), status, shm_ ? nullptr : answer);
+      // Nor is a UCX answer, whose results went over UCX.
+      agent_.ledger->Ran(header_.call_id(), status, shm_ || ucx_ ? nullptr : answer);
     } else {
       agent_.ledger->Forget(header_.call_id());
     }
@@ -118,7 +130,8 @@ void AgentCall::RecordOutcome(const absl::Status& status, const grpc::ByteBuffer
     status.ok() ? log::Debug(line) : log::Warning(line);
   }
   if (assembler_) {
-    m.received.With({platform}).Increment(static_cast<double>(assembler_->received_bytes()));
+    m.received.With({platform}).Increment(
+        static_cast<double>(assembler_->received_bytes() + ucx_received_bytes_));
   }
   m.sent.With({platform}).Increment(static_cast<double>(sent_bytes_));
   if (status.ok()) {
@@ -202,6 +215,11 @@ absl::Status AgentCall::Allocate() {
   ValidatedCall v = *std::move(pending_);
   pending_.reset();
   FARCALL_ASSIGN_OR_RETURN(stream_, device_->AcquireStream());
+  if (header_.has_shm() && header_.has_ucx()) {
+    return absl::InvalidArgumentError(
+        "the call names both shm and ucx; its tensors travel one way only.");
+  }
+  if (header_.has_ucx()) FARCALL_RETURN_IF_ERROR(CheckUcx());
   if (header_.has_shm()) {
     FARCALL_RETURN_IF_ERROR(PlaceInRegion(v));
     assembler_.emplace("args", std::vector<ChunkAssembler::Target>());
@@ -233,10 +251,84 @@ absl::Status AgentCall::Allocate() {
                              allocate(SpecFromProto(header_.results(o)), v.result_bytes[o]));
     results_.push_back(std::move(t));
   }
+  if (header_.has_ucx()) {
+    ucx_ = true;  // the args arrive over UCX, not in chunks
+    targets.clear();
+  }
   assembler_.emplace("args", std::move(targets));
   validated_ = std::move(v);
   return absl::OkStatus();
 }
+
+absl::Status AgentCall::CheckUcx() const {
+  if (agent_.ucx == nullptr) {
+    return absl::FailedPreconditionError(
+        "this agent offers no UCX data plane; send the tensors as chunks.");
+  }
+  const v1::UcxTensors& u = header_.ucx();
+  if (u.worker_address().empty() || u.worker_address().size() > 4096) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ucx.worker_address must hold 1 to 4096 bytes; it holds ",
+                     u.worker_address().size(), "."));
+  }
+  return absl::OkStatus();
+}
+
+#ifdef FARCALL_WITH_UCX
+void AgentCall::StartUcxInputs(std::function<void()> progress,
+                               std::function<void(const absl::Status&)> done) {
+  const v1::UcxTensors& u = header_.ucx();
+  std::vector<int64_t> sizes;
+  for (const Tensor& t : args_) sizes.push_back(t.size);
+  ucx_set_ = ucx::TransferSet::Create(
+      *agent_.ucx, [this, sizes, done = std::move(done)](const absl::Status& s) {
+        if (s.ok()) {
+          for (int64_t n : sizes) ucx_received_bytes_ += n;
+        }
+        done(s);
+      });
+  ucx_set_->OnEachEnd(std::move(progress));
+  const std::vector<ucx::Piece> pieces = ucx::PiecesOf(sizes);
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    const ucx::Piece& p = pieces[k];
+    ucx_set_->AddReceive(ucx::TagOf(u.tag(), ucx::Carries::kArg, k),
+                         args_[p.tensor].host() + p.offset, p.size);
+  }
+  // Only now may the client send: every piece has its receive.
+  static const uint8_t kReady = 1;
+  ucx_set_->AddSend(u.worker_address(), ucx::TagOf(u.tag(), ucx::Carries::kReady, 0), &kReady, 1);
+  ucx_set_->Seal();
+}
+
+void AgentCall::StartUcxResults(std::function<void(const absl::Status&)> done) {
+  const v1::UcxTensors& u = header_.ucx();
+  std::vector<int64_t> sizes;
+  for (const Tensor& t : results_) sizes.push_back(t.size);
+  ucx_set_ = ucx::TransferSet::Create(*agent_.ucx, std::move(done));
+  const std::vector<ucx::Piece> pieces = ucx::PiecesOf(sizes);
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    const ucx::Piece& p = pieces[k];
+    ucx_set_->AddSend(u.worker_address(), ucx::TagOf(u.tag(), ucx::Carries::kResult, k),
+                      results_[p.tensor].host() + p.offset, p.size);
+    sent_bytes_ += p.size;
+  }
+  ucx_set_->Seal();
+}
+
+void AgentCall::CancelUcx() {
+  if (ucx_set_ != nullptr) ucx_set_->Cancel();
+}
+#else
+// Never reached: without UCX no call is a UCX call (CheckUcx refuses it).
+void AgentCall::StartUcxInputs(std::function<void()>,
+                               std::function<void(const absl::Status&)> done) {
+  done(absl::UnimplementedError("this agent was built without UCX."));
+}
+void AgentCall::StartUcxResults(std::function<void(const absl::Status&)> done) {
+  done(absl::UnimplementedError("this agent was built without UCX."));
+}
+void AgentCall::CancelUcx() {}
+#endif
 
 absl::Status AgentCall::OnRequestFrame(const grpc::ByteBuffer& frame) {
   ++frames_;
@@ -311,6 +403,9 @@ absl::Status AgentCall::OnChunk(uint32_t index, uint64_t offset, const ChunkByte
     return absl::InvalidArgumentError(
         "a shared-memory call carries no chunks; its tensors are in the region.");
   }
+  if (ucx_) {
+    return absl::InvalidArgumentError("a UCX call carries no chunks; its tensors travel over UCX.");
+  }
   FARCALL_ASSIGN_OR_RETURN(uint8_t * dst, assembler_->Accept(index, offset, data.size()));
   if (dst == nullptr) {  // device memory: through staging blocks
     if (!inputs_) inputs_.emplace(*device_, *stream_);
@@ -331,7 +426,7 @@ absl::Status AgentCall::EndOfInputs() {
 }
 
 absl::Status AgentCall::CheckFitsOneMessage() const {
-  if (shm_) return absl::OkStatus();
+  if (shm_ || ucx_) return absl::OkStatus();
   int64_t total = 0;
   for (const Tensor& t : results_) total += t.size;
   // Leave room for the header and framing.
@@ -460,7 +555,8 @@ absl::StatusOr<bool> AgentCall::NextResponseFrame(int64_t max_chunk_bytes, grpc:
     header_sent_ = true;
   }
   int64_t budget = max_chunk_bytes > 0 ? max_chunk_bytes : INT64_MAX;
-  if (shm_) out_index_ = results_.size();  // the results are in the region
+  // The results are in the client's region, or went over UCX.
+  if (shm_ || ucx_) out_index_ = results_.size();
   if (on_device() && out_index_ < results_.size() && device_error_.ok()) {
     if (max_chunk_bytes <= 0) {
       device_error_ = CopyResultsToHost();  // one message: all on the host

@@ -36,6 +36,10 @@
 #include "device_agents/shm_service.h"
 #include "farcall/v1/farcall.pb.h"
 
+namespace farcall::ucx {
+class TransferSet;
+}
+
 namespace farcall::agent {
 
 class AgentCall final : private FrameVisitor {
@@ -56,6 +60,10 @@ class AgentCall final : private FrameVisitor {
   //   Allocate()           device memory, or the client's shared region;
   //   OnRequestFrame(...)  every frame's chunks, the first one's included;
   //   EndOfInputs(), Run(), NextResponseFrame(...).
+  // A call over UCX (ucx() after Allocate) carries no chunks: between
+  // OnRequestFrame and EndOfInputs its args arrive through
+  // StartUcxInputs, and after Run its results leave through
+  // StartUcxResults, before the (chunkless) answer.
   absl::Status Begin(const grpc::ByteBuffer& first);
   int64_t footprint() const { return footprint_; }
   // The handler the header names (after Begin()).
@@ -92,6 +100,18 @@ class AgentCall final : private FrameVisitor {
   // when a device copy of the results failed (the call must end with it).
   absl::StatusOr<bool> NextResponseFrame(int64_t max_chunk_bytes, grpc::ByteBuffer* out);
 
+  // Whether the tensors travel over UCX (after Allocate).
+  bool ucx() const { return ucx_; }
+  // Posts receives for the args over UCX and tells the client to send them.
+  // `progress` runs as each piece lands; `done` once all did, or with the
+  // first failure. Both run on the UCX worker's thread and must not block.
+  void StartUcxInputs(std::function<void()> progress,
+                      std::function<void(const absl::Status&)> done);
+  // Sends the results to the client over UCX; `done` as above.
+  void StartUcxResults(std::function<void(const absl::Status&)> done);
+  // Ends the UCX transfers in flight (their `done` runs, CANCELLED).
+  void CancelUcx();
+
   // Records the call's outcome in the agent's metrics. Call once, with the
   // status the caller gets.
   // `answer` is a unary call's response message (kept for a repeat of a
@@ -122,6 +142,8 @@ class AgentCall final : private FrameVisitor {
   absl::Status MaxCallTimeExceeded() const;
   // Places the tensors of a shared-memory call in its region.
   absl::Status PlaceInRegion(const ValidatedCall& v);
+  // Checks a UCX call's header part against what this agent offers.
+  absl::Status CheckUcx() const;
   // The least busy healthy device.
   absl::StatusOr<Device*> PickDevice();
   bool on_device() const { return !shm_ && stream_ != nullptr && !host_memory_; }
@@ -155,6 +177,9 @@ class AgentCall final : private FrameVisitor {
   int64_t admitted_bytes_ = 0;
   int64_t sent_bytes_ = 0;
   bool shm_ = false;  // tensors live in a client's region: no chunks
+  bool ucx_ = false;  // tensors travel over UCX: no chunks
+  std::shared_ptr<ucx::TransferSet> ucx_set_;  // the UCX transfers of now
+  int64_t ucx_received_bytes_ = 0;
 
   // Response cursor.
   bool header_sent_ = false;

@@ -31,9 +31,21 @@ ABSL_FLAG(int64_t, response_chunk_bytes, 1 << 20, "result bytes per streamed res
 ABSL_FLAG(std::string, metrics_listen, "",
           "HOST:PORT to serve Prometheus /metrics on; a bare PORT binds loopback only "
           "(empty: off)");
-ABSL_FLAG(std::vector<std::string>, transports, (std::vector<std::string>{"grpc", "shm"}),
-          "how calls' tensors may travel: grpc (always; calls themselves are gRPC) and shm "
-          "(same-host shared memory, cpu agents); ucx needs a build with UCX");
+#ifdef FARCALL_WITH_UCX
+#define FARCALL_DEFAULT_TRANSPORTS "grpc", "shm", "ucx"
+#else
+#define FARCALL_DEFAULT_TRANSPORTS "grpc", "shm"
+#endif
+ABSL_FLAG(std::vector<std::string>, transports,
+          (std::vector<std::string>{FARCALL_DEFAULT_TRANSPORTS}),
+          "how calls' tensors may travel: grpc (always; calls themselves are gRPC), shm "
+          "(same-host shared memory, cpu agents) and ucx (UCX between hosts, cpu agents, "
+          "builds with UCX); default: all that were built");
+ABSL_FLAG(std::string, ucx_transports, "",
+          "UCX transports to use, in UCX_TLS's syntax (tcp; rc,sm; ...); empty: UCX's choice");
+ABSL_FLAG(bool, allow_ucx_with_tls, false,
+          "offer UCX even when TLS or tokens are required: UCX authenticates and encrypts "
+          "nothing, so only on a fabric where every peer is trusted");
 ABSL_FLAG(std::string, shm_socket, "auto",
           "same-host shared memory: auto, @abstract-name, a socket path, or empty for none");
 ABSL_FLAG(std::vector<std::string>, shm_allow_uids, {},
@@ -116,6 +128,7 @@ absl::StatusOr<AgentServer::Options> AgentOptionsFromFlags() {
   options.disabled_handlers = absl::GetFlag(FLAGS_disable_handlers);
   FARCALL_ASSIGN_OR_RETURN(ServerSecurity security, ServerSecurityFromFlags());
   options.credentials = std::move(security.credentials);
+  options.tls = security.tls;
   options.tokens = std::move(security.tokens);
   options.workers = absl::GetFlag(FLAGS_workers);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
@@ -127,8 +140,12 @@ absl::StatusOr<AgentServer::Options> AgentOptionsFromFlags() {
     } else if (t == "shm") {
       shm = true;
     } else if (t == "ucx") {
+#ifdef FARCALL_WITH_UCX
+      options.ucx = true;
+#else
       return absl::InvalidArgumentError(
           "--transports=ucx: this agent was built without UCX; use grpc,shm.");
+#endif
     } else {
       return absl::InvalidArgumentError(absl::StrCat(
           "--transports takes grpc and shm (and ucx in builds with UCX); got '", t, "'."));
@@ -140,6 +157,8 @@ absl::StatusOr<AgentServer::Options> AgentOptionsFromFlags() {
         "transport serves them.");
   }
   if (!shm) options.shm_socket.clear();  // no same-host path offered
+  options.ucx_transports = absl::GetFlag(FLAGS_ucx_transports);
+  options.allow_ucx_with_tls = absl::GetFlag(FLAGS_allow_ucx_with_tls);
   if (absl::GetFlag(FLAGS_shm_max_bytes) <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("--shm_max_bytes must be positive; got ",
                                                    absl::GetFlag(FLAGS_shm_max_bytes), "."));

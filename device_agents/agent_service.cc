@@ -19,6 +19,7 @@
 #include "core/version.h"
 #include "core/wire/grpc_server.h"
 #include "core/wire/grpc_status.h"
+#include "core/wire/protocol.h"
 #include "core/wire/security.h"
 #include "device_agents/agent_metrics.h"
 #include "device_agents/builtins/builtin_handlers.h"
@@ -29,6 +30,9 @@
 #include "grpc/grpc.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
+#ifdef FARCALL_WITH_UCX
+#include "core/ucx/ucx_worker.h"
+#endif
 
 namespace farcall::agent {
 namespace {
@@ -216,6 +220,10 @@ class ExecuteReactor final
         SetHoldsBudget(true);
         shared_.DeviceStep(*this, [this] {
           absl::Status a = call_->Allocate();
+          if (a.ok() && call_->ucx()) {
+            a = absl::FailedPreconditionError(
+                "a UCX call goes as a unary Call; Execute carries tensors in its messages.");
+          }
           if (a.ok()) return TakeFrame();
           FinishWith(a);
         });
@@ -330,29 +338,118 @@ class CallReactor final : public AgentReactor<grpc::ServerUnaryReactor> {
   ~CallReactor() override { grpc_call_unref(grpc_call_); }
 
   // The caller took no answer for the idle timeout: the answer (up to
-  // --max_message_bytes) is dropped with the call. Only ever after Finish.
-  void EndIdle(Wait, const absl::Status&) override { grpc_call_cancel(grpc_call_, nullptr); }
+  // --max_message_bytes) is dropped with the call (only ever after Finish).
+  // A UCX call that waited that long for its client's bytes, or for it to
+  // take the results, ends with `error`.
+  void EndIdle(Wait, const absl::Status& error) override {
+    {
+      absl::MutexLock l(&ucx_mu_);
+      if (ucx_phase_) {
+        ucx_idle_error_ = error;
+        call_->CancelUcx();  // its end finishes the call
+        return;
+      }
+    }
+    grpc_call_cancel(grpc_call_, nullptr);
+  }
+
+  void OnCancel() override {
+    AgentReactor::OnCancel();
+    absl::MutexLock l(&ucx_mu_);
+    if (ucx_phase_) call_->CancelUcx();
+  }
 
   // Places the request's tensors, then runs the handler on its pool.
   void TakeRequest(const grpc::ByteBuffer& request) {
     absl::Status a = call_->Allocate();
     if (a.ok()) a = call_->OnRequestFrame(request);
+    if (a.ok() && call_->ucx()) return ReceiveOverUcx();
     if (a.ok()) a = call_->EndOfInputs();
     if (a.ok()) a = call_->CheckFitsOneMessage();
     if (!a.ok()) return FinishWith(a);
-    auto run_and_finish = [this] {
-      absl::Status run = call_->Run(cancel_);
-      if (run.ok()) run = call_->NextResponseFrame(0, response_).status();
-      FinishWith(run);
-    };
     // A quick handler's small call costs less than the hand-off to a worker
     // and back would.
-    if (call_->RunsInline()) return run_and_finish();
+    if (call_->RunsInline()) return RunAndAnswer();
     Ref();
-    shared_.PoolFor(*call_).Submit([this, run_and_finish] {
-      run_and_finish();
+    shared_.PoolFor(*call_).Submit([this] {
+      RunAndAnswer();
       Unref();
     });
+  }
+
+  void RunAndAnswer() {
+    absl::Status run = call_->Run(cancel_);
+    if (run.ok() && call_->ucx()) return SendOverUcx();
+    if (run.ok()) run = call_->NextResponseFrame(0, response_).status();
+    FinishWith(run);
+  }
+
+  // A UCX call's args: the client sends them once told to; each piece that
+  // lands counts as progress for the idle watchdog.
+  void ReceiveOverUcx() {
+    Ref();  // until the inputs ended
+    {
+      absl::MutexLock l(&ucx_mu_);
+      ucx_phase_ = true;
+    }
+    AwaitClient(Wait::kSend);
+    call_->StartUcxInputs([this] { AwaitClient(Wait::kSend); },
+                          [this](const absl::Status& s) {
+                            shared_.pool->Submit([this, s] {
+                              absl::Status why = s;
+                              if (!s.ok() && absl::IsUnavailable(s)) {
+                                why = absl::UnavailableError(
+                                    absl::StrCat(kUcxInputsFailed, " (", s.message(),
+                                                 "); the handler did not run."));
+                              }
+                              AfterUcx(why, "while sending its inputs", [this] {
+                                absl::Status in = call_->EndOfInputs();
+                                if (!in.ok()) return FinishWith(in);
+                                Ref();
+                                shared_.PoolFor(*call_).Submit([this] {
+                                  RunAndAnswer();
+                                  Unref();
+                                });
+                              });
+                              Unref();
+                            });
+                          });
+  }
+
+  // A UCX call's results, then the answer without them.
+  void SendOverUcx() {
+    Ref();  // until the results were taken
+    {
+      absl::MutexLock l(&ucx_mu_);
+      ucx_phase_ = true;
+    }
+    AwaitClient(Wait::kRead);
+    call_->StartUcxResults([this](const absl::Status& s) {
+      shared_.pool->Submit([this, s] {
+        AfterUcx(s, "while taking its results", [this] {
+          FinishWith(call_->NextResponseFrame(0, response_).status());
+        });
+        Unref();
+      });
+    });
+  }
+
+  // The end of a UCX phase: `next` when its transfers ended well, else the
+  // call ends with why they did not.
+  void AfterUcx(const absl::Status& s, const char* when, const std::function<void()>& next) {
+    absl::Status idle;
+    {
+      absl::MutexLock l(&ucx_mu_);
+      ucx_phase_ = false;
+      idle = ucx_idle_error_;
+    }
+    Resume();
+    if (!idle.ok()) return FinishWith(idle);
+    if (cancel_.cancelled()) {
+      return FinishWith(absl::CancelledError(absl::StrCat("the call was cancelled ", when, ".")));
+    }
+    if (!s.ok()) return FinishWith(s);
+    next();
   }
 
   void FinishWith(const absl::Status& s) override {
@@ -364,6 +461,11 @@ class CallReactor final : public AgentReactor<grpc::ServerUnaryReactor> {
 
   grpc::ByteBuffer* response_;
   grpc_call* const grpc_call_;
+  // A UCX phase is under way: its transfers are what the call waits for,
+  // and cancelling the call or ending it as idle cancels them.
+  absl::Mutex ucx_mu_;
+  bool ucx_phase_ ABSL_GUARDED_BY(ucx_mu_) = false;
+  absl::Status ucx_idle_error_ ABSL_GUARDED_BY(ucx_mu_);
 };
 
 class AgentService final
@@ -401,6 +503,9 @@ class AgentService final
       info->set_shm_socket(s.shm->address());
       info->set_shm_regions(s.shm->region_count());
     }
+#ifdef FARCALL_WITH_UCX
+    if (s.ucx != nullptr) info->set_ucx_address(s.ucx->address());
+#endif
     for (const auto& d : s.backend.devices) {
       v1::DeviceInfo* di = info->add_devices();
       di->set_ordinal(d->ordinal());
@@ -420,6 +525,44 @@ class AgentService final
  private:
   Shared& shared_;
 };
+
+// The UCX data plane, when asked for and allowed (see Options::ucx).
+absl::Status StartUcx(const AgentServer::Options& options, AgentState& state) {
+  if (!options.ucx) return absl::OkStatus();
+  const bool secured = options.tls || options.tokens.required();
+  if (secured && !options.allow_ucx_with_tls) {
+    log::Warning(
+        "UCX is off: this agent requires TLS or tokens, and UCX has neither; pass "
+        "--allow_ucx_with_tls when the fabric between clients and agents is trusted.");
+    return absl::OkStatus();
+  }
+  if (state.config.platform != Platform::kCpu) {
+    log::Info(absl::StrCat("UCX is off: ", PlatformName(state.config.platform),
+                           " tensors live in device memory, which this UCX build does not "
+                           "reach; calls move them over gRPC."));
+    return absl::OkStatus();
+  }
+#ifdef FARCALL_WITH_UCX
+  ucx::Worker::Options o;
+  o.transports = options.ucx_transports;
+  // Clients send only what the agent asked for (core/ucx/transfer_set.h):
+  // anything else is thrown away, so that nobody can park bytes here.
+  o.discard_unexpected = true;
+  absl::StatusOr<std::unique_ptr<ucx::Worker>> w = ucx::Worker::Create(o);
+  if (!w.ok()) {
+    if (absl::IsInvalidArgument(w.status())) return w.status();  // a bad --ucx_transports
+    log::Warning(absl::StrCat("UCX is off: ", w.status().message()));
+    return absl::OkStatus();
+  }
+  state.ucx = std::shared_ptr<ucx::Worker>(*std::move(w));
+  log::Info(absl::StrCat("UCX data plane on (transports: ",
+                         options.ucx_transports.empty() ? "UCX's choice" : options.ucx_transports,
+                         ")"));
+  return absl::OkStatus();
+#else
+  return absl::FailedPreconditionError("UCX: this agent was built without UCX.");
+#endif
+}
 
 }  // namespace
 
@@ -498,6 +641,7 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(Options options)
     shm_options.max_bytes_per_connection = options.shm_max_bytes;
     FARCALL_ASSIGN_OR_RETURN(state.shm, ShmService::Start(address, shm_options));
   }
+  FARCALL_RETURN_IF_ERROR(StartUcx(options, state));
   int workers =
       options.workers > 0 ? options.workers : static_cast<int>(std::thread::hardware_concurrency());
   impl->shared.pool = std::make_unique<WorkerPool>(workers);

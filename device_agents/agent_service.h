@@ -43,6 +43,14 @@ class AgentServer {
     std::vector<uint32_t> shm_allow_uids;
     // Bytes one shared-memory client connection may have registered.
     uint64_t shm_max_bytes = uint64_t{64} << 30;
+    // Move tensors over UCX for calls that ask (builds with UCX, cpu
+    // agents). UCX authenticates and encrypts nothing: with TLS or tokens
+    // it stays off unless `allow_ucx_with_tls` says the fabric is trusted.
+    bool ucx = false;
+    bool allow_ucx_with_tls = false;
+    // UCX transports, in UCX_TLS's syntax ("tcp", "rc,sm"); empty: UCX's
+    // own choice.
+    std::string ucx_transports;
     // Handlers of the program that embeds the agent (RegisteredHandler's
     // `invoke` and `pool`), registered after the built-ins and plugins.
     std::vector<RegisteredHandler> in_process_handlers;
@@ -58,6 +66,7 @@ class AgentServer {
     GrpcServerLimits grpc_limits;
     // TLS (null: plaintext) and bearer tokens (empty: none needed).
     std::shared_ptr<grpc::ServerCredentials> credentials;
+    bool tls = false;  // `credentials` are TLS (it turns UCX off, see `ucx`)
     TokenTable tokens;
   };
 

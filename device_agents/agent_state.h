@@ -26,6 +26,10 @@
 #include "device_agents/handler_registry.h"
 #include "device_agents/shm_service.h"
 
+namespace farcall::ucx {
+class Worker;
+}
+
 namespace farcall::agent {
 
 struct AgentConfig {
@@ -66,6 +70,7 @@ struct AgentState {
   Backend backend;
   HandlerRegistry registry;
   std::unique_ptr<ShmService> shm;       // null: no same-host path offered
+  std::shared_ptr<ucx::Worker> ucx;      // null: no UCX data plane offered
   std::unique_ptr<Admission> admission;  // the in-flight byte budget
   // call_ids of calls with side effects, so that none runs twice (null: not
   // recorded).

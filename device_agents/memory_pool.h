@@ -31,6 +31,9 @@ class CachingAllocator {
     // is returned as it is.
     std::function<absl::StatusOr<void*>(int64_t bytes)> allocate;
     std::function<void(void*)> free;
+    // The blocks are host memory (a cpu device's): DeviceMemory::host_ptr
+    // gives them.
+    bool host = false;
   };
 
   // `what` names the device in messages ("cuda device 0"). At most

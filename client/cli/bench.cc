@@ -100,6 +100,10 @@ void Worker(Client& client, const BenchOptions& o, int id, bool timed, int64_t l
     } else if (o.shm && r->transport != Transport::kShm) {
       bad = absl::FailedPreconditionError(
           "--shm: the target offers no shared memory (it must be an agent on this host).");
+    } else if (o.call.transport != Transport::kAuto && r->transport != o.call.transport) {
+      bad = absl::InternalError(absl::StrCat("--transport=", TransportName(o.call.transport),
+                                             ": the call went over ",
+                                             TransportName(r->transport), "."));
     } else if (o.handler == "crc32c") {
       if (*r->results[0].as<uint32_t>() != expected_crc) {
         bad = absl::DataLossError(absl::StrFormat("crc32c returned %08x, expected %08x",
@@ -161,9 +165,8 @@ absl::StatusOr<BenchReport> RunBench(Client& client, const BenchOptions& o) {
     return absl::InvalidArgumentError("--bytes >= 0, --calls >= 1 and --concurrency >= 1.");
   }
   BenchOptions opts = o;
-  // The gRPC path unless shared memory is asked for, so that each figure
-  // measures one path (--transport=auto is gRPC here; ucx is refused by the
-  // client as it is built).
+  // The gRPC path unless another transport is asked for, so that each
+  // figure measures one path (--transport=auto is gRPC here).
   if (opts.call.transport == Transport::kAuto) {
     opts.call.transport = o.shm ? Transport::kShm : Transport::kGrpc;
   }

@@ -199,9 +199,10 @@ int RunCall(const std::vector<char*>& pos) {
   if (!r.ok()) return Fail(r.status());
   std::printf("  -> agent %s (%s), %s%s, %s (queue %s, transfer %s, execute %s)\n",
               r->agent_id.c_str(), r->platform.c_str(),
-              r->transport == farcall::Transport::kShm ? "shared memory"
-              : r->rpc == farcall::Rpc::kUnary         ? "unary Call"
-                                                       : "streamed Execute",
+              r->transport == farcall::Transport::kShm   ? "shared memory"
+              : r->transport == farcall::Transport::kUcx ? "UCX"
+              : r->rpc == farcall::Rpc::kUnary           ? "unary Call"
+                                                         : "streamed Execute",
               r->via_router ? " through the router" : "", Ms(took).c_str(),
               Ms(r->queue_time).c_str(), Ms(r->transfer_time).c_str(), Ms(r->execute_time).c_str());
   for (size_t o = 0; o < r->results.size(); ++o) {

@@ -38,11 +38,16 @@ bool TransferSet::Begin() {
   return true;
 }
 
-void TransferSet::AddSend(const std::string& peer, uint64_t tag, const void* data, int64_t size) {
+void TransferSet::AddSend(const std::string& peer, uint64_t tag, const void* data, int64_t size,
+                          std::function<void(const absl::Status&)> then) {
   if (!Begin()) return;
   std::shared_ptr<TransferSet> self = shared_from_this();
-  std::shared_ptr<Transfer> t = worker_.StartSend(peer, tag, data, static_cast<size_t>(size),
-                                                  [self](const absl::Status& s) { self->End(s); });
+  std::shared_ptr<Transfer> t =
+      worker_.StartSend(peer, tag, data, static_cast<size_t>(size),
+                        [self, then = std::move(then)](const absl::Status& s) {
+                          if (then) then(s);
+                          self->End(s);
+                        });
   bool cancelled;
   {
     absl::MutexLock l(&mu_);
@@ -101,14 +106,17 @@ void TransferSet::Seal() {
 }
 
 void TransferSet::MaybeFinish() {
-  if (!sealed_ || pending_ > 0 || ended_) {
+  if (!sealed_ || pending_ > 0 || finishing_) {
     mu_.Unlock();
     return;
   }
-  ended_ = true;
+  finishing_ = true;
   absl::Status s = status_;
   mu_.Unlock();
+  // Before Wait returns: what on_end touches may go once it does.
   if (on_end_) on_end_(s);
+  absl::MutexLock l(&mu_);
+  ended_ = true;
 }
 
 void TransferSet::Cancel() {

@@ -69,7 +69,10 @@ class TransferSet : public std::enable_shared_from_this<TransferSet> {
   // Each ended transfer (for progress), on the worker's thread; set before
   // the first Add.
   void OnEachEnd(std::function<void()> f) { on_each_ = std::move(f); }
-  void AddSend(const std::string& peer, uint64_t tag, const void* data, int64_t size);
+  // `then`, if given, runs (worker's thread) when that transfer ended,
+  // before the set counts it as ended: it may add more.
+  void AddSend(const std::string& peer, uint64_t tag, const void* data, int64_t size,
+               std::function<void(const absl::Status&)> then = nullptr);
   void AddReceive(uint64_t tag, void* data, int64_t size,
                   std::function<void(const absl::Status&)> then = nullptr);
   // No more transfers; the end may come now.
@@ -77,8 +80,8 @@ class TransferSet : public std::enable_shared_from_this<TransferSet> {
   // Ends what is in flight (CANCELLED) and seals the set: later Adds start
   // nothing.
   void Cancel();
-  // Blocks until the set ended; at `deadline` cancels it first. Not on the
-  // worker's thread.
+  // Blocks until the set ended and `on_end` returned; at `deadline` cancels
+  // it first. Not on the worker's thread.
   absl::Status Wait(absl::Time deadline);
   bool ended() const;
 
@@ -98,7 +101,8 @@ class TransferSet : public std::enable_shared_from_this<TransferSet> {
   int pending_ ABSL_GUARDED_BY(mu_) = 0;
   bool sealed_ ABSL_GUARDED_BY(mu_) = false;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
-  bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  bool finishing_ ABSL_GUARDED_BY(mu_) = false;  // on_end runs or ran
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;      // on_end returned
   absl::Status status_ ABSL_GUARDED_BY(mu_);
 };
 

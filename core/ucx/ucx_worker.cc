@@ -274,6 +274,7 @@ void Worker::Discard() {
 }
 
 void Worker::Loop() {
+  absl::Time last_event = absl::InfinitePast();
   for (;;) {
     std::deque<std::function<void()>> commands;
     bool stop = false;
@@ -285,7 +286,11 @@ void Worker::Loop() {
     for (std::function<void()>& c : commands) c();
     // Bounded: a connection that keeps failing (a peer gone) can make
     // progress report events without end; commands must still run.
-    for (int i = 0; i < 64 && ucp_worker_progress(ucx_->worker) != 0; ++i) {
+    int events = 0;
+    for (int i = 0; i < 64; ++i) {
+      const unsigned n = ucp_worker_progress(ucx_->worker);
+      if (n == 0) break;
+      events += static_cast<int>(n);
     }
     if (options_.discard_unexpected) Discard();
     {
@@ -304,9 +309,19 @@ void Worker::Loop() {
       if (idle) return;
       continue;  // cancels land as the worker progresses
     }
+    // While transfers move, poll: sleeping for each event of a TCP stream
+    // (and waking for it) halves what UCX moves. A transfer that saw
+    // nothing for a while (a peer that sends nothing) no longer keeps the
+    // thread busy.
+    const absl::Time now = absl::Now();
+    if (events > 0) last_event = now;
+    if (now - last_event < absl::Milliseconds(2)) {
+      absl::MutexLock l(&mu_);
+      if (!in_flight_.empty() || !commands_.empty()) continue;
+    }
     if (ucp_worker_arm(ucx_->worker) == UCS_ERR_BUSY) continue;  // more to progress
-    epoll_event events[2];
-    if (epoll_wait(ucx_->epoll_fd, events, 2, 1000) > 0) {
+    epoll_event ready[2];
+    if (epoll_wait(ucx_->epoll_fd, ready, 2, 1000) > 0) {
       uint64_t n;
       (void)!read(wake_fd_, &n, sizeof(n));
     }

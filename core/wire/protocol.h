@@ -24,6 +24,11 @@ inline absl::Status MissingHeaderError() {
   return absl::InvalidArgumentError("the first request message must carry the call header.");
 }
 
+// How an agent's UNAVAILABLE answer begins when a UCX call's inputs never
+// arrived over UCX (the handler did not run): a client that chose UCX by
+// itself sends the call again over gRPC.
+inline constexpr char kUcxInputsFailed[] = "ucx: the call's inputs did not arrive";
+
 }  // namespace farcall
 
 #endif  // FARCALL_CORE_WIRE_PROTOCOL_H_

@@ -88,14 +88,22 @@ struct CallRequest {
 };
 
 // How a call's tensors travel; the call itself always goes over gRPC.
-//   kAuto  shared memory when the agent (the target, or the one a router
-//          names) is on this host and offers it, and the call asks for no
-//          RPC shape (Rpc::kAuto); else gRPC;
+//   kAuto  when the call asks for no RPC shape (Rpc::kAuto): shared memory
+//          when the agent (the target, or the one a router names) is on
+//          this host and offers it; else UCX for calls of at least
+//          ucx_min_bytes to an agent that offers it; else gRPC (see below);
 //   kGrpc  in the gRPC messages;
 //   kShm   staged in a memfd region shared with a same-host agent, only the
 //          header crossing gRPC; FAILED_PRECONDITION when the agent is not
 //          on this host or offers none;
-//   kUcx   UCX; FAILED_PRECONDITION in this build, which has none.
+//   kUcx   UCX (builds with UCX): only the header crosses gRPC, and the
+//          tensors go as tagged UCX messages straight between the caller's
+//          memory and the agent's tensors; FAILED_PRECONDITION when the
+//          agent offers none, through a router (via_router), with
+//          Rpc::kStream, or in a build without UCX.
+// A blocking Call that kAuto sent over UCX, whose args could not go (the
+// agent's worker unreachable from here), goes again over gRPC, and later
+// calls skip UCX for a while.
 enum class Transport { kAuto, kGrpc, kShm, kUcx };
 
 // The gRPC call's shape: kUnary, one message each way (`Call`); kStream,
@@ -114,8 +122,11 @@ struct CallOptions {
   std::string call_id;
   Transport transport = Transport::kAuto;
   Rpc rpc = Rpc::kAuto;
-  // false: with kAuto, never shared memory (the same as kGrpc).
+  // false: with kAuto, never shared memory.
   bool allow_shm = true;
+  // With kAuto: calls whose args and results add up to fewer bytes stay on
+  // gRPC (UCX's ready exchange costs more than it saves for them).
+  int64_t ucx_min_bytes = int64_t{1} << 20;
   // Wait (within the timeout) for an unreachable target to come up instead
   // of failing at once with UNAVAILABLE.
   bool wait_for_ready = false;
@@ -160,7 +171,7 @@ struct CallResult {
   absl::Duration queue_time;
   absl::Duration transfer_time;
   absl::Duration execute_time;
-  Transport transport = Transport::kAuto;  // how the tensors went: kGrpc or kShm
+  Transport transport = Transport::kAuto;  // how the tensors went: kGrpc, kShm or kUcx
   Rpc rpc = Rpc::kAuto;                    // which RPC carried the call: kUnary or kStream
   // Whether the call passed through a router (CallOptions::via_router, or
   // no agent could be called directly).
@@ -202,6 +213,10 @@ struct ClientOptions {
   // certificate for many agents, as a router's --agent_tls_server_name);
   // empty: each agent's address.
   std::string agent_tls_server_name;
+  // UCX transports for this process's UCX worker, in UCX_TLS's syntax
+  // ("tcp", "rc,sm"); empty: UCX's choice (or the UCX_TLS environment
+  // variable). Calls with other values use workers of their own.
+  std::string ucx_transports;
 };
 
 using CallCallback = std::function<void(absl::StatusOr<CallResult>)>;
@@ -226,6 +241,7 @@ struct AgentDescription {
   int64_t max_call_bytes = 0;  // larger calls are refused
   std::string shm_socket;      // where same-host clients register shared memory; empty: none
   int64_t shm_regions = 0;     // shared-memory regions mapped now
+  bool offers_ucx = false;     // the agent moves tensors over UCX for calls that ask
 };
 
 // One agent as a router sees it (Client::ListAgents).
@@ -289,6 +305,7 @@ class Client {
   struct Plan;
   explicit Client(std::unique_ptr<Impl> impl);
   absl::StatusOr<Plan> MakePlan(const CallRequest& request, const CallOptions& options);
+  absl::StatusOr<CallResult> CallOverUcx(Plan plan, const CallOptions& options);
   // This client is the lookaside's, for one agent a router named.
   void MarkDirect();
   // Whether the target is connected now, waiting for that up to `wait`
