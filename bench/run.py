@@ -1,10 +1,13 @@
 """Side-by-side benchmark runner for bench/run.sh (see docs/performance.md)."""
 import json
 import os
+import shutil
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 B = "build"
 REPS = int(os.environ.get("FARCALL_BENCH_REPS", "3"))
@@ -24,13 +27,69 @@ def start(name, argv):
     return proc, int(line[0])
 
 
-def last_json(argv):
-    out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
+# UCX moves bytes over TCP in these runs, as it would between hosts (on one
+# host it would pick shared memory, which the shm rows measure already).
+UCX_TCP = dict(os.environ, UCX_TLS="tcp")
+
+
+def last_json(argv, env=None):
+    out = subprocess.run(argv, check=True, capture_output=True, text=True, env=env).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
-def median(argv, key):
-    return statistics.median(last_json(argv)[key] for _ in range(REPS))
+def median(argv, key, env=None):
+    return statistics.median(last_json(argv, env)[key] for _ in range(REPS))
+
+
+def ucx_built(agent_port):
+    """Whether the agent offers UCX (a build with UCX)."""
+    out = subprocess.run([f"{B}/client/farcall", "describe", f"--target=127.0.0.1:{agent_port}"],
+                         capture_output=True, text=True).stdout
+    return "ucx: offered" in out
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def listening(port):
+    """Whether a TCP socket listens on `port` (from /proc/net/tcp{,6})."""
+    for path in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(path) as f:
+                for line in f.readlines()[1:]:
+                    fields = line.split()
+                    if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                        return True
+        except OSError:
+            pass
+    return False
+
+
+def ucx_perftest_gbps(size):
+    """ucx_perftest -t tag_bw one way over TCP on loopback, in GB/s."""
+    port = free_port()
+    argv = ["ucx_perftest", "-t", "tag_bw", "-s", str(size), "-n", "10", "-w", "2",
+            "-p", str(port)]
+    server = subprocess.Popen(argv, env=UCX_TCP, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        # The server takes one connection: wait until it listens (bounded),
+        # without connecting to it.
+        deadline = time.monotonic() + 20
+        while not listening(port):
+            if server.poll() is not None or time.monotonic() > deadline:
+                sys.exit("ucx_perftest server failed to start")
+            time.sleep(0.02)
+        out = subprocess.run(argv[:1] + ["127.0.0.1"] + argv[1:], env=UCX_TCP, check=True,
+                             capture_output=True, text=True, timeout=120).stdout
+    finally:
+        server.wait(timeout=30)
+    final = [l for l in out.splitlines() if l.startswith("Final:")][-1].split()
+    # Final: iters p50 avg overall bw_avg bw_overall ...; bandwidth in MiB/s.
+    return float(final[6]) * (1 << 20) / 1e9
 
 
 def peak_rss_mib(proc):
@@ -45,7 +104,7 @@ def main():
     procs = []
     try:
         agent, ap = start("agent", [f"{B}/device_agents/farcall-agent", "--listen=127.0.0.1:0",
-                                    f"--max_call_bytes={4 << 30}"])
+                                    f"--max_call_bytes={4 << 30}", "--ucx_transports=tcp"])
         procs.append(agent)
         router, rp = start("router", [f"{B}/server/farcall-router", "--listen=127.0.0.1:0",
                                       f"--agents=127.0.0.1:{ap}"])
@@ -83,6 +142,13 @@ def main():
         r["shm_256"] = median(fc(direct, f"--bytes={big}", "--calls=2", "--shm"), "gbps")
         r["direct_256"] = median(fc(direct, f"--bytes={big}", "--calls=2", "--alias"), "gbps")
         r["router_256"] = median(fc(routed, f"--bytes={big}", "--calls=2", "--alias"), "gbps")
+        ucx = ucx_built(ap) and shutil.which("ucx_perftest") is not None
+        if ucx:
+            r["ucx_256"] = median(fc(direct, f"--bytes={big}", "--calls=4", "--alias",
+                                     "--transport=ucx"), "gbps", UCX_TCP)
+            r["ucx_64_p50"] = median(fc(direct, "--bytes=64", "--calls=2000", "--transport=ucx"),
+                                     "p50_us", UCX_TCP)
+            r["perftest"] = statistics.median(ucx_perftest_gbps(big) for _ in range(REPS))
         r["proxy_256"] = median(fc(routed, f"--bytes={big}", "--calls=2", "--alias",
                                    "--via_router"), "gbps")
         # 256 concurrent 1 MiB calls (512 MiB of tensors) into an agent whose
@@ -128,6 +194,17 @@ def main():
              r["shm_256"] / r["direct_copy_256"], "x direct gRPC copy", ">=", 8.0),
             ("256 MiB copy, same-host shm", f"{r['shm_256']:.3f} GB/s",
              r["shm_256"] / r["memcpy"], "x memcpy", ">=", 0.5),
+        ]
+        if ucx:
+            rows += [
+                ("256 MiB aliased copy, UCX tcp", f"{r['ucx_256']:.3f} GB/s",
+                 r["ucx_256"] / r["direct_256"], "x farcall gRPC", ">=", 2.5),
+                ("256 MiB aliased copy, UCX tcp", f"{r['ucx_256']:.3f} GB/s",
+                 r["ucx_256"] / r["perftest"], "x ucx_perftest", ">=", 0.35),
+                ("64 B copy p50, UCX forced", f"{r['ucx_64_p50']:.0f} us",
+                 r["ucx_64_p50"] / r["direct_64_p50"], "x farcall gRPC", "<=", 1.0),
+            ]
+        rows += [
             ("proxy peak RSS (1 GiB call)", f"{r['router_rss']:.0f} MiB",
              r["router_rss"], "MiB", "<=", 128),
             ("agent peak RSS (1 GiB call)", f"{r['agent_rss']:.0f} MiB",
@@ -148,6 +225,12 @@ def main():
               f" agent RSS grew {r['budget_rss_growth']:.0f} MiB (tensors stay within the"
               f" budget; calls waiting for it still hold their received request)")
         print(f"  farcall 256 MiB copy, direct    {r['direct_copy_256']:.3f} GB/s (not aliased)")
+        if ucx:
+            print(f"  ucx_perftest tag_bw 256 MiB     {r['perftest']:.3f} GB/s one way (UCX_TLS=tcp)")
+            print("  (auto keeps calls under CallOptions::ucx_min_bytes, 1 MiB, on gRPC: its 64 B"
+                  " figure is the direct one)")
+        else:
+            print("  UCX rows: not run (an agent built without UCX, or no ucx_perftest)")
     finally:
         for p in procs:
             p.terminate()

@@ -196,9 +196,9 @@ class UnaryCall {
     AddAuthorization(ctx_, authorization);
 #ifdef FARCALL_WITH_UCX
     if (ucx.worker != nullptr && reader_.init_status().ok()) {
-      exchange_ = client_internal::UcxExchange::Start(
-          *static_cast<ucx::Worker*>(ucx.worker), call_, ucx.agent_address, reader_.result_data(),
-          [this] { ctx_.TryCancel(); });
+      exchange_ = client_internal::UcxExchange::Start(*static_cast<ucx::Worker*>(ucx.worker), call_,
+                                                      ucx.agent_address, reader_.result_data(),
+                                                      [this] { ctx_.TryCancel(); });
     }
 #endif
     RequestWriter writer(call_, 0, completion_);
@@ -387,7 +387,8 @@ struct Client::Impl {
     if (!forced) {
       if (o.transport != Transport::kAuto || o.rpc != Rpc::kAuto) return UcxRoute{};
       int64_t total = 0;
-      for (const std::vector<int64_t>* v : {&call.validated.arg_bytes, &call.validated.result_bytes}) {
+      for (const std::vector<int64_t>* v :
+           {&call.validated.arg_bytes, &call.validated.result_bytes}) {
         for (int64_t b : *v) total = b > INT64_MAX - total ? INT64_MAX : total + b;
       }
       if (total < o.ucx_min_bytes) return UcxRoute{};
@@ -405,8 +406,8 @@ struct Client::Impl {
     absl::StatusOr<ucx::Worker*> w = client_internal::ProcessUcxWorker(options.ucx_transports);
     if (!w.ok()) {
       if (forced) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("transport ucx: UCX cannot start in this process: ", w.status().message()));
+        return absl::FailedPreconditionError(absl::StrCat(
+            "transport ucx: UCX cannot start in this process: ", w.status().message()));
       }
       BackOffUcx();
       return UcxRoute{};
@@ -673,12 +674,13 @@ absl::StatusOr<CallResult> Client::Call(const CallRequest& request, const CallOp
 absl::StatusOr<CallResult> Client::CallOverUcx(Plan plan, const CallOptions& options) {
   absl::Notification done;
   absl::StatusOr<CallResult> result;
-  auto* call = new UnaryCall(std::move(plan.prepared), options, impl_->authorization,
-                             [&](absl::StatusOr<CallResult> r) {
-                               result = std::move(r);
-                               done.Notify();
-                             },
-                             plan.ucx);
+  auto* call = new UnaryCall(
+      std::move(plan.prepared), options, impl_->authorization,
+      [&](absl::StatusOr<CallResult> r) {
+        result = std::move(r);
+        done.Notify();
+      },
+      plan.ucx);
   call->Start(*impl_->generic, plan.method);
   done.WaitForNotification();
   return result;

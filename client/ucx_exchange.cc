@@ -37,8 +37,8 @@ std::shared_ptr<UcxExchange> UcxExchange::Start(ucx::Worker& worker, PreparedCal
   v1::UcxTensors* u = call.header.mutable_ucx();
   u->set_worker_address(worker.address());
   u->set_tag(tag);
-  ex->set_ = ucx::TransferSet::Create(
-      worker, [on_failure = std::move(on_failure)](const absl::Status& s) {
+  ex->set_ =
+      ucx::TransferSet::Create(worker, [on_failure = std::move(on_failure)](const absl::Status& s) {
         if (!s.ok() && !absl::IsCancelled(s)) on_failure();
       });
   ucx::TransferSet& set = *ex->set_;

@@ -130,8 +130,8 @@ void AgentCall::RecordOutcome(const absl::Status& status, const grpc::ByteBuffer
     status.ok() ? log::Debug(line) : log::Warning(line);
   }
   if (assembler_) {
-    m.received.With({platform}).Increment(
-        static_cast<double>(assembler_->received_bytes() + ucx_received_bytes_));
+    m.received.With({platform})
+        .Increment(static_cast<double>(assembler_->received_bytes() + ucx_received_bytes_));
   }
   m.sent.With({platform}).Increment(static_cast<double>(sent_bytes_));
   if (status.ok()) {
@@ -267,9 +267,8 @@ absl::Status AgentCall::CheckUcx() const {
   }
   const v1::UcxTensors& u = header_.ucx();
   if (u.worker_address().empty() || u.worker_address().size() > 4096) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("ucx.worker_address must hold 1 to 4096 bytes; it holds ",
-                     u.worker_address().size(), "."));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ucx.worker_address must hold 1 to 4096 bytes; it holds ", u.worker_address().size(), "."));
   }
   return absl::OkStatus();
 }
@@ -280,13 +279,13 @@ void AgentCall::StartUcxInputs(std::function<void()> progress,
   const v1::UcxTensors& u = header_.ucx();
   std::vector<int64_t> sizes;
   for (const Tensor& t : args_) sizes.push_back(t.size);
-  ucx_set_ = ucx::TransferSet::Create(
-      *agent_.ucx, [this, sizes, done = std::move(done)](const absl::Status& s) {
-        if (s.ok()) {
-          for (int64_t n : sizes) ucx_received_bytes_ += n;
-        }
-        done(s);
-      });
+  ucx_set_ = ucx::TransferSet::Create(*agent_.ucx,
+                                      [this, sizes, done = std::move(done)](const absl::Status& s) {
+                                        if (s.ok()) {
+                                          for (int64_t n : sizes) ucx_received_bytes_ += n;
+                                        }
+                                        done(s);
+                                      });
   ucx_set_->OnEachEnd(std::move(progress));
   const std::vector<ucx::Piece> pieces = ucx::PiecesOf(sizes);
   for (size_t k = 0; k < pieces.size(); ++k) {

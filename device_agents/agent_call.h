@@ -176,8 +176,8 @@ class AgentCall final : private FrameVisitor {
   std::optional<ChunkAssembler> assembler_;
   int64_t admitted_bytes_ = 0;
   int64_t sent_bytes_ = 0;
-  bool shm_ = false;  // tensors live in a client's region: no chunks
-  bool ucx_ = false;  // tensors travel over UCX: no chunks
+  bool shm_ = false;                           // tensors live in a client's region: no chunks
+  bool ucx_ = false;                           // tensors travel over UCX: no chunks
   std::shared_ptr<ucx::TransferSet> ucx_set_;  // the UCX transfers of now
   int64_t ucx_received_bytes_ = 0;
 

@@ -392,28 +392,30 @@ class CallReactor final : public AgentReactor<grpc::ServerUnaryReactor> {
       absl::MutexLock l(&ucx_mu_);
       ucx_phase_ = true;
     }
+    // Like a stream's: its budget is held while its client sends (or not).
+    SetHoldsBudget(true);
     AwaitClient(Wait::kSend);
-    call_->StartUcxInputs([this] { AwaitClient(Wait::kSend); },
-                          [this](const absl::Status& s) {
-                            shared_.pool->Submit([this, s] {
-                              absl::Status why = s;
-                              if (!s.ok() && absl::IsUnavailable(s)) {
-                                why = absl::UnavailableError(
-                                    absl::StrCat(kUcxInputsFailed, " (", s.message(),
-                                                 "); the handler did not run."));
-                              }
-                              AfterUcx(why, "while sending its inputs", [this] {
-                                absl::Status in = call_->EndOfInputs();
-                                if (!in.ok()) return FinishWith(in);
-                                Ref();
-                                shared_.PoolFor(*call_).Submit([this] {
-                                  RunAndAnswer();
-                                  Unref();
-                                });
-                              });
-                              Unref();
-                            });
-                          });
+    call_->StartUcxInputs(
+        [this] { AwaitClient(Wait::kSend); },
+        [this](const absl::Status& s) {
+          shared_.pool->Submit([this, s] {
+            absl::Status why = s;
+            if (!s.ok() && absl::IsUnavailable(s)) {
+              why = absl::UnavailableError(
+                  absl::StrCat(kUcxInputsFailed, " (", s.message(), "); the handler did not run."));
+            }
+            AfterUcx(why, "while sending its inputs", [this] {
+              absl::Status in = call_->EndOfInputs();
+              if (!in.ok()) return FinishWith(in);
+              Ref();
+              shared_.PoolFor(*call_).Submit([this] {
+                RunAndAnswer();
+                Unref();
+              });
+            });
+            Unref();
+          });
+        });
   }
 
   // A UCX call's results, then the answer without them.
@@ -426,9 +428,8 @@ class CallReactor final : public AgentReactor<grpc::ServerUnaryReactor> {
     AwaitClient(Wait::kRead);
     call_->StartUcxResults([this](const absl::Status& s) {
       shared_.pool->Submit([this, s] {
-        AfterUcx(s, "while taking its results", [this] {
-          FinishWith(call_->NextResponseFrame(0, response_).status());
-        });
+        AfterUcx(s, "while taking its results",
+                 [this] { FinishWith(call_->NextResponseFrame(0, response_).status()); });
         Unref();
       });
     });
@@ -455,6 +456,7 @@ class CallReactor final : public AgentReactor<grpc::ServerUnaryReactor> {
   void FinishWith(const absl::Status& s) override {
     call_->RecordOutcome(s, response_);
     shared_.Release(std::move(call_));
+    SetHoldsBudget(false);
     AwaitClient(Wait::kRead);
     Finish(ToGrpcStatus(s));
   }
@@ -529,7 +531,8 @@ class AgentService final
 // The UCX data plane, when asked for and allowed (see Options::ucx).
 absl::Status StartUcx(const AgentServer::Options& options, AgentState& state) {
   if (!options.ucx) return absl::OkStatus();
-  const bool secured = options.tls || options.tokens.required();
+  // (The tokens are the state's by now.)
+  const bool secured = options.tls || state.tokens.required();
   if (secured && !options.allow_ucx_with_tls) {
     log::Warning(
         "UCX is off: this agent requires TLS or tokens, and UCX has neither; pass "

@@ -13,9 +13,7 @@ class CachingAllocator::Block final : public DeviceMemory {
       : owner_(owner), ptr_(ptr), capacity_(capacity), size_(size) {}
   ~Block() override { owner_->Release(ptr_, capacity_); }
   void* device_ptr() override { return ptr_; }
-  uint8_t* host_ptr() override {
-    return owner_->ops_.host ? static_cast<uint8_t*>(ptr_) : nullptr;
-  }
+  uint8_t* host_ptr() override { return owner_->ops_.host ? static_cast<uint8_t*>(ptr_) : nullptr; }
   int64_t size() const override { return size_; }
 
  private:

@@ -29,5 +29,7 @@ echo "== sanitizers: running the tests"
 # without ASan (tests/fault asks for terabytes on purpose).
 export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:allocator_may_return_null=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+# UCX's endpoints of a process's worker, which lives to the end (see there).
+export LSAN_OPTIONS="suppressions=$PWD/scripts/lsan_suppressions.txt"
 cd build-asan
 ctest -LE "python|deploy|fuzz|gpu|sanitize|install|lint" -j "$jobs" --timeout 900 --output-on-failure

@@ -102,8 +102,8 @@ void Worker(Client& client, const BenchOptions& o, int id, bool timed, int64_t l
           "--shm: the target offers no shared memory (it must be an agent on this host).");
     } else if (o.call.transport != Transport::kAuto && r->transport != o.call.transport) {
       bad = absl::InternalError(absl::StrCat("--transport=", TransportName(o.call.transport),
-                                             ": the call went over ",
-                                             TransportName(r->transport), "."));
+                                             ": the call went over ", TransportName(r->transport),
+                                             "."));
     } else if (o.handler == "crc32c") {
       if (*r->results[0].as<uint32_t>() != expected_crc) {
         bad = absl::DataLossError(absl::StrFormat("crc32c returned %08x, expected %08x",

@@ -258,6 +258,9 @@ int RunDescribe() {
   std::printf("agent %s, platform %s, version %s, max call %lld bytes\n", info->agent_id.c_str(),
               info->platform.c_str(), info->version.c_str(),
               static_cast<long long>(info->max_call_bytes));
+  std::printf("  shared memory: %s\n  ucx: %s\n",
+              info->shm_socket.empty() ? "not offered" : "offered",
+              info->offers_ucx ? "offered" : "not offered");
   for (const auto& d : info->devices) {
     std::printf("  device %d: %s, %lld bytes\n", d.ordinal, d.name.c_str(),
                 static_cast<long long>(d.memory_bytes));

@@ -61,13 +61,12 @@ void TransferSet::AddReceive(uint64_t tag, void* data, int64_t size,
                              std::function<void(const absl::Status&)> then) {
   if (!Begin()) return;
   std::shared_ptr<TransferSet> self = shared_from_this();
-  std::shared_ptr<Transfer> t =
-      worker_.StartReceive(tag, data, static_cast<size_t>(size),
-                           [self, then = std::move(then)](const absl::Status& s) {
-                             // Before End: what `then` adds keeps the set open.
-                             if (then) then(s);
-                             self->End(s);
-                           });
+  std::shared_ptr<Transfer> t = worker_.StartReceive(
+      tag, data, static_cast<size_t>(size), [self, then = std::move(then)](const absl::Status& s) {
+        // Before End: what `then` adds keeps the set open.
+        if (then) then(s);
+        self->End(s);
+      });
   bool cancelled;
   {
     absl::MutexLock l(&mu_);

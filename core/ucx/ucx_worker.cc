@@ -36,8 +36,8 @@ struct Worker::Ucx {
   int epoll_fd = -1;
   struct Endpoint {
     ucp_ep_h ep = nullptr;
-    int sends = 0;       // sends in flight on it
-    uint64_t used = 0;   // when it was last used (a counter)
+    int sends = 0;      // sends in flight on it
+    uint64_t used = 0;  // when it was last used (a counter)
   };
   std::map<std::string, Endpoint> endpoints;  // by peer address
   uint64_t uses = 0;
@@ -61,7 +61,8 @@ struct Worker::Ucx {
     while (endpoints.size() >= std::max<size_t>(max, 1)) {
       auto oldest = endpoints.end();
       for (auto e = endpoints.begin(); e != endpoints.end(); ++e) {
-        if (e->second.sends == 0 && (oldest == endpoints.end() || e->second.used < oldest->second.used)) {
+        if (e->second.sends == 0 &&
+            (oldest == endpoints.end() || e->second.used < oldest->second.used)) {
           oldest = e;
         }
       }

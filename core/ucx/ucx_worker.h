@@ -62,8 +62,8 @@ class Transfer : public std::enable_shared_from_this<Transfer> {
   void Finish(absl::Status status, size_t bytes);
 
   Worker* const worker_;
-  size_t size_ = 0;   // the bytes asked for
-  std::string peer_;  // a send's peer; empty for a receive
+  size_t size_ = 0;     // the bytes asked for
+  std::string peer_;    // a send's peer; empty for a receive
   void* ep_ = nullptr;  // a send's endpoint (worker's thread only)
   // Called on the worker's thread once the transfer ended (after Wait would
   // return).

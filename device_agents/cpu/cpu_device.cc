@@ -13,8 +13,8 @@
 #include "absl/strings/str_cat.h"
 #include "core/memory_limit.h"
 #include "core/status_macros.h"
-#include "device_agents/memory_pool.h"
 #include "device_agents/cpu/builtin_handlers.h"
+#include "device_agents/memory_pool.h"
 
 namespace farcall::agent::cpu {
 namespace {

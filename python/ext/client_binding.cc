@@ -142,6 +142,7 @@ nb::dict AgentInfoToDict(const AgentDescription& a) {
   d["handlers"] = handlers;
   d["max_call_bytes"] = a.max_call_bytes;
   d["shm_socket"] = a.shm_socket;
+  d["offers_ucx"] = a.offers_ucx;
   return d;
 }
 

@@ -74,6 +74,7 @@ class AgentInfo:
     handlers: list
     max_call_bytes: int
     shm_socket: str
+    offers_ucx: bool  # the agent moves arrays over UCX for calls that ask
 
     @classmethod
     def _from(cls, d: dict) -> "AgentInfo":
@@ -221,10 +222,12 @@ class Client:
     call went.
 
     ``transport`` says how the arrays travel: ``"auto"`` (shared memory to
-    an agent on this host that offers it, else gRPC), ``"grpc"``, ``"shm"``
-    (refused with ``FailedPreconditionError`` where it cannot be used) or
-    ``"ucx"`` (refused: this build has no UCX data plane). ``rpc`` on each
-    call picks the gRPC call's shape.
+    an agent on this host that offers it, else UCX for calls of 1 MiB or
+    more to an agent that offers it, else gRPC), ``"grpc"``, ``"shm"`` or
+    ``"ucx"`` (UCX straight between the arrays and the agent's tensors;
+    the ``UCX_TLS`` environment variable picks UCX's transports). ``shm``
+    and ``ucx`` are refused with ``FailedPreconditionError`` where they
+    cannot be used. ``rpc`` on each call picks the gRPC call's shape.
 
         client = farcall.Client("127.0.0.1:50050")
         x = np.arange(8, dtype=np.float32)

@@ -157,6 +157,21 @@ def test_large_calls_stream_both_ways(client):
     assert np.array_equal(out[0], x) and info.transport in ("grpc", "shm")
 
 
+def test_transport_ucx_moves_the_arrays_over_ucx(agent):
+    if not farcall.Client(agent.address).describe().offers_ucx:
+        pytest.skip("SKIPPED: this build of farcall has no UCX data plane")
+    client = farcall.Client(agent.address, transport="ucx")
+    x = np.random.default_rng(2).integers(0, 255, size=(5 << 20) + 3, dtype=np.uint8)
+    out, info = client.call_with_info("copy", x, results=[x])
+    assert np.array_equal(out[0], x) and info.transport == "ucx" and info.rpc == "unary"
+    y = np.ones(1 << 20, dtype=F32)
+    out, info = client.call_with_info("axpy", np.full(1 << 20, 2, F32), y, results=[y],
+                                      input_output_aliases={1: 0}, attributes={"alpha": 3.0})
+    assert out[0] is y and np.all(y == 7.0) and info.transport == "ucx"
+    with pytest.raises(farcall.FailedPreconditionError, match="a UCX call goes as a unary Call"):
+        client.call("copy", x, results=[x], rpc="stream")
+
+
 def test_describe_agents_and_health_are_plain_objects(agent, router):
     info = farcall.Client(agent.address).describe()
     assert isinstance(info, farcall.AgentInfo)

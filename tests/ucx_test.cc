@@ -1,0 +1,347 @@
+// The UCX data plane end to end: which transport a call takes, the
+// contract's answers to UCX headers, and what a stalled, cancelled or
+// unreachable UCX peer leaves behind (nothing). Agents run as real
+// processes on loopback ports the OS picks; UCX moves bytes over TCP
+// (ctest sets UCX_TLS=tcp), as between hosts.
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/ucx_exchange.h"
+#include "core/ucx/transfer_set.h"
+#include "core/ucx/ucx_worker.h"
+#include "farcall/client.h"
+#include "farcall/v1/farcall.grpc.pb.h"
+#include "gmock/gmock.h"
+#include "grpc/grpc.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "tests/process_harness.h"
+
+namespace farcall {
+namespace {
+
+using ::farcall::testing::ChildProcess;
+using ::testing::HasSubstr;
+
+std::unique_ptr<ChildProcess> Start(std::vector<std::string> args) {
+  args.insert(args.begin(), "--listen=127.0.0.1:0");
+  auto p = ChildProcess::Start(FARCALL_AGENT_BIN, args);
+  EXPECT_TRUE(p.ok()) << p.status();
+  return p.ok() ? *std::move(p) : nullptr;
+}
+
+std::unique_ptr<Client> Connect(const ChildProcess& agent, ClientOptions o = {}) {
+  auto c = Client::Connect(agent.address(), o);
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? *std::move(c) : nullptr;
+}
+
+std::vector<uint8_t> Pattern(size_t n, uint8_t seed) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(i * 131 + seed + (i >> 12));
+  return v;
+}
+
+// Options for calls of these tests: the agents are on this host, but the
+// calls are to take the path between hosts, not shared memory.
+CallOptions NoShm() {
+  CallOptions o;
+  o.allow_shm = false;
+  return o;
+}
+
+// `copy` of `n` bytes, returning the result (or the failure).
+absl::StatusOr<CallResult> Copy(Client& c, const std::vector<uint8_t>& in,
+                                CallOptions o = NoShm()) {
+  TensorSpec spec{DType::kU8, {static_cast<int64_t>(in.size())}};
+  CallRequest req;
+  req.platform = "cpu";
+  req.handler = "copy";
+  req.args = {Arg::In(spec, in.data())};
+  req.results = {spec};
+  return c.Call(req, o);
+}
+
+grpc::Status RawCall(const ChildProcess& agent, const v1::ExecuteRequest& req,
+                     int deadline_ms = 20000) {
+  auto channel = grpc::CreateChannel(agent.address(), grpc::InsecureChannelCredentials());
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(deadline_ms));
+  v1::ExecuteResponse resp;
+  return v1::Agent::NewStub(channel)->Call(&ctx, req, &resp);
+}
+
+int64_t InflightCalls(const ChildProcess& agent) {
+  auto channel = grpc::CreateChannel(agent.address(), grpc::InsecureChannelCredentials());
+  grpc::ClientContext ctx;
+  v1::AgentInfo info;
+  grpc::Status s = v1::Agent::NewStub(channel)->Describe(&ctx, v1::DescribeRequest(), &info);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  return info.inflight_calls();
+}
+
+// A header for `copy` of `n` bytes over UCX, answering to `worker`.
+v1::ExecuteRequest UcxCopy(int64_t n, const std::string& worker_address) {
+  v1::ExecuteRequest r;
+  v1::CallHeader* h = r.mutable_header();
+  h->set_handler("copy");
+  h->add_platforms("cpu");
+  for (auto* s : {h->add_args(), h->add_results()}) {
+    s->set_dtype(v1::U8);
+    s->add_dims(n);
+  }
+  h->mutable_ucx()->set_worker_address(worker_address);
+  h->mutable_ucx()->set_tag(ucx::NewCallTag());
+  return r;
+}
+
+std::unique_ptr<ucx::Worker> TestWorker() {
+  ucx::Worker::Options o;
+  o.discard_unexpected = true;
+  auto w = ucx::Worker::Create(o);
+  EXPECT_TRUE(w.ok()) << w.status();
+  return w.ok() ? *std::move(w) : nullptr;
+}
+
+TEST(UcxTest, AutoTakesUcxForLargeCallsAndGrpcForSmallOnes) {
+  auto agent = Start({});
+  ASSERT_TRUE(agent);
+  auto client = Connect(*agent);
+  ASSERT_TRUE(client);
+  auto d = client->Describe();
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_TRUE(d->offers_ucx);
+  // Over several 4 MiB pieces, an odd size, and at the threshold.
+  for (size_t n : {(size_t{9} << 20) + 3, size_t{1} << 20}) {
+    std::vector<uint8_t> in = Pattern(n, 3);
+    absl::StatusOr<CallResult> r = Copy(*client, in);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->transport, Transport::kUcx) << n;
+    EXPECT_EQ(std::memcmp(r->results[0].data, in.data(), n), 0) << n;
+  }
+  std::vector<uint8_t> small = Pattern(64, 5);
+  absl::StatusOr<CallResult> r = Copy(*client, small);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->transport, Transport::kGrpc);
+}
+
+TEST(UcxTest, ManyTensorsAnEmptyOneAndAnAliasedOneLandInPlace) {
+  auto agent = Start({});
+  ASSERT_TRUE(agent);
+  auto client = Connect(*agent);
+  ASSERT_TRUE(client);
+  const int64_t n = (int64_t{5} << 20) + 1;
+  std::vector<float> x(n / 4, 2.0f), y(n / 4, 1.0f), expected(n / 4, 7.0f);
+  TensorSpec spec{DType::kF32, {n / 4}};
+  CallRequest req;
+  req.platform = "cpu";
+  req.handler = "axpy";  // y <- alpha * x + y, in place
+  req.args = {Arg::In(spec, x.data()), Arg::InOut(spec, y.data())};
+  req.results = {spec};
+  req.aliases = {{1, 0}};
+  req.attributes["alpha"] = 3.0;
+  CallOptions o = NoShm();
+  o.transport = Transport::kUcx;
+  absl::StatusOr<CallResult> r = client->Call(req, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->transport, Transport::kUcx);
+  EXPECT_TRUE(r->results[0].aliased);
+  EXPECT_EQ(y, expected);
+  // No tensors at all, forced: nothing moves, the call still runs.
+  CallRequest empty;
+  empty.platform = "cpu";
+  empty.handler = "copy";
+  TensorSpec none{DType::kF32, {0}};
+  std::vector<float> nothing(1);
+  empty.args = {Arg::In(none, nothing.data())};
+  empty.results = {none};
+  r = client->Call(empty, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->transport, Transport::kUcx);
+}
+
+TEST(UcxTest, AnAgentWithoutUcxRefusesItAndAutoStaysOnGrpc) {
+  auto agent = Start({"--transports=grpc,shm"});
+  ASSERT_TRUE(agent);
+  auto client = Connect(*agent);
+  ASSERT_TRUE(client);
+  EXPECT_FALSE(client->Describe()->offers_ucx);
+  std::vector<uint8_t> in = Pattern(2 << 20, 1);
+  CallOptions forced = NoShm();
+  forced.transport = Transport::kUcx;
+  absl::StatusOr<CallResult> r = Copy(*client, in, forced);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(r.status().message(),
+            "transport ucx: the agent offers no UCX data plane (it was built without UCX, serves "
+            "a GPU platform, was started with --transports without ucx, or requires TLS or "
+            "tokens without --allow_ucx_with_tls).");
+  r = Copy(*client, in);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->transport, Transport::kGrpc);
+  // An outside client that sends a UCX header anyway.
+  auto worker = TestWorker();
+  ASSERT_TRUE(worker);
+  grpc::Status s = RawCall(*agent, UcxCopy(16, worker->address()));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(s.error_message(), "this agent offers no UCX data plane; send the tensors as chunks.");
+}
+
+TEST(UcxTest, TokensTurnUcxOffUnlessTheFabricIsDeclaredTrusted) {
+  char dir_template[] = "/tmp/farcall-ucx-XXXXXX";
+  const std::string dir = mkdtemp(dir_template);
+  std::ofstream(dir + "/tokens") << "secret *\n";
+  ClientOptions with_token;
+  with_token.token = "secret";
+  auto off = Start({"--tokens_file=" + dir + "/tokens"});
+  auto on = Start({"--tokens_file=" + dir + "/tokens", "--allow_ucx_with_tls"});
+  ASSERT_TRUE(off && on);
+  auto d = Connect(*off, with_token)->Describe();
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_FALSE(d->offers_ucx);
+  auto c = Connect(*on, with_token);
+  d = c->Describe();
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_TRUE(d->offers_ucx);
+  // The token still guards the call; only the bytes go over UCX.
+  std::vector<uint8_t> in = Pattern(2 << 20, 9);
+  absl::StatusOr<CallResult> r = Copy(*c, in);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->transport, Transport::kUcx);
+  absl::StatusOr<CallResult> refused = Copy(*Connect(*on), in);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnauthenticated);
+}
+
+TEST(UcxTest, UcxHeadersGetTheContractsAnswers) {
+  auto agent = Start({});
+  ASSERT_TRUE(agent);
+  auto worker = TestWorker();
+  ASSERT_TRUE(worker);
+  v1::ExecuteRequest chunked = UcxCopy(4, worker->address());
+  v1::Chunk* c = chunked.add_chunks();
+  c->set_index(0);
+  c->set_data("abcd");
+  grpc::Status s = RawCall(*agent, chunked);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(), "a UCX call carries no chunks; its tensors travel over UCX.");
+
+  v1::ExecuteRequest both = UcxCopy(4, worker->address());
+  both.mutable_header()->mutable_shm()->set_region("x");
+  s = RawCall(*agent, both);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(), "the call names both shm and ucx; its tensors travel one way only.");
+
+  s = RawCall(*agent, UcxCopy(4, ""));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(), "ucx.worker_address must hold 1 to 4096 bytes; it holds 0.");
+
+  // Execute carries tensors in its own messages.
+  auto channel = grpc::CreateChannel(agent->address(), grpc::InsecureChannelCredentials());
+  grpc::ClientContext ctx;
+  auto stub = v1::Agent::NewStub(channel);
+  auto stream = stub->Execute(&ctx);
+  stream->Write(UcxCopy(4, worker->address()));
+  stream->WritesDone();
+  v1::ExecuteResponse resp;
+  while (stream->Read(&resp)) {
+  }
+  s = stream->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(s.error_message(),
+            "a UCX call goes as a unary Call; Execute carries tensors in its messages.");
+  // The stream RPC has no UCX: the client says so before sending.
+  auto client = Connect(*agent);
+  CallOptions o = NoShm();
+  o.transport = Transport::kUcx;
+  o.rpc = Rpc::kStream;
+  absl::StatusOr<CallResult> r = Copy(*client, Pattern(8, 0), o);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(r.status().message(), HasSubstr("a UCX call goes as a unary Call"));
+}
+
+// A client that says it will send over UCX and never does holds the agent's
+// memory only until the idle timeout.
+TEST(UcxTest, AClientThatNeverSendsItsArgsIsEndedAndItsMemoryFreed) {
+  auto agent = Start({"--stream_idle_timeout=1s"});
+  ASSERT_TRUE(agent);
+  auto worker = TestWorker();
+  ASSERT_TRUE(worker);
+  grpc::Status s = RawCall(*agent, UcxCopy(8 << 20, worker->address()));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_EQ(s.error_message(),
+            "the caller sent nothing for 1s (--stream_idle_timeout); the call was ended.");
+  EXPECT_EQ(InflightCalls(*agent), 0);
+  // The agent did say it was ready (to a worker that wanted nothing).
+  EXPECT_GE(worker->discarded(), 1);
+}
+
+// A call cancelled by its deadline, on either side, leaves no transfer in
+// flight and no memory held.
+TEST(UcxTest, ADeadlineEndsTheCallOnBothSides) {
+  auto agent = Start({});
+  ASSERT_TRUE(agent);
+  auto worker = TestWorker();
+  ASSERT_TRUE(worker);
+  grpc::Status s = RawCall(*agent, UcxCopy(8 << 20, worker->address()), /*deadline_ms=*/300);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  // The agent ends the call when gRPC tells it of the cancel, just after
+  // the client's deadline: ask until it has (bounded).
+  int64_t inflight = -1;
+  for (absl::Time end = absl::Now() + absl::Seconds(10); absl::Now() < end;) {
+    if ((inflight = InflightCalls(*agent)) == 0) break;
+  }
+  EXPECT_EQ(inflight, 0);
+
+  // The client library: a call that cannot finish in time.
+  auto client = Connect(*agent);
+  std::vector<uint8_t> in = Pattern(64 << 20, 4);
+  CallOptions o = NoShm();
+  o.transport = Transport::kUcx;
+  o.timeout = absl::Milliseconds(1);
+  absl::StatusOr<CallResult> r = Copy(*client, in, o);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded) << r.status();
+  auto w = client_internal::ProcessUcxWorker("");
+  ASSERT_TRUE(w.ok());
+  EXPECT_EQ((*w)->in_flight(), 0);
+  // And the next call goes through.
+  o.timeout = absl::Seconds(30);
+  r = Copy(*client, in, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(std::memcmp(r->results[0].data, in.data(), in.size()), 0);
+}
+
+// The agent's UCX cannot reach this client's worker (no transport in
+// common): auto sends the call again over gRPC; forced UCX says why.
+TEST(UcxTest, AutoFallsBackToGrpcWhenUcxCannotReach) {
+  auto agent = Start({"--ucx_transports=tcp"});
+  ASSERT_TRUE(agent);
+  ClientOptions shm_only;
+  shm_only.ucx_transports = "posix";
+  if (!client_internal::ProcessUcxWorker("posix").ok()) {
+    GTEST_SKIP() << "SKIPPED: UCX here has no posix shared-memory transport";
+  }
+  auto client = Connect(*agent, shm_only);
+  std::vector<uint8_t> in = Pattern(2 << 20, 6);
+  CallOptions forced = NoShm();
+  forced.transport = Transport::kUcx;
+  absl::StatusOr<CallResult> r = Copy(*client, in, forced);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(r.status().message(), HasSubstr("ucx: the call's inputs did not arrive"));
+  EXPECT_THAT(r.status().message(), HasSubstr("the handler did not run"));
+  r = Copy(*client, in);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->transport, Transport::kGrpc);
+  EXPECT_EQ(std::memcmp(r->results[0].data, in.data(), in.size()), 0);
+  EXPECT_EQ(InflightCalls(*agent), 0);
+}
+
+}  // namespace
+}  // namespace farcall
+
+int main(int argc, char** argv) {
+  grpc_init();  // for the whole run (see client.cc)
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
