@@ -70,7 +70,9 @@ AgentCall::~AgentCall() {
 #ifdef FARCALL_WITH_UCX
   // UCX may still be writing the args or reading the results: take it back
   // before the memory goes.
-  if (ucx_set_ != nullptr && !ucx_set_->ended()) {
+  // (On the UCX thread, the call ends inside its set's on_end: every
+  // transfer ended already, and waiting there would never end.)
+  if (ucx_set_ != nullptr && !ucx_set_->ended() && !agent_.ucx->OnThread()) {
     ucx_set_->Cancel();
     ucx_set_->Wait(absl::InfiniteFuture()).IgnoreError();
   }
@@ -299,11 +301,13 @@ void AgentCall::StartUcxInputs(std::function<void()> progress,
   ucx_set_->Seal();
 }
 
-void AgentCall::StartUcxResults(std::function<void(const absl::Status&)> done) {
+void AgentCall::StartUcxResults(std::function<void()> progress,
+                                std::function<void(const absl::Status&)> done) {
   const v1::UcxTensors& u = header_.ucx();
   std::vector<int64_t> sizes;
   for (const Tensor& t : results_) sizes.push_back(t.size);
   ucx_set_ = ucx::TransferSet::Create(*agent_.ucx, std::move(done));
+  ucx_set_->OnEachEnd(std::move(progress));
   const std::vector<ucx::Piece> pieces = ucx::PiecesOf(sizes);
   for (size_t k = 0; k < pieces.size(); ++k) {
     const ucx::Piece& p = pieces[k];
@@ -323,7 +327,8 @@ void AgentCall::StartUcxInputs(std::function<void()>,
                                std::function<void(const absl::Status&)> done) {
   done(absl::UnimplementedError("this agent was built without UCX."));
 }
-void AgentCall::StartUcxResults(std::function<void(const absl::Status&)> done) {
+void AgentCall::StartUcxResults(std::function<void()>,
+                                std::function<void(const absl::Status&)> done) {
   done(absl::UnimplementedError("this agent was built without UCX."));
 }
 void AgentCall::CancelUcx() {}

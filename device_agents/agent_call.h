@@ -107,8 +107,10 @@ class AgentCall final : private FrameVisitor {
   // first failure. Both run on the UCX worker's thread and must not block.
   void StartUcxInputs(std::function<void()> progress,
                       std::function<void(const absl::Status&)> done);
-  // Sends the results to the client over UCX; `done` as above.
-  void StartUcxResults(std::function<void(const absl::Status&)> done);
+  // Sends the results to the client over UCX; `progress` and `done` as
+  // above.
+  void StartUcxResults(std::function<void()> progress,
+                       std::function<void(const absl::Status&)> done);
   // Ends the UCX transfers in flight (their `done` runs, CANCELLED).
   void CancelUcx();
 

@@ -385,54 +385,55 @@ class CallReactor final : public AgentReactor<grpc::ServerUnaryReactor> {
   }
 
   // A UCX call's args: the client sends them once told to; each piece that
-  // lands counts as progress for the idle watchdog.
+  // lands counts as progress for the idle watchdog. The phase's end comes on
+  // the UCX worker's thread, which hands only the handler to a worker.
   void ReceiveOverUcx() {
     Ref();  // until the inputs ended
-    {
-      absl::MutexLock l(&ucx_mu_);
-      ucx_phase_ = true;
-    }
     // Like a stream's: its budget is held while its client sends (or not).
     SetHoldsBudget(true);
     AwaitClient(Wait::kSend);
+    absl::MutexLock l(&ucx_mu_);  // the end waits for this phase to begin
+    ucx_phase_ = true;
     call_->StartUcxInputs(
         [this] { AwaitClient(Wait::kSend); },
         [this](const absl::Status& s) {
-          shared_.pool->Submit([this, s] {
-            absl::Status why = s;
-            if (!s.ok() && absl::IsUnavailable(s)) {
-              why = absl::UnavailableError(
-                  absl::StrCat(kUcxInputsFailed, " (", s.message(), "); the handler did not run."));
-            }
-            AfterUcx(why, "while sending its inputs", [this] {
-              absl::Status in = call_->EndOfInputs();
-              if (!in.ok()) return FinishWith(in);
-              Ref();
-              shared_.PoolFor(*call_).Submit([this] {
-                RunAndAnswer();
-                Unref();
-              });
+          absl::Status why = s;
+          if (!s.ok() && absl::IsUnavailable(s)) {
+            why = absl::UnavailableError(
+                absl::StrCat(kUcxInputsFailed, " (", s.message(), "); the handler did not run."));
+          }
+          AfterUcx(why, "while sending its inputs", [this] {
+            absl::Status in = call_->EndOfInputs();
+            if (!in.ok()) return FinishWith(in);
+            // A quick handler's small call runs here, as
+            // it would on the gRPC thread.
+            if (call_->RunsInline()) return RunAndAnswer();
+            Ref();
+            shared_.PoolFor(*call_).Submit([this] {
+              RunAndAnswer();
+              Unref();
             });
-            Unref();
           });
+          Unref();
         });
+    if (cancel_.cancelled()) call_->CancelUcx();  // cancelled before the phase began
   }
 
-  // A UCX call's results, then the answer without them.
+  // A UCX call's results, then the answer without them (from the UCX
+  // worker's thread: answering does not block).
   void SendOverUcx() {
     Ref();  // until the results were taken
-    {
-      absl::MutexLock l(&ucx_mu_);
-      ucx_phase_ = true;
-    }
     AwaitClient(Wait::kRead);
-    call_->StartUcxResults([this](const absl::Status& s) {
-      shared_.pool->Submit([this, s] {
-        AfterUcx(s, "while taking its results",
-                 [this] { FinishWith(call_->NextResponseFrame(0, response_).status()); });
-        Unref();
-      });
-    });
+    absl::MutexLock l(&ucx_mu_);
+    ucx_phase_ = true;
+    call_->StartUcxResults([this] { AwaitClient(Wait::kRead); },
+                           [this](const absl::Status& s) {
+                             AfterUcx(s, "while taking its results", [this] {
+                               FinishWith(call_->NextResponseFrame(0, response_).status());
+                             });
+                             Unref();
+                           });
+    if (cancel_.cancelled()) call_->CancelUcx();
   }
 
   // The end of a UCX phase: `next` when its transfers ended well, else the

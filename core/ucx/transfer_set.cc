@@ -112,10 +112,15 @@ void TransferSet::MaybeFinish() {
   finishing_ = true;
   absl::Status s = status_;
   mu_.Unlock();
-  // Before Wait returns: what on_end touches may go once it does.
-  if (on_end_) on_end_(s);
-  absl::MutexLock l(&mu_);
-  ended_ = true;
+  auto finish = [self = shared_from_this(), s] {
+    // Before Wait returns: what on_end touches may go once it does.
+    if (self->on_end_) self->on_end_(s);
+    absl::MutexLock l(&self->mu_);
+    self->ended_ = true;
+  };
+  // Always on the worker's thread, and never inside a caller's Seal or
+  // Cancel (even one on that thread), which may hold locks on_end takes.
+  worker_.RunOnThread(std::move(finish));
 }
 
 void TransferSet::Cancel() {

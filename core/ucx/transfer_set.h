@@ -61,8 +61,7 @@ class TransferSet : public std::enable_shared_from_this<TransferSet> {
  public:
   // `on_end` runs once when the set was sealed (or cancelled) and every
   // transfer in it ended: with OK, or the first error. It runs on the
-  // worker's thread, or on the thread that sealed or cancelled the set when
-  // nothing was in flight then. It must not block.
+  // worker's thread, never inside Seal or Cancel, and must not block.
   static std::shared_ptr<TransferSet> Create(Worker& worker,
                                              std::function<void(const absl::Status&)> on_end);
 

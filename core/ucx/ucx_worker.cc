@@ -15,6 +15,9 @@
 namespace farcall::ucx {
 namespace {
 
+// Bytes in flight from which the worker polls longest before it sleeps.
+constexpr size_t kPollFromBytes = size_t{256} << 10;
+
 absl::Status FromUcs(ucs_status_t s) {
   switch (s) {
     case UCS_OK:
@@ -311,14 +314,19 @@ void Worker::Loop() {
       continue;  // cancels land as the worker progresses
     }
     // While transfers move, poll: sleeping for each event of a TCP stream
-    // (and waking for it) halves what UCX moves. A transfer that saw
-    // nothing for a while (a peer that sends nothing) no longer keeps the
-    // thread busy.
+    // (and waking for it) halves what UCX moves, and a wake-up costs a small
+    // call more than its bytes do. Only briefly for small transfers, whose
+    // peers need the CPU too; not at all once nothing happened for that
+    // long (a peer that sends nothing keeps no thread busy).
     const absl::Time now = absl::Now();
     if (events > 0) last_event = now;
-    if (now - last_event < absl::Milliseconds(2)) {
+    {
       absl::MutexLock l(&mu_);
-      if (!in_flight_.empty() || !commands_.empty()) continue;
+      if (!commands_.empty()) continue;
+      const absl::Duration poll = in_flight_bytes_ >= kPollFromBytes ? absl::Milliseconds(2)
+                                  : !in_flight_.empty()              ? absl::Microseconds(200)
+                                                                     : absl::ZeroDuration();
+      if (now - last_event < poll) continue;
     }
     if (ucp_worker_arm(ucx_->worker) == UCS_ERR_BUSY) continue;  // more to progress
     epoll_event ready[2];
@@ -355,6 +363,7 @@ void Worker::Settle(const std::shared_ptr<Transfer>& t, void* r, size_t done_byt
   t->request_ = r;
   absl::MutexLock l(&mu_);
   in_flight_.emplace(t.get(), t);
+  in_flight_bytes_ += t->size_;
 }
 
 void Worker::CancelNow(Transfer* t) {
@@ -392,6 +401,15 @@ void Worker::Ended(Transfer* t, void* request, int status, size_t bytes) {
   t->request_ = nullptr;
   ucp_request_free(request);  // UCX is done with the caller's memory
   SendEnded(t);
+  const auto failed = static_cast<ucs_status_t>(status);
+  if (!t->peer_.empty() && failed != UCS_OK && failed != UCS_ERR_CANCELED) {
+    // The connection broke (the peer went, or closed it): the next send to
+    // that peer makes a new one. Later, not inside UCX's callback.
+    Post([this, peer = t->peer_, ep = t->ep_] {
+      auto it = ucx_->endpoints.find(peer);
+      if (it != ucx_->endpoints.end() && it->second.ep == ep) ucx_->Close(peer);
+    });
+  }
   std::shared_ptr<Transfer> keep;
   {
     absl::MutexLock l(&mu_);
@@ -399,6 +417,7 @@ void Worker::Ended(Transfer* t, void* request, int status, size_t bytes) {
     if (it != in_flight_.end()) {
       keep = std::move(it->second);
       in_flight_.erase(it);
+      in_flight_bytes_ -= t->size_;
     }
   }
   const auto s = static_cast<ucs_status_t>(status);

@@ -120,6 +120,11 @@ class Worker {
   // Returns once everything started before it was handed to UCX: a receive
   // started before Flush() is posted when it returns.
   void Flush();
+  // Runs `f` on the worker's thread (it must not block), after what was
+  // started before.
+  void RunOnThread(std::function<void()> f) { Post(std::move(f)); }
+  // Whether the caller is the worker's thread.
+  bool OnThread() const { return std::this_thread::get_id() == thread_.get_id(); }
 
   // Transfers in flight now (for tests: none once all have ended).
   int in_flight() const;
@@ -153,6 +158,7 @@ class Worker {
   std::deque<std::function<void()>> commands_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::map<Transfer*, std::shared_ptr<Transfer>> in_flight_ ABSL_GUARDED_BY(mu_);
+  size_t in_flight_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t discarded_ ABSL_GUARDED_BY(mu_) = 0;
   size_t endpoint_count_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread thread_;
