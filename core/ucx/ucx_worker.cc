@@ -45,6 +45,8 @@ struct Worker::Ucx {
   std::map<std::string, Endpoint> endpoints;  // by peer address
   uint64_t uses = 0;
   std::vector<uint8_t> scratch;  // where unasked messages are thrown
+  // Cancelled sends still going, and when their grace runs out.
+  std::map<Transfer*, absl::Time> cancelled_sends;
 
   ~Ucx() {
     if (worker != nullptr) ucp_worker_destroy(worker);
@@ -133,7 +135,8 @@ absl::Status Transfer::Wait(absl::Time deadline) {
   mu_.Unlock();
   Cancel();
   mu_.Lock();
-  // UCX completes a cancelled request at once, on the worker's thread.
+  // A cancelled receive ends at once; a send once the peer let go of it,
+  // or when its grace runs out.
   mu_.Await(absl::Condition(&done_));
   if (status_.ok()) return status_;  // it ended just before the cancel
   return absl::DeadlineExceededError("ucx: the transfer did not end before its deadline.");
@@ -320,6 +323,7 @@ void Worker::Loop() {
     // long (a peer that sends nothing keeps no thread busy).
     const absl::Time now = absl::Now();
     if (events > 0) last_event = now;
+    const absl::Time next_close = CloseStuckSends(now);
     {
       absl::MutexLock l(&mu_);
       if (!commands_.empty()) continue;
@@ -329,8 +333,11 @@ void Worker::Loop() {
       if (now - last_event < poll) continue;
     }
     if (ucp_worker_arm(ucx_->worker) == UCS_ERR_BUSY) continue;  // more to progress
+    const absl::Duration wait =
+        std::clamp(next_close - now, absl::ZeroDuration(), absl::Seconds(1));
     epoll_event ready[2];
-    if (epoll_wait(ucx_->epoll_fd, ready, 2, 1000) > 0) {
+    const int wait_ms = static_cast<int>(absl::ToInt64Milliseconds(wait)) + 1;
+    if (epoll_wait(ucx_->epoll_fd, ready, 2, wait_ms) > 0) {
       uint64_t n;
       (void)!read(wake_fd_, &n, sizeof(n));
     }
@@ -370,9 +377,28 @@ void Worker::CancelNow(Transfer* t) {
   if (t->request_ == nullptr) return;
   if (t->peer_.empty()) {
     ucp_request_cancel(ucx_->worker, t->request_);
-  } else {
-    ucx_->Close(t->peer_);  // ends the send, cancelled
+  } else if (!t->cancelled_) {
+    t->cancelled_ = true;
+    ucx_->cancelled_sends.emplace(t, absl::Now() + options_.send_cancel_grace);
   }
+}
+
+absl::Time Worker::CloseStuckSends(absl::Time now) {
+  absl::Time next = absl::InfiniteFuture();
+  std::vector<std::pair<std::string, void*>> stuck;
+  for (const auto& [t, until] : ucx_->cancelled_sends) {
+    if (until <= now) {
+      stuck.emplace_back(t->peer_, t->ep_);
+    } else {
+      next = std::min(next, until);
+    }
+  }
+  for (const auto& [peer, ep] : stuck) {
+    auto it = ucx_->endpoints.find(peer);
+    // Ends the sends on it (their callbacks drop them from cancelled_sends).
+    if (it != ucx_->endpoints.end() && it->second.ep == ep) ucx_->Close(peer);
+  }
+  return next;
 }
 
 int Worker::in_flight() const {
@@ -401,6 +427,10 @@ void Worker::Ended(Transfer* t, void* request, int status, size_t bytes) {
   t->request_ = nullptr;
   ucp_request_free(request);  // UCX is done with the caller's memory
   SendEnded(t);
+  if (t->cancelled_) {
+    ucx_->cancelled_sends.erase(t);
+    if (status == UCS_OK) status = UCS_ERR_CANCELED;  // the peer threw it away, or took it late
+  }
   const auto failed = static_cast<ucs_status_t>(status);
   if (!t->peer_.empty() && failed != UCS_OK && failed != UCS_ERR_CANCELED) {
     // The connection broke (the peer went, or closed it): the next send to

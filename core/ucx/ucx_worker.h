@@ -15,6 +15,15 @@
 // that ends early (Cancel, or Wait's deadline) is cancelled on that thread,
 // and Wait returns only once UCX has let go of the memory.
 //
+// UCX can take back a receive but not a send its peer may have started to
+// take. A cancelled send is left to end by itself, which it does at once
+// when the peer has cancelled its receive too (it throws the message away)
+// or takes it; only a send still going Options::send_cancel_grace later (the
+// peer is gone or stuck) has its endpoint closed by force, which ends every
+// send on it. Closing endpoints at every cancel would break the connection
+// under the peer's receives already under way (UCX notices only at its next
+// keepalive, tens of seconds on) and under the next call's messages.
+//
 // A worker that never expects a message it has not posted a receive for
 // (Options::discard_unexpected: farcall's agents and clients, whose peers
 // send only after being told to) throws away whatever arrives unasked, so
@@ -72,6 +81,7 @@ class Transfer : public std::enable_shared_from_this<Transfer> {
   // and an end that UCX reported before that call returned.
   void* request_ = nullptr;
   bool ended_early_ = false;
+  bool cancelled_ = false;  // a send asked to end (worker's thread only)
   int early_status_ = 0;
   size_t early_bytes_ = 0;
   mutable absl::Mutex mu_;
@@ -91,6 +101,9 @@ class Worker {
     // Endpoints kept open at most; the least recently used idle ones close
     // past it.
     size_t max_endpoints = 1024;
+    // How long a cancelled send may take to end before its endpoint is
+    // closed by force.
+    absl::Duration send_cancel_grace = absl::Seconds(5);
   };
 
   // UNAVAILABLE when UCX cannot start here (no usable transport).
@@ -107,9 +120,8 @@ class Worker {
   // Starts sending `size` bytes at `data` to the worker at `peer` under
   // `tag`; `data` must stay valid until the transfer ends.
   // `on_end`, if given, runs on the worker's thread when it ended: it must
-  // not block (it may start transfers). Cancelling a send closes its
-  // endpoint, failing the other sends on it too (UCX cannot take back one
-  // send the peer has started to take).
+  // not block (it may start transfers). A cancelled send ends CANCELLED
+  // once the peer took it or threw it away, or the grace ran out.
   using OnEnd = std::function<void(const absl::Status&)>;
   std::shared_ptr<Transfer> StartSend(const std::string& peer, uint64_t tag, const void* data,
                                       size_t size, OnEnd on_end = nullptr);
@@ -143,6 +155,9 @@ class Worker {
   // done at once with `done_bytes`, or an error).
   void Settle(const std::shared_ptr<Transfer>& t, void* r, size_t done_bytes);
   void CancelNow(Transfer* t);
+  // Closes the endpoints under cancelled sends past their grace; returns
+  // when the next one runs out (InfiniteFuture: none waits).
+  absl::Time CloseStuckSends(absl::Time now);
   // A request's completion (UCX's callback); `status` is a ucs_status_t.
   void Ended(Transfer* t, void* request, int status, size_t bytes);
   // A send no longer counts against its endpoint.

@@ -5,6 +5,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 
 namespace farcall::ucx {
@@ -91,6 +92,51 @@ TEST_P(UcxWorkerTest, MoreBytesThanTheBufferHoldsIsOutOfRange) {
   EXPECT_EQ(rx->Wait(Soon()).code(), absl::StatusCode::kOutOfRange);
   // The sender may or may not hear of it; either way it ends.
   tx->Wait(absl::Now() + absl::Seconds(2)).IgnoreError();
+}
+
+// A cancelled send the peer takes (or throws away) ends by itself: the
+// connection stays up for what comes next.
+TEST_P(UcxWorkerTest, ACancelledSendLeavesTheConnectionUp) {
+  auto a = Make(GetParam()), b = Make(GetParam());
+  ASSERT_TRUE(a && b);
+  std::vector<uint8_t> src = Pattern(64 << 20, 3), dst(src.size());
+  auto rx = b->StartReceive(5, dst.data(), dst.size());
+  auto tx = a->StartSend(b->address(), 5, src.data(), src.size());
+  tx->Cancel();
+  const absl::Status sent = tx->Wait(Soon());
+  EXPECT_TRUE(sent.ok() || absl::IsCancelled(sent)) << sent;
+  ASSERT_TRUE(rx->Wait(Soon()).ok());
+  EXPECT_EQ(dst, src);
+  EXPECT_EQ(a->endpoints(), 1u);
+  rx = b->StartReceive(6, dst.data(), 100);
+  tx = a->StartSend(b->address(), 6, src.data(), 100);
+  EXPECT_TRUE(tx->Wait(Soon()).ok());
+  EXPECT_TRUE(rx->Wait(Soon()).ok());
+}
+
+// A cancelled send to a peer that takes nothing (stuck) ends once its grace
+// ran out, by closing the endpoint; the next send makes a new one.
+TEST(UcxWorkerCancelTest, ASendToAStuckPeerEndsAfterItsGrace) {
+  Worker::Options o;
+  o.transports = "tcp";
+  o.send_cancel_grace = absl::Milliseconds(200);
+  auto a = Worker::Create(o);
+  auto b = Make("tcp");
+  ASSERT_TRUE(a.ok() && b);
+  absl::Notification go;
+  b->RunOnThread([&go] { go.WaitForNotification(); });  // b takes nothing
+  std::vector<uint8_t> src = Pattern(64 << 20, 4), dst(src.size());
+  auto tx = (*a)->StartSend(b->address(), 7, src.data(), src.size());
+  const absl::Time start = absl::Now();
+  tx->Cancel();
+  EXPECT_EQ(tx->Wait(Soon()).code(), absl::StatusCode::kCancelled);
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(150));
+  EXPECT_EQ((*a)->in_flight(), 0);
+  go.Notify();
+  auto rx = b->StartReceive(8, dst.data(), 100);
+  tx = (*a)->StartSend(b->address(), 8, src.data(), 100);
+  EXPECT_TRUE(tx->Wait(Soon()).ok());
+  EXPECT_TRUE(rx->Wait(Soon()).ok());
 }
 
 TEST(UcxWorkerStopTest, DestroyingAWorkerCancelsWhatIsInFlight) {
