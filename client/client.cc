@@ -175,6 +175,21 @@ class StreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::
   absl::Status local_error_ ABSL_GUARDED_BY(mu_);
 };
 
+// Whether a call over UCX failed because its args could not reach the agent
+// (so the handler did not run, and the call may go again another way).
+bool UcxInputsFailed(const absl::StatusOr<CallResult>& r) {
+  return !r.ok() && absl::IsUnavailable(r.status()) &&
+         absl::StartsWith(r.status().message(), kUcxInputsFailed);
+}
+
+// `options` for a call that goes again over gRPC, within what is left
+// before `deadline` (none left: it ends DEADLINE_EXCEEDED at once).
+CallOptions OverGrpc(CallOptions options, absl::Time deadline) {
+  options.transport = Transport::kGrpc;
+  options.timeout = std::max(deadline - absl::Now(), absl::ZeroDuration());
+  return options;
+}
+
 // How a unary call's tensors travel over UCX: the process's worker and the
 // agent's address (a null worker: not over UCX).
 struct UcxRoute {
@@ -465,7 +480,7 @@ struct Client::Impl {
   }
 };
 
-Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Client::Client(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Client::~Client() = default;
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& target,
@@ -479,7 +494,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& targe
     return true;
   }();
   (void)kGrpcInitialised;
-  auto impl = std::make_unique<Impl>();
+  auto impl = std::make_shared<Impl>();
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = SharedChannel(target, options);
   if (!channel.ok()) return channel.status();
   impl->channel = *std::move(channel);
@@ -510,20 +525,20 @@ bool Client::Connected(absl::Duration wait) {
   return wait > absl::ZeroDuration() && impl_->channel->WaitForConnected(DeadlineAfter(wait));
 }
 
-absl::StatusOr<Client::Plan> Client::MakePlan(const CallRequest& request,
+absl::StatusOr<Client::Plan> Client::MakePlan(Impl& impl, const CallRequest& request,
                                               const CallOptions& options) {
   absl::StatusOr<PreparedCall> prepared = client_internal::Prepare(request, options);
   if (!prepared.ok()) return prepared.status();
-  absl::StatusOr<Service> service = impl_->GetService(options.timeout, options.wait_for_ready);
+  absl::StatusOr<Service> service = impl.GetService(options.timeout, options.wait_for_ready);
   if (!service.ok()) {
     absl::Status s = service.status();
-    if (impl_->direct && absl::IsUnavailable(s)) client_internal::MarkNotDelivered(s);
+    if (impl.direct && absl::IsUnavailable(s)) client_internal::MarkNotDelivered(s);
     return s;
   }
   Plan plan;
   if (*service == Service::kRouter && !options.via_router && options.validate_locally &&
       request.platforms.empty()) {
-    plan.lookaside = impl_->Lookaside();
+    plan.lookaside = impl.Lookaside();
     return plan;
   }
   if (options.transport == Transport::kUcx) {
@@ -558,7 +573,7 @@ absl::StatusOr<Client::Plan> Client::MakePlan(const CallRequest& request,
   const bool want_shm =
       options.transport == Transport::kShm ||
       (options.transport == Transport::kAuto && options.allow_shm && options.rpc == Rpc::kAuto);
-  std::shared_ptr<client_internal::ShmChannel> shm = want_shm ? impl_->SharedMemory() : nullptr;
+  std::shared_ptr<client_internal::ShmChannel> shm = want_shm ? impl.SharedMemory() : nullptr;
   if (options.transport == Transport::kShm && shm == nullptr) {
     return absl::FailedPreconditionError(
         "transport shm: the target is not an agent on this host that offers shared memory "
@@ -573,21 +588,21 @@ absl::StatusOr<Client::Plan> Client::MakePlan(const CallRequest& request,
       // connections) or the socket broke: this client goes on over gRPC,
       // and this call too (unless it asked for shared memory), prepared
       // afresh without the shared region.
-      impl_->DisableSharedMemory();
+      impl.DisableSharedMemory();
       if (options.transport == Transport::kShm) return staged;
       prepared = client_internal::Prepare(request, options);
       if (!prepared.ok()) return prepared.status();
     }
   }
   if (shm == nullptr && *service == Service::kAgent) {
-    FARCALL_ASSIGN_OR_RETURN(plan.ucx, impl_->ChooseUcx(*prepared, options));
+    FARCALL_ASSIGN_OR_RETURN(plan.ucx, impl.ChooseUcx(*prepared, options));
     if (plan.ucx.worker != nullptr) {
       prepared->ucx = true;
       plan.unary = true;  // only the header crosses gRPC
     }
   }
   prepared->via_router = *service == Service::kRouter;
-  prepared->direct = impl_->direct;
+  prepared->direct = impl.direct;
   if (*service == Service::kAgent) {
     plan.method = plan.unary ? kAgentCallMethod : kAgentExecuteMethod;
   } else {
@@ -598,23 +613,39 @@ absl::StatusOr<Client::Plan> Client::MakePlan(const CallRequest& request,
 }
 
 void Client::CallAsync(const CallRequest& request, const CallOptions& options, CallCallback done) {
-  absl::StatusOr<Plan> plan = MakePlan(request, options);
+  StartAsync(impl_, request, options, std::move(done));
+}
+
+void Client::StartAsync(const std::shared_ptr<Impl>& impl, const CallRequest& request,
+                        const CallOptions& options, CallCallback done) {
+  absl::StatusOr<Plan> plan = MakePlan(*impl, request, options);
   if (!plan.ok()) return done(plan.status());
   if (plan->lookaside != nullptr)
     return plan->lookaside->CallAsync(request, options, std::move(done));
+  if (plan->ucx.worker != nullptr && options.transport == Transport::kAuto) {
+    // As in Call: UCX chosen by itself that failed before the handler ran
+    // sends the call again over gRPC (from the gRPC thread `done` runs on).
+    done = [impl, request, options, deadline = absl::Now() + options.timeout,
+            done = std::move(done)](absl::StatusOr<CallResult> r) mutable {
+      if (!UcxInputsFailed(r)) return done(std::move(r));
+      impl->BackOffUcx();
+      StartAsync(impl, request, OverGrpc(options, deadline), std::move(done));
+    };
+  }
   if (plan->unary) {
-    auto* call = new UnaryCall(std::move(plan->prepared), options, impl_->authorization,
+    auto* call = new UnaryCall(std::move(plan->prepared), options, impl->authorization,
                                std::move(done), plan->ucx);
-    call->Start(*impl_->generic, plan->method);
+    call->Start(*impl->generic, plan->method);
   } else {
     auto* call =
-        new StreamCall(std::move(plan->prepared), options, impl_->authorization, std::move(done));
-    call->Start(*impl_->generic, plan->method);
+        new StreamCall(std::move(plan->prepared), options, impl->authorization, std::move(done));
+    call->Start(*impl->generic, plan->method);
   }
 }
 
 absl::StatusOr<CallResult> Client::Call(const CallRequest& request, const CallOptions& options) {
-  absl::StatusOr<Plan> plan = MakePlan(request, options);
+  const absl::Time deadline = absl::Now() + options.timeout;
+  absl::StatusOr<Plan> plan = MakePlan(*impl_, request, options);
   if (!plan.ok()) return plan.status();
   if (plan->lookaside != nullptr) return plan->lookaside->Call(request, options);
   if (plan->ucx.worker != nullptr) {
@@ -622,12 +653,9 @@ absl::StatusOr<CallResult> Client::Call(const CallRequest& request, const CallOp
     // UCX chosen by itself failed before the handler ran (the agent's worker
     // cannot be reached from here, say): the call goes again over gRPC, and
     // so do the next ones for a while.
-    if (!r.ok() && options.transport == Transport::kAuto && absl::IsUnavailable(r.status()) &&
-        absl::StartsWith(r.status().message(), kUcxInputsFailed)) {
+    if (options.transport == Transport::kAuto && UcxInputsFailed(r)) {
       impl_->BackOffUcx();
-      CallOptions grpc = options;
-      grpc.transport = Transport::kGrpc;
-      return Call(request, grpc);
+      return Call(request, OverGrpc(options, deadline));
     }
     return r;
   }

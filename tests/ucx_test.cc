@@ -4,6 +4,7 @@
 // processes on loopback ports the OS picks; UCX moves bytes over TCP
 // (ctest sets UCX_TLS=tcp), as between hosts.
 #include <fstream>
+#include <future>
 #include <memory>
 #include <string>
 #include <vector>
@@ -53,16 +54,21 @@ CallOptions NoShm() {
   return o;
 }
 
-// `copy` of `n` bytes, returning the result (or the failure).
-absl::StatusOr<CallResult> Copy(Client& c, const std::vector<uint8_t>& in,
-                                CallOptions o = NoShm()) {
+// A call of `copy` on `in`.
+CallRequest CopyRequest(const std::vector<uint8_t>& in) {
   TensorSpec spec{DType::kU8, {static_cast<int64_t>(in.size())}};
   CallRequest req;
   req.platform = "cpu";
   req.handler = "copy";
   req.args = {Arg::In(spec, in.data())};
   req.results = {spec};
-  return c.Call(req, o);
+  return req;
+}
+
+// `copy` of `in`, returning the result (or the failure).
+absl::StatusOr<CallResult> Copy(Client& c, const std::vector<uint8_t>& in,
+                                CallOptions o = NoShm()) {
+  return c.Call(CopyRequest(in), o);
 }
 
 grpc::Status RawCall(const ChildProcess& agent, const v1::ExecuteRequest& req,
@@ -331,6 +337,15 @@ TEST(UcxTest, AutoFallsBackToGrpcWhenUcxCannotReach) {
   EXPECT_THAT(r.status().message(), HasSubstr("ucx: the call's inputs did not arrive"));
   EXPECT_THAT(r.status().message(), HasSubstr("the handler did not run"));
   r = Copy(*client, in);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->transport, Transport::kGrpc);
+  EXPECT_EQ(std::memcmp(r->results[0].data, in.data(), in.size()), 0);
+  // An asynchronous call falls back too, even when its client is gone by
+  // the time UCX has failed.
+  auto other = Connect(*agent, shm_only);
+  std::future<absl::StatusOr<CallResult>> f = other->CallFuture(CopyRequest(in), NoShm());
+  other.reset();
+  r = f.get();
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->transport, Transport::kGrpc);
   EXPECT_EQ(std::memcmp(r->results[0].data, in.data(), in.size()), 0);

@@ -101,9 +101,9 @@ struct CallRequest {
 //          memory and the agent's tensors; FAILED_PRECONDITION when the
 //          agent offers none, through a router (via_router), with
 //          Rpc::kStream, or in a build without UCX.
-// A blocking Call that kAuto sent over UCX, whose args could not go (the
-// agent's worker unreachable from here), goes again over gRPC, and later
-// calls skip UCX for a while.
+// A call (blocking or not) that kAuto sent over UCX, whose args could not
+// go (the agent's worker unreachable from here), goes again over gRPC within
+// what is left of its timeout, and later calls skip UCX for a while.
 enum class Transport { kAuto, kGrpc, kShm, kUcx };
 
 // The gRPC call's shape: kUnary, one message each way (`Call`); kStream,
@@ -303,15 +303,20 @@ class Client {
   friend class client_internal::Lookaside;
   struct Impl;
   struct Plan;
-  explicit Client(std::unique_ptr<Impl> impl);
-  absl::StatusOr<Plan> MakePlan(const CallRequest& request, const CallOptions& options);
+  explicit Client(std::shared_ptr<Impl> impl);
+  static absl::StatusOr<Plan> MakePlan(Impl& impl, const CallRequest& request,
+                                       const CallOptions& options);
+  // CallAsync's work. A call that may go again over gRPC holds `impl` until
+  // it ends, so this client may be destroyed before its calls end.
+  static void StartAsync(const std::shared_ptr<Impl>& impl, const CallRequest& request,
+                         const CallOptions& options, CallCallback done);
   absl::StatusOr<CallResult> CallOverUcx(Plan plan, const CallOptions& options);
   // This client is the lookaside's, for one agent a router named.
   void MarkDirect();
   // Whether the target is connected now, waiting for that up to `wait`
   // (zero: only asks, and starts connecting when idle).
   bool Connected(absl::Duration wait);
-  std::unique_ptr<Impl> impl_;
+  std::shared_ptr<Impl> impl_;
 };
 
 }  // namespace farcall
