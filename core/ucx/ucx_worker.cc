@@ -45,7 +45,8 @@ struct Worker::Ucx {
   std::map<std::string, Endpoint> endpoints;  // by peer address
   uint64_t uses = 0;
   std::vector<uint8_t> scratch;  // where unasked messages are thrown
-  // Cancelled sends still going, and when their grace runs out.
+  // Cancelled sends still going, and when their grace runs out (only the
+  // worker's thread).
   std::map<Transfer*, absl::Time> cancelled_sends;
 
   ~Ucx() {
@@ -377,8 +378,8 @@ void Worker::CancelNow(Transfer* t) {
   if (t->request_ == nullptr) return;
   if (t->peer_.empty()) {
     ucp_request_cancel(ucx_->worker, t->request_);
-  } else if (!t->cancelled_) {
-    t->cancelled_ = true;
+  } else {
+    // A second cancel keeps the first one's grace.
     ucx_->cancelled_sends.emplace(t, absl::Now() + options_.send_cancel_grace);
   }
 }
@@ -427,9 +428,8 @@ void Worker::Ended(Transfer* t, void* request, int status, size_t bytes) {
   t->request_ = nullptr;
   ucp_request_free(request);  // UCX is done with the caller's memory
   SendEnded(t);
-  if (t->cancelled_) {
-    ucx_->cancelled_sends.erase(t);
-    if (status == UCS_OK) status = UCS_ERR_CANCELED;  // the peer threw it away, or took it late
+  if (ucx_->cancelled_sends.erase(t) > 0 && status == UCS_OK) {
+    status = UCS_ERR_CANCELED;  // a cancelled send the peer took late
   }
   const auto failed = static_cast<ucs_status_t>(status);
   if (!t->peer_.empty() && failed != UCS_OK && failed != UCS_ERR_CANCELED) {

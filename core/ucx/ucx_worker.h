@@ -81,7 +81,6 @@ class Transfer : public std::enable_shared_from_this<Transfer> {
   // and an end that UCX reported before that call returned.
   void* request_ = nullptr;
   bool ended_early_ = false;
-  bool cancelled_ = false;  // a send asked to end (worker's thread only)
   int early_status_ = 0;
   size_t early_bytes_ = 0;
   mutable absl::Mutex mu_;
