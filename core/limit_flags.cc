@@ -27,6 +27,7 @@ ABSL_FLAG(int64_t, max_rank, 64, "most dims one tensor may have");
 ABSL_FLAG(int64_t, max_attributes, 256, "most attributes one call may carry");
 ABSL_FLAG(int64_t, max_name_bytes, 1024, "longest handler, platform or attribute name, in bytes");
 ABSL_FLAG(int64_t, max_string_bytes, 1 << 20, "longest string attribute, in bytes");
+ABSL_FLAG(int64_t, max_call_id_bytes, 128, "longest call_id (idempotency key), in bytes");
 
 namespace farcall {
 
@@ -38,6 +39,7 @@ absl::StatusOr<HeaderLimits> HeaderLimitsFromFlags() {
   l.max_attributes = absl::GetFlag(FLAGS_max_attributes);
   l.max_name_bytes = absl::GetFlag(FLAGS_max_name_bytes);
   l.max_string_bytes = absl::GetFlag(FLAGS_max_string_bytes);
+  l.max_call_id_bytes = absl::GetFlag(FLAGS_max_call_id_bytes);
   FARCALL_RETURN_IF_ERROR(ValidateHeaderLimits(l));
   return l;
 }

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "openssl/sha.h"
 
 namespace farcall {
 namespace {
@@ -36,6 +37,18 @@ bool ConstantTimeEqual(absl::string_view a, absl::string_view b) {
   return diff == 0;
 }
 
+std::string PrincipalOfToken(absl::string_view token) {
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(token.data()), token.size(), digest);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out = "token:";
+  for (int i = 0; i < 6; ++i) {
+    out.push_back(kHex[digest[i] >> 4]);
+    out.push_back(kHex[digest[i] & 15]);
+  }
+  return out;
+}
+
 absl::StatusOr<TokenTable> TokenTable::Parse(absl::string_view text, absl::string_view source) {
   TokenTable t;
   int line_no = 0;
@@ -51,6 +64,18 @@ absl::StatusOr<TokenTable> TokenTable::Parse(absl::string_view text, absl::strin
     }
     Entry e;
     e.token = std::string(fields[0]);
+    if (e.token.size() < kMinTokenBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(source, " line ", line_no,
+                                                     ": the token is shorter than ", kMinTokenBytes,
+                                                     " bytes; use a long random one."));
+    }
+    for (size_t i = 0; i < t.entries_.size(); ++i) {
+      if (ConstantTimeEqual(t.entries_[i].token, e.token)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            source, " line ", line_no, ": the token repeats the one on line ", t.lines_[i], "."));
+      }
+    }
+    e.principal = PrincipalOfToken(e.token);
     if (fields[1] == "*") {
       e.all = true;
     } else {
@@ -59,7 +84,15 @@ absl::StatusOr<TokenTable> TokenTable::Parse(absl::string_view text, absl::strin
       }
     }
     t.entries_.push_back(std::move(e));
+    t.lines_.push_back(line_no);
   }
+  if (t.entries_.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the tokens file ", source,
+        " holds no token; a server given --tokens_file never serves without tokens (list at "
+        "least one 'TOKEN HANDLER[,HANDLER...]' line, or leave the flag out)."));
+  }
+  t.lines_.clear();
   return t;
 }
 
@@ -95,15 +128,18 @@ absl::Status TokenTable::Authenticate(absl::string_view authorization) const {
   return Find(authorization, &error) != nullptr ? absl::OkStatus() : error;
 }
 
-absl::Status TokenTable::Authorize(absl::string_view authorization,
-                                   absl::string_view handler) const {
+absl::Status TokenTable::Authorize(absl::string_view authorization, absl::string_view handler,
+                                   std::string* principal) const {
+  if (principal != nullptr) principal->clear();
   if (!required()) return absl::OkStatus();
   absl::Status error;
   const Entry* e = Find(authorization, &error);
   if (e == nullptr) return error;
-  if (e->all) return absl::OkStatus();
-  for (const std::string& h : e->handlers) {
-    if (h == handler) return absl::OkStatus();
+  bool allowed = e->all;
+  for (const std::string& h : e->handlers) allowed = allowed || h == handler;
+  if (allowed) {
+    if (principal != nullptr) *principal = e->principal;
+    return absl::OkStatus();
   }
   return absl::PermissionDeniedError(
       absl::StrCat("this token may not call handler '", handler, "'."));

@@ -2,7 +2,16 @@
 //
 // A tokens file has one token per line, `TOKEN HANDLER[,HANDLER...]` or
 // `TOKEN *` (every handler); blank lines and `#` comments are allowed. Calls
-// carry `authorization: Bearer TOKEN`.
+// carry `authorization: Bearer TOKEN`. A file that would leave the server
+// open or weak is refused whole: one with no token at all (a server given a
+// tokens file never serves without tokens), a token shorter than
+// kMinTokenBytes, or a token listed twice.
+//
+// Each token is a *principal*: the caller it stands for, named
+// `token:` and the first 12 hex digits of the token's SHA-256
+// (`printf %s TOKEN | sha256sum | cut -c1-12`). Principals key what one
+// caller must not see of another's (the exactly-once ledger), and may be
+// logged; tokens never are.
 //
 //   absl::StatusOr<TokenTable> t = TokenTable::Load("/etc/farcall/tokens");
 //   absl::Status s = t->Authorize(authorization_value, "axpy");
@@ -25,6 +34,8 @@ namespace farcall {
 // The metadata key calls carry their token in, and its value's prefix.
 inline constexpr char kAuthorizationKey[] = "authorization";
 inline constexpr char kBearerPrefix[] = "Bearer ";
+// The shortest token a tokens file may hold.
+inline constexpr size_t kMinTokenBytes = 16;
 
 class TokenTable {
  public:
@@ -37,18 +48,23 @@ class TokenTable {
 
   // Whether calls need a token at all.
   bool required() const { return !entries_.empty(); }
+  // How many tokens the table holds.
+  size_t size() const { return entries_.size(); }
 
   // For a call with the `authorization` metadata value `authorization`
   // (empty when absent): OK when no token is required, or the token is
   // known; UNAUTHENTICATED otherwise.
   absl::Status Authenticate(absl::string_view authorization) const;
   // The same, and PERMISSION_DENIED naming `handler` when the token may not
-  // call it.
-  absl::Status Authorize(absl::string_view authorization, absl::string_view handler) const;
+  // call it. On success `principal` (if given) is set to the caller's
+  // principal, or to "" when no token is required.
+  absl::Status Authorize(absl::string_view authorization, absl::string_view handler,
+                         std::string* principal = nullptr) const;
 
  private:
   struct Entry {
     std::string token;
+    std::string principal;
     bool all = false;
     std::vector<std::string> handlers;
   };
@@ -57,6 +73,7 @@ class TokenTable {
   const Entry* Find(absl::string_view authorization, absl::Status* error) const;
 
   std::vector<Entry> entries_;
+  std::vector<int> lines_;  // while parsing: each entry's line
 };
 
 // The token in a file of its own (the router's --agent_token_file, the
@@ -66,6 +83,9 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
 // Whether `a` equals `b`, in time that depends only on their lengths: for
 // comparing secrets.
 bool ConstantTimeEqual(absl::string_view a, absl::string_view b);
+
+// The principal a token stands for (see above).
+std::string PrincipalOfToken(absl::string_view token);
 
 }  // namespace farcall
 

@@ -10,8 +10,8 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 
 constexpr char kFile[] = R"(# who may call what
-alpha-token axpy,copy
-   root-token *
+alpha-token-0123456789 axpy,copy
+   root-token-0123456789 *
 
 )";
 
@@ -25,10 +25,10 @@ TEST(TokenTableTest, KnownTokensCallTheirHandlers) {
   absl::StatusOr<TokenTable> t = TokenTable::Parse(kFile, "tokens");
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_TRUE(t->required());
-  EXPECT_TRUE(t->Authorize("Bearer alpha-token", "axpy").ok());
-  EXPECT_TRUE(t->Authorize("Bearer alpha-token", "copy").ok());
-  EXPECT_TRUE(t->Authorize("Bearer root-token", "anything").ok());
-  EXPECT_TRUE(t->Authenticate("Bearer alpha-token").ok());
+  EXPECT_TRUE(t->Authorize("Bearer alpha-token-0123456789", "axpy").ok());
+  EXPECT_TRUE(t->Authorize("Bearer alpha-token-0123456789", "copy").ok());
+  EXPECT_TRUE(t->Authorize("Bearer root-token-0123456789", "anything").ok());
+  EXPECT_TRUE(t->Authenticate("Bearer alpha-token-0123456789").ok());
 }
 
 TEST(TokenTableTest, MissingUnknownAndUnauthorisedTokens) {
@@ -37,24 +37,70 @@ TEST(TokenTableTest, MissingUnknownAndUnauthorisedTokens) {
   absl::Status s = t->Authorize("", "axpy");
   EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated);
   EXPECT_EQ(s.message(), "this server needs a bearer token: send 'authorization: Bearer TOKEN'.");
-  s = t->Authorize("Bearer alpha-tokem", "axpy");
+  s = t->Authorize("Bearer alpha-token-0123456788", "axpy");
   EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated);
   EXPECT_EQ(s.message(), "the bearer token is not known to this server.");
   // A prefix or an extension of a token is not that token.
-  EXPECT_EQ(t->Authorize("Bearer alpha-toke", "axpy").code(), absl::StatusCode::kUnauthenticated);
-  EXPECT_EQ(t->Authorize("Bearer alpha-token2", "axpy").code(), absl::StatusCode::kUnauthenticated);
-  s = t->Authorize("Bearer alpha-token", "sleep");
+  EXPECT_EQ(t->Authorize("Bearer alpha-token-012345678", "axpy").code(),
+            absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(t->Authorize("Bearer alpha-token-01234567890", "axpy").code(),
+            absl::StatusCode::kUnauthenticated);
+  s = t->Authorize("Bearer alpha-token-0123456789", "sleep");
   EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
   EXPECT_EQ(s.message(), "this token may not call handler 'sleep'.");
   EXPECT_THAT(s.message(), Not(HasSubstr("alpha")));
 }
 
 TEST(TokenTableTest, BadLinesNameTheLineNotTheToken) {
-  absl::StatusOr<TokenTable> t = TokenTable::Parse("ok *\nsecret-value\n", "/etc/tokens");
+  absl::StatusOr<TokenTable> t =
+      TokenTable::Parse("root-token-0123456789 *\nsecret-value\n", "/etc/tokens");
   EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(t.status().message(),
             "/etc/tokens line 2: expected 'TOKEN HANDLER[,HANDLER...]' or 'TOKEN *'.");
   EXPECT_EQ(TokenTable::Load("/nonexistent/tokens").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(TokenTableTest, AFileWithoutTokensIsRefusedNotOpen) {
+  // Comments and blank lines alone would otherwise mean "no token needed".
+  for (const char* text : {"", "# nobody yet\n", "\n   \n# x\n"}) {
+    absl::StatusOr<TokenTable> t = TokenTable::Parse(text, "/etc/tokens");
+    EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << text;
+    EXPECT_THAT(t.status().message(), HasSubstr("the tokens file /etc/tokens holds no token"));
+  }
+}
+
+TEST(TokenTableTest, ShortAndRepeatedTokensAreRefusedByLine) {
+  absl::StatusOr<TokenTable> t = TokenTable::Parse("# c\nshort-token-15b *\n", "tok");
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(t.status().message(),
+            "tok line 2: the token is shorter than 16 bytes; use a long random one.");
+  EXPECT_THAT(t.status().message(), Not(HasSubstr("short-token")));
+  t = TokenTable::Parse("exactly-16-bytes *\nother-token-0123456 copy\nexactly-16-bytes copy\n",
+                        "tok");
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(t.status().message(), "tok line 3: the token repeats the one on line 1.");
+  t = TokenTable::Parse("exactly-16-bytes *\n", "tok");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->size(), 1u);
+}
+
+TEST(TokenTableTest, EachTokenIsAPrincipalNamedByItsDigest) {
+  absl::StatusOr<TokenTable> t = TokenTable::Parse(kFile, "tokens");
+  ASSERT_TRUE(t.ok());
+  std::string alpha, root, none = "stale";
+  ASSERT_TRUE(t->Authorize("Bearer alpha-token-0123456789", "copy", &alpha).ok());
+  ASSERT_TRUE(t->Authorize("Bearer root-token-0123456789", "copy", &root).ok());
+  // printf %s alpha-token-0123456789 | sha256sum | cut -c1-12
+  EXPECT_EQ(alpha, PrincipalOfToken("alpha-token-0123456789"));
+  EXPECT_EQ(PrincipalOfToken("abc"), "token:ba7816bf8f01");
+  EXPECT_NE(alpha, root);
+  EXPECT_THAT(alpha, Not(HasSubstr("alpha")));
+  // A refused call has no principal; without tokens everyone is "".
+  EXPECT_FALSE(t->Authorize("Bearer alpha-token-0123456789", "sleep", &none).ok());
+  EXPECT_EQ(none, "");
+  none = "stale";
+  EXPECT_TRUE(TokenTable().Authorize("", "copy", &none).ok());
+  EXPECT_EQ(none, "");
 }
 
 }  // namespace

@@ -11,9 +11,11 @@
 #include "absl/strings/string_view.h"
 #include "core/log.h"
 #include "core/status_macros.h"
+#include "core/wire/header_digest.h"
 #include "core/wire/proto_convert.h"
 #include "core/wire/protocol.h"
 #include "device_agents/agent_metrics.h"
+#include "device_agents/idle_watchdog.h"
 #ifdef FARCALL_WITH_UCX
 #include "core/ucx/transfer_set.h"
 #endif
@@ -99,7 +101,8 @@ CallLedger::Claim AgentCall::ClaimRun() {
   if (!header_.has_side_effect() || header_.call_id().empty() || agent_.ledger == nullptr) {
     return {};
   }
-  CallLedger::Claim c = agent_.ledger->Begin(header_.call_id());
+  ledger_key_ = {principal_, header_.call_id(), HeaderDigest(header_)};
+  CallLedger::Claim c = agent_.ledger->Begin(ledger_key_);
   in_ledger_ = c.run;
   return c;
 }
@@ -111,9 +114,9 @@ void AgentCall::RecordOutcome(const absl::Status& status, const grpc::ByteBuffer
       // A shared-memory answer names places in this call's own regions,
       // which a repeat does not share: it is never kept.
       // Nor is a UCX answer, whose results went over UCX.
-      agent_.ledger->Ran(header_.call_id(), status, shm_ || ucx_ ? nullptr : answer);
+      agent_.ledger->Ran(ledger_key_, status, shm_ || ucx_ ? nullptr : answer);
     } else {
-      agent_.ledger->Forget(header_.call_id());
+      agent_.ledger->Forget(ledger_key_);
     }
   }
   AgentMetrics& m = Metrics();
@@ -147,12 +150,21 @@ void AgentCall::RecordOutcome(const absl::Status& status, const grpc::ByteBuffer
 }
 
 absl::Status AgentCall::Begin(const grpc::ByteBuffer& first) {
+  FARCALL_RETURN_IF_ERROR(ReadHeader(first));
+  return Validate();
+}
+
+absl::Status AgentCall::ReadHeader(const grpc::ByteBuffer& first) {
   header_time_ = absl::Now();
   FARCALL_ASSIGN_OR_RETURN(
       bool found, DecodeMessageField(first, kHeaderField, &header_, &agent_.config.header_limits));
   if (!found) {
     return MissingHeaderError();
   }
+  return absl::OkStatus();
+}
+
+absl::Status AgentCall::Validate() {
   const AgentConfig& cfg = agent_.config;
   FARCALL_ASSIGN_OR_RETURN(ValidatedCall v,
                            ValidateCall(DescriptorFromProto(header_), cfg.max_call_bytes, "agent"));
@@ -444,9 +456,7 @@ absl::Status AgentCall::CheckFitsOneMessage() const {
 }
 
 absl::Status AgentCall::MaxCallTimeExceeded() const {
-  return absl::DeadlineExceededError(absl::StrCat("the call ran past this agent's limit of ",
-                                                  absl::FormatDuration(agent_.config.max_call_time),
-                                                  " per call (--max_call_seconds)."));
+  return MaxCallTimeError(agent_.config.max_call_time);
 }
 
 absl::Status AgentCall::ZeroResults() {

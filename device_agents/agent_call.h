@@ -52,9 +52,11 @@ class AgentCall final : private FrameVisitor {
   AgentCall& operator=(const AgentCall&) = delete;
 
   // The call's life on the agent:
-  //   Begin(first frame)   parse and validate the header: the contract's
-  //                        errors, and RESOURCE_EXHAUSTED if the call could
-  //                        never fit the in-flight budget;
+  //   ReadHeader(first)    parse the header, within the header limits;
+  //   set_principal(...)   who calls, once the token may call the handler;
+  //   Validate()           the contract's errors, and RESOURCE_EXHAUSTED if
+  //                        the call could never fit the in-flight budget
+  //                        (Begin() does both, for callers without tokens);
   //   footprint()          the bytes to admit (the RPC waits for them);
   //   Admitted()           the bytes were reserved for it;
   //   Allocate()           device memory, or the client's shared region;
@@ -64,7 +66,12 @@ class AgentCall final : private FrameVisitor {
   // OnRequestFrame and EndOfInputs its args arrive through
   // StartUcxInputs, and after Run its results leave through
   // StartUcxResults, before the (chunkless) answer.
+  absl::Status ReadHeader(const grpc::ByteBuffer& first);
+  absl::Status Validate();
   absl::Status Begin(const grpc::ByteBuffer& first);
+  // The caller's principal (core/tokens.h): keys its entries in the
+  // exactly-once ledger; "" without tokens.
+  void set_principal(std::string principal) { principal_ = std::move(principal); }
   int64_t footprint() const { return footprint_; }
   // The handler the header names (after Begin()).
   const std::string& handler_name() const { return header_.handler(); }
@@ -155,6 +162,8 @@ class AgentCall final : private FrameVisitor {
 
   AgentState& agent_;
   const std::string peer_;
+  std::string principal_;
+  CallKey ledger_key_;  // set by ClaimRun when the call is in the ledger
   Device* device_ = nullptr;
   std::unique_ptr<Stream> stream_;
   bool host_memory_ = true;  // the device's memory is the host's (cpu)

@@ -75,6 +75,9 @@ ABSL_FLAG(absl::Duration, stream_idle_timeout, absl::Seconds(60),
 ABSL_FLAG(absl::Duration, stream_stall_timeout, absl::Seconds(5),
           "end a call that holds memory other calls wait for, and whose client sends or "
           "reads nothing for this long (0: only --stream_idle_timeout applies)");
+ABSL_FLAG(double, min_stream_bytes_per_second, 1 << 20,
+          "while other calls wait for memory, end a call that holds some and uploads or "
+          "downloads slower than this, averaged over --stream_stall_timeout (0: no rate asked)");
 ABSL_FLAG(absl::Duration, max_sleep, absl::Minutes(10),
           "the longest the built-in test handler sleep may be asked to sleep");
 ABSL_FLAG(int64_t, inline_call_bytes, 64 << 10,
@@ -82,7 +85,8 @@ ABSL_FLAG(int64_t, inline_call_bytes, 64 << 10,
           "FARCALL_TRAIT_QUICK (the built-ins but sleep) on the thread they arrived on, "
           "without a hand-off to a worker (0: never)");
 ABSL_FLAG(double, max_call_seconds, 3600,
-          "the longest a call may run, whatever deadline its client set (or none)");
+          "the longest a call may take, in every phase (upload, waiting for memory, run, "
+          "download), whatever deadline its client set (or none)");
 ABSL_FLAG(std::vector<std::string>, disable_handlers, {},
           "handlers not to serve, e.g. sleep,fail (the test built-ins) in production");
 ABSL_FLAG(std::string, inject_faults, "",
@@ -200,6 +204,13 @@ absl::StatusOr<AgentServer::Options> AgentOptionsFromFlags() {
   if (options.idle_limits.stall < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--stream_stall_timeout must not be negative.");
   }
+  options.idle_limits.min_bytes_per_second = absl::GetFlag(FLAGS_min_stream_bytes_per_second);
+  if (!(options.idle_limits.min_bytes_per_second >= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--min_stream_bytes_per_second must not be negative; got ",
+                     options.idle_limits.min_bytes_per_second, "."));
+  }
+  options.idle_limits.max_call = options.config.max_call_time;
   FARCALL_ASSIGN_OR_RETURN(options.config.header_limits, HeaderLimitsFromFlags());
   options.config.max_inflight_bytes = absl::GetFlag(FLAGS_max_inflight_bytes);
   options.config.response_chunk_bytes = absl::GetFlag(FLAGS_response_chunk_bytes);
@@ -234,14 +245,16 @@ void AnnounceServing(const AgentServer& server) {
     devices.push_back(
         absl::StrCat(d->ordinal(), ": ", d->name(), " (", d->memory_bytes() >> 20, " MiB)"));
   }
-  log::Info(absl::StrCat("farcall-agent ", Version(), " ", state.agent_id(), " serving ", platform,
-                         " on port ", server.port(),
-                         server.metrics_port() > 0
-                             ? absl::StrCat(", metrics on port ", server.metrics_port())
-                             : std::string(", no metrics"),
-                         "; budget ", state.config.max_inflight_bytes >> 20, " MiB; devices: [",
-                         absl::StrJoin(devices, "; "), "]; handlers: ", absl::StrJoin(names, ", "),
-                         "; flags: ", log::NonDefaultFlags()));
+  log::Info(absl::StrCat(
+      "farcall-agent ", Version(), " ", state.agent_id(), " serving ", platform, " on port ",
+      server.port(),
+      server.metrics_port() > 0 ? absl::StrCat(", metrics on port ", server.metrics_port())
+                                : std::string(", no metrics"),
+      "; budget ", state.config.max_inflight_bytes >> 20, " MiB; ",
+      state.tokens.required() ? absl::StrCat(state.tokens.size(), " token(s) loaded")
+                              : std::string("no tokens required"),
+      "; devices: [", absl::StrJoin(devices, "; "), "]; handlers: ", absl::StrJoin(names, ", "),
+      "; flags: ", log::NonDefaultFlags()));
   ReportReady(absl::GetFlag(FLAGS_ready_fd), server.port(), server.metrics_port());
 }
 

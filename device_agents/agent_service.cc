@@ -92,23 +92,28 @@ absl::Status CancelledWhileWaiting() {
   return absl::CancelledError("the call was cancelled while waiting for memory.");
 }
 
-// Checks the caller's token, parses the call's first frame, and checks that
-// the token may call its handler; a refusal is counted by its reason.
+// Checks the caller's token, parses the call's first frame, checks that the
+// token may call its handler, and only then validates the call: a token
+// that may not call a handler learns nothing about it (whether it exists,
+// which platforms and specs it takes). A refusal is counted by its reason.
 absl::Status Accept(const TokenTable& tokens, const std::string& authorization,
                     const grpc::ByteBuffer& first, AgentCall& call) {
   if (absl::Status s = tokens.Authenticate(authorization); !s.ok()) {
     call.set_refused("auth");
     return s;
   }
-  if (absl::Status s = call.Begin(first); !s.ok()) {
+  auto limit = [&call](absl::Status s) {
     if (s.code() == absl::StatusCode::kResourceExhausted) call.set_refused("limit");
     return s;
-  }
-  if (absl::Status s = tokens.Authorize(authorization, call.handler_name()); !s.ok()) {
+  };
+  if (absl::Status s = call.ReadHeader(first); !s.ok()) return limit(s);
+  std::string principal;
+  if (absl::Status s = tokens.Authorize(authorization, call.handler_name(), &principal); !s.ok()) {
     call.set_refused("auth");
     return s;
   }
-  return absl::OkStatus();
+  call.set_principal(std::move(principal));
+  return limit(call.Validate());
 }
 
 // What the two reactors share: the call, its cancellation and its wait for
@@ -151,27 +156,50 @@ class AgentReactor : public GrpcReactor, public WatchedCall {
   // Waits for the call's bytes of the budget, then runs `admitted` (on the
   // thread that freed them, or a worker); a call cancelled while it waits
   // ends there.
+  // A call that waits past --max_call_seconds is ended there (the watchdog
+  // asks); one the client cancels, too.
   void AdmitThen(std::function<void()> admitted) {
     Ref();  // released once admitted, or when the wait is withdrawn
+    AwaitClient(Wait::kBudget);
     budget_.Admit(
         *shared_.state.admission, call_->footprint(),
         [this, admitted = std::move(admitted)] {
           call_->Admitted();
-          admitted();
+          if (Resume()) {
+            admitted();
+          } else {
+            // The watchdog ended the wait as it was admitted: too late to
+            // withdraw, so it ends here.
+            FinishWith(MaxCallTimeError(shared_.state.config.max_call_time));
+          }
           Unref();
         },
         [this] {
-          FinishWith(CancelledWhileWaiting());
+          absl::Status why;
+          {
+            absl::MutexLock l(&queued_mu_);
+            why = queued_end_;
+          }
+          FinishWith(why.ok() ? CancelledWhileWaiting() : why);
           Unref();
         },
         shared_.Elsewhere());
+  }
+  void EndQueued(const absl::Status& error) override {
+    {
+      absl::MutexLock l(&queued_mu_);
+      queued_end_ = error;
+    }
+    budget_.Withdraw(*shared_.state.admission);
   }
 
   Shared& shared_;
   std::unique_ptr<AgentCall> call_;
   CancellationToken cancel_;
   BudgetWait budget_;
-  const bool entered_;  // through the drain gate
+  absl::Mutex queued_mu_;
+  absl::Status queued_end_ ABSL_GUARDED_BY(queued_mu_);  // why the wait was ended
+  const bool entered_;                                   // through the drain gate
 };
 
 // Streamed call: reads frames until half-close, runs the handler on the
@@ -196,6 +224,7 @@ class ExecuteReactor final
         // Not a half-close: free the inputs now instead of running.
         return FinishWith(absl::CancelledError("the call was cancelled while sending its inputs."));
       }
+      SetMoving(false);  // the inputs are in; the handler runs next
       absl::Status s = call_->EndOfInputs();
       if (!s.ok()) return FinishWith(s);
       Ref();
@@ -218,6 +247,7 @@ class ExecuteReactor final
       if (!claim.run) return Replay(std::move(claim));
       return AdmitThen([this] {
         SetHoldsBudget(true);
+        SetMoving(true);
         shared_.DeviceStep(*this, [this] {
           absl::Status a = call_->Allocate();
           if (a.ok() && call_->ucx()) {
@@ -267,6 +297,7 @@ class ExecuteReactor final
   // Takes the chunks of the frame in `in_`, then reads the next frame.
   void TakeFrame() {
     absl::Status s = call_->OnRequestFrame(in_);
+    Progress(static_cast<int64_t>(in_.Length()));
     in_.Clear();  // drop the slices now: the bytes are in the tensors
     if (!s.ok()) return FinishWith(s);
     AwaitClient(Wait::kSend);
@@ -279,6 +310,8 @@ class ExecuteReactor final
         call_->NextResponseFrame(shared_.state.config.response_chunk_bytes, &out_);
     if (!more.ok()) return FinishWith(more.status());
     if (!*more) return FinishWith(absl::OkStatus());
+    SetMoving(true);
+    Progress(static_cast<int64_t>(out_.Length()));
     AwaitClient(Wait::kRead);
     StartWrite(&out_);
   }
@@ -651,7 +684,8 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(Options options)
   impl->shared.pool = std::make_unique<WorkerPool>(workers);
   impl->shared.device_steps_on_workers = state.config.platform != Platform::kCpu;
   if (options.idle_limits.idle > absl::ZeroDuration() ||
-      options.idle_limits.stall > absl::ZeroDuration()) {
+      options.idle_limits.stall > absl::ZeroDuration() ||
+      options.idle_limits.max_call < absl::InfiniteDuration()) {
     Admission* admission = state.admission.get();
     impl->watchdog = std::make_unique<IdleWatchdog>(
         options.idle_limits, [admission] { return admission->waiting() > 0; });

@@ -16,68 +16,82 @@ std::string Shown(const std::string& call_id) {
 
 }  // namespace
 
-CallLedger::Claim CallLedger::Begin(const std::string& call_id, absl::Time now) {
+CallLedger::Claim CallLedger::Begin(const CallKey& key, absl::Time now) {
   absl::MutexLock l(&mu_);
   ExpireLocked(now);
-  auto [it, inserted] = entries_.try_emplace(call_id);
   Claim c;
-  if (inserted) {
-    if (entries_.size() > options_.max_ids) {
-      // Too many at once: this call runs unrecorded rather than not at all.
-      entries_.erase(it);
+  auto it = entries_.find(Id(key.principal, key.call_id));
+  if (it == entries_.end()) {
+    // The id is held twice: the map's key and the expiry queue's entry.
+    const int64_t cost =
+        static_cast<int64_t>(2 * (key.principal.size() + key.call_id.size()) + key.digest.size()) +
+        kEntryOverheadBytes;
+    // Kept answers make room for ids; ids never make room for each other,
+    // and a call with side effects never runs unrecorded.
+    id_bytes_ += cost;
+    MakeRoomLocked();
+    if (entries_.size() >= options_.max_ids || id_bytes_ > options_.max_bytes) {
+      id_bytes_ -= cost;
+      c.run = false;
+      c.status = absl::ResourceExhaustedError(absl::StrCat(
+          "this agent's exactly-once ledger is full (", entries_.size(), " call_ids in ",
+          id_bytes_ + kept_bytes_, " bytes, --call_id_cache_bytes=", options_.max_bytes,
+          "); a call with side effects is never run unrecorded: retry later."));
+      return c;
     }
+    Entry& e = entries_[Id(key.principal, key.call_id)];
+    e.digest = key.digest;
+    e.cost = cost;
     return c;
   }
   c.run = false;
   const Entry& e = it->second;
-  if (e.running) {
-    c.status =
-        absl::AlreadyExistsError(absl::StrCat("call ", Shown(call_id),
-                                              " is running on this agent; a call with side effects "
-                                              "is never run twice."));
+  if (e.digest != key.digest) {
+    c.status = absl::InvalidArgumentError(
+        absl::StrCat("call_id ", Shown(key.call_id),
+                     " was already used for another call (another handler, specs or "
+                     "attributes); a call_id names one call."));
+  } else if (e.running) {
+    c.status = absl::AlreadyExistsError(
+        absl::StrCat("call ", Shown(key.call_id),
+                     " is running on this agent; a call with side effects is never run twice."));
   } else if (e.answer.has_value()) {
     c.status = e.status;
     c.answer = e.answer;
   } else {
     c.status = absl::AlreadyExistsError(absl::StrCat(
-        "call ", Shown(call_id), " already ran on this agent (",
+        "call ", Shown(key.call_id), " already ran on this agent (",
         absl::StatusCodeToString(e.status.code()),
         "); its answer was not kept (only unary answers of at most ", options_.max_answer_bytes,
-        " bytes are), and a call with side effects is never run "
-        "twice."));
+        " bytes are), and a call with side effects is never run twice."));
   }
   return c;
 }
 
-void CallLedger::Ran(const std::string& call_id, const absl::Status& status,
-                     const grpc::ByteBuffer* answer, absl::Time now) {
+void CallLedger::Ran(const CallKey& key, const absl::Status& status, const grpc::ByteBuffer* answer,
+                     absl::Time now) {
   absl::MutexLock l(&mu_);
-  auto it = entries_.find(call_id);
+  auto it = entries_.find(Id(key.principal, key.call_id));
   if (it == entries_.end() || !it->second.running) return;
   Entry& e = it->second;
   e.running = false;
   e.status = status;
   e.expires = now + options_.ttl;
-  ended_.emplace_back(e.expires, call_id);
+  ended_.emplace_back(e.expires, it->first);
   const int64_t bytes = answer != nullptr ? static_cast<int64_t>(answer->Length()) : 0;
   if (answer != nullptr && bytes <= options_.max_answer_bytes) {
     // Shares the message's slices; no copy.
     e.answer = *answer;
     e.bytes = bytes;
     kept_bytes_ += bytes;
-    // Room for it: the oldest answers go (their ids stay).
-    for (auto& [expires, id] : ended_) {
-      if (kept_bytes_ <= options_.max_bytes) break;
-      auto old = entries_.find(id);
-      if (old != entries_.end() && old->second.expires == expires) DropAnswerLocked(old->second);
-    }
+    MakeRoomLocked();
   }
 }
 
-void CallLedger::Forget(const std::string& call_id) {
+void CallLedger::Forget(const CallKey& key) {
   absl::MutexLock l(&mu_);
-  auto it = entries_.find(call_id);
-  if (it != entries_.end() && it->second.running) entries_.erase(it);
+  auto it = entries_.find(Id(key.principal, key.call_id));
+  if (it != entries_.end() && it->second.running) EraseLocked(it);
 }
 
 size_t CallLedger::size() const {
@@ -90,16 +104,35 @@ int64_t CallLedger::kept_bytes() const {
   return kept_bytes_;
 }
 
+int64_t CallLedger::id_bytes() const {
+  absl::MutexLock l(&mu_);
+  return id_bytes_;
+}
+
 void CallLedger::ExpireLocked(absl::Time now) {
   while (!ended_.empty() && ended_.front().first <= now) {
     auto it = entries_.find(ended_.front().second);
     // The id may have been claimed afresh since (it expired, then came back).
     if (it != entries_.end() && !it->second.running && it->second.expires == ended_.front().first) {
-      DropAnswerLocked(it->second);
-      entries_.erase(it);
+      EraseLocked(it);
     }
     ended_.pop_front();
   }
+}
+
+void CallLedger::MakeRoomLocked() {
+  // The oldest answers go (their ids stay).
+  for (auto& [expires, id] : ended_) {
+    if (id_bytes_ + kept_bytes_ <= options_.max_bytes) break;
+    auto old = entries_.find(id);
+    if (old != entries_.end() && old->second.expires == expires) DropAnswerLocked(old->second);
+  }
+}
+
+void CallLedger::EraseLocked(std::map<Id, Entry>::iterator it) {
+  DropAnswerLocked(it->second);
+  id_bytes_ -= it->second.cost;
+  entries_.erase(it);
 }
 
 void CallLedger::DropAnswerLocked(Entry& e) {

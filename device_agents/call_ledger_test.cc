@@ -15,6 +15,12 @@ grpc::ByteBuffer Message(const std::string& bytes) {
   return grpc::ByteBuffer(&s, 1);
 }
 
+// Caller "" (no tokens) and one header, unless said otherwise.
+CallKey K(const std::string& id, const std::string& principal = "",
+          const std::string& digest = "d") {
+  return {principal, id, digest};
+}
+
 std::string Bytes(const grpc::ByteBuffer& b) {
   grpc::Slice s;
   EXPECT_TRUE(b.DumpToSingleSlice(&s).ok());
@@ -23,30 +29,30 @@ std::string Bytes(const grpc::ByteBuffer& b) {
 
 TEST(CallLedgerTest, ARepeatWhileRunningIsRefusedAndAfterwardsReplayed) {
   CallLedger ledger;
-  EXPECT_TRUE(ledger.Begin("a").run);
-  CallLedger::Claim running = ledger.Begin("a");
+  EXPECT_TRUE(ledger.Begin(K("a")).run);
+  CallLedger::Claim running = ledger.Begin(K("a"));
   EXPECT_FALSE(running.run);
   EXPECT_EQ(running.status.code(), absl::StatusCode::kAlreadyExists);
   EXPECT_THAT(running.status.message(), HasSubstr("call a is running on this agent"));
   const grpc::ByteBuffer answer = Message("the answer");
-  ledger.Ran("a", absl::OkStatus(), &answer);
-  CallLedger::Claim again = ledger.Begin("a");
+  ledger.Ran(K("a"), absl::OkStatus(), &answer);
+  CallLedger::Claim again = ledger.Begin(K("a"));
   EXPECT_FALSE(again.run);
   EXPECT_TRUE(again.status.ok());
   ASSERT_TRUE(again.answer.has_value());
   EXPECT_EQ(Bytes(*again.answer), "the answer");
-  EXPECT_TRUE(ledger.Begin("b").run);  // another id is another call
+  EXPECT_TRUE(ledger.Begin(K("b")).run);  // another id is another call
 }
 
 TEST(CallLedgerTest, ErrorsAreReplayedTooAndUnkeptAnswersAreAlreadyExists) {
   CallLedger ledger;
-  ASSERT_TRUE(ledger.Begin("e").run);
+  ASSERT_TRUE(ledger.Begin(K("e")).run);
   const grpc::ByteBuffer empty;
-  ledger.Ran("e", absl::InternalError("boom"), &empty);
-  EXPECT_EQ(ledger.Begin("e").status, absl::InternalError("boom"));
-  ASSERT_TRUE(ledger.Begin("s").run);
-  ledger.Ran("s", absl::OkStatus(), nullptr);  // a streamed answer
-  CallLedger::Claim c = ledger.Begin("s");
+  ledger.Ran(K("e"), absl::InternalError("boom"), &empty);
+  EXPECT_EQ(ledger.Begin(K("e")).status, absl::InternalError("boom"));
+  ASSERT_TRUE(ledger.Begin(K("s")).run);
+  ledger.Ran(K("s"), absl::OkStatus(), nullptr);  // a streamed answer
+  CallLedger::Claim c = ledger.Begin(K("s"));
   EXPECT_FALSE(c.run);
   EXPECT_EQ(c.status.code(), absl::StatusCode::kAlreadyExists);
   EXPECT_THAT(c.status.message(), HasSubstr("already ran on this agent (OK); its answer was "
@@ -55,31 +61,91 @@ TEST(CallLedgerTest, ErrorsAreReplayedTooAndUnkeptAnswersAreAlreadyExists) {
 
 TEST(CallLedgerTest, ACallThatNeverRanIsForgotten) {
   CallLedger ledger;
-  ASSERT_TRUE(ledger.Begin("x").run);
-  ledger.Forget("x");
-  EXPECT_TRUE(ledger.Begin("x").run);
+  ASSERT_TRUE(ledger.Begin(K("x")).run);
+  ledger.Forget(K("x"));
+  EXPECT_TRUE(ledger.Begin(K("x")).run);
 }
 
 TEST(CallLedgerTest, IdsExpireAndAnswersStayWithinTheirBytes) {
   CallLedger::Options o;
   o.ttl = absl::Minutes(1);
-  o.max_bytes = 10;
+  // Room for the two ids and one answer.
+  o.max_bytes = 2 * (CallLedger::kEntryOverheadBytes + 2 + 1) + 10;
   CallLedger ledger(o);
   const absl::Time t0 = absl::Now();
   const grpc::ByteBuffer six = Message("123456");
-  ASSERT_TRUE(ledger.Begin("1", t0).run);
-  ledger.Ran("1", absl::OkStatus(), &six, t0);
-  ASSERT_TRUE(ledger.Begin("2", t0).run);
-  ledger.Ran("2", absl::OkStatus(), &six, t0 + absl::Seconds(1));
-  EXPECT_LE(ledger.kept_bytes(), 10);
+  ASSERT_TRUE(ledger.Begin(K("1"), t0).run);
+  ledger.Ran(K("1"), absl::OkStatus(), &six, t0);
+  ASSERT_TRUE(ledger.Begin(K("2"), t0).run);
+  ledger.Ran(K("2"), absl::OkStatus(), &six, t0 + absl::Seconds(1));
+  EXPECT_LE(ledger.kept_bytes() + ledger.id_bytes(), o.max_bytes);
+  EXPECT_EQ(ledger.kept_bytes(), 6);
   // The older answer went; its id stays, so it is still never run twice.
-  CallLedger::Claim first = ledger.Begin("1", t0 + absl::Seconds(2));
+  CallLedger::Claim first = ledger.Begin(K("1"), t0 + absl::Seconds(2));
   EXPECT_FALSE(first.run);
   EXPECT_FALSE(first.answer.has_value());
-  EXPECT_TRUE(ledger.Begin("2", t0 + absl::Seconds(2)).answer.has_value());
+  EXPECT_TRUE(ledger.Begin(K("2"), t0 + absl::Seconds(2)).answer.has_value());
   // Past the TTL both ids are forgotten.
-  EXPECT_TRUE(ledger.Begin("1", t0 + absl::Minutes(2)).run);
+  EXPECT_TRUE(ledger.Begin(K("1"), t0 + absl::Minutes(2)).run);
   EXPECT_EQ(ledger.size(), 1u);
+}
+
+// One caller's call_id is not another's: the same id from another
+// principal runs afresh, and never sees the first caller's answer.
+TEST(CallLedgerTest, IdsArePerCaller) {
+  CallLedger ledger;
+  ASSERT_TRUE(ledger.Begin(K("x", "token:b")).run);
+  const grpc::ByteBuffer answer = Message("b's scaled tensor");
+  ledger.Ran(K("x", "token:b"), absl::OkStatus(), &answer);
+  CallLedger::Claim a = ledger.Begin(K("x", "token:a"));
+  EXPECT_TRUE(a.run);
+  EXPECT_FALSE(a.answer.has_value());
+  EXPECT_TRUE(ledger.Begin(K("x", "token:b")).answer.has_value());
+  EXPECT_EQ(ledger.size(), 2u);
+}
+
+TEST(CallLedgerTest, AnIdReusedForAnotherCallIsInvalid) {
+  CallLedger ledger;
+  ASSERT_TRUE(ledger.Begin(K("x", "", "scale 2.0")).run);
+  CallLedger::Claim other = ledger.Begin(K("x", "", "scale 3.0"));
+  EXPECT_FALSE(other.run);
+  EXPECT_EQ(other.status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(other.status.message(),
+            "call_id x was already used for another call (another handler, specs or "
+            "attributes); a call_id names one call.");
+  const grpc::ByteBuffer answer = Message("done");
+  ledger.Ran(K("x", "", "scale 2.0"), absl::OkStatus(), &answer);
+  EXPECT_EQ(ledger.Begin(K("x", "", "scale 3.0")).status.code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(ledger.Begin(K("x", "", "scale 2.0")).answer.has_value());
+}
+
+// Ids count in the ledger's bytes, and a full ledger refuses: a call with
+// side effects never runs unrecorded.
+TEST(CallLedgerTest, AFullLedgerRefusesInsteadOfRunningUnrecorded) {
+  CallLedger::Options o;
+  o.max_bytes = 3 * (CallLedger::kEntryOverheadBytes + 2 * 8 + 1);
+  CallLedger ledger(o);
+  const absl::Time t0 = absl::Now();
+  for (const char* id : {"id-00001", "id-00002", "id-00003"}) {
+    ASSERT_TRUE(ledger.Begin(K(id), t0).run) << id;
+  }
+  EXPECT_EQ(ledger.id_bytes(), o.max_bytes);
+  CallLedger::Claim c = ledger.Begin(K("id-00004"), t0);
+  EXPECT_FALSE(c.run);
+  EXPECT_EQ(c.status.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(c.status.message(), HasSubstr("exactly-once ledger is full"));
+  EXPECT_THAT(c.status.message(), HasSubstr("--call_id_cache_bytes"));
+  // Once an id expires there is room again.
+  ledger.Ran(K("id-00001"), absl::OkStatus(), nullptr, t0);
+  EXPECT_TRUE(ledger.Begin(K("id-00004"), t0 + o.ttl + absl::Seconds(1)).run);
+  // And by count.
+  o.max_bytes = int64_t{1} << 20;
+  o.max_ids = 2;
+  CallLedger few(o);
+  EXPECT_TRUE(few.Begin(K("a")).run);
+  EXPECT_TRUE(few.Begin(K("b")).run);
+  EXPECT_EQ(few.Begin(K("c")).status.code(), absl::StatusCode::kResourceExhausted);
 }
 
 }  // namespace

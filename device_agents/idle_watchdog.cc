@@ -8,34 +8,72 @@
 
 namespace farcall::agent {
 
+absl::Status MaxCallTimeError(absl::Duration limit) {
+  return absl::DeadlineExceededError(absl::StrCat("the call ran past this agent's limit of ",
+                                                  absl::FormatDuration(limit),
+                                                  " per call (--max_call_seconds)."));
+}
+
 void WatchedCall::ExpireIfIdle(absl::Time now, const IdleLimits& limits, bool contended) {
   Wait waited;
-  absl::Duration limit = limits.idle;
-  const char* flag = "--stream_idle_timeout";
-  const char* why = "";
+  absl::Status error;
   {
     absl::MutexLock l(&mu_);
     if (expired_ || waiting_ == Wait::kNone) return;
+    waited = waiting_;
+    // The rate is judged only over time others wait for this call's memory.
+    const bool judged = contended && holds_budget_ && moving_ && limits.min_bytes_per_second > 0 &&
+                        limits.stall > absl::ZeroDuration();
+    if (!judged) {
+      window_start_ = now;
+      window_moved_ = moved_;
+    }
+    absl::Duration limit = limits.idle;
+    const char* flag = "--stream_idle_timeout";
+    const char* why = "";
     if (contended && holds_budget_ && limits.stall > absl::ZeroDuration() &&
         (limit == absl::ZeroDuration() || limits.stall < limit)) {
       limit = limits.stall;
       flag = "--stream_stall_timeout";
       why = " while other calls waited for its memory";
     }
-    if (limit == absl::ZeroDuration() || now - since_ < limit) return;
+    if (now - started_ >= limits.max_call) {
+      error = MaxCallTimeError(limits.max_call);
+    } else if (waited == Wait::kBudget) {
+      return;  // waiting for memory is not the client's doing
+    } else if (limit != absl::ZeroDuration() && now - since_ >= limit) {
+      error = absl::DeadlineExceededError(absl::StrCat(
+          "the caller ", waited == Wait::kSend ? "sent nothing" : "read no results", " for ",
+          absl::FormatDuration(limit), why, " (", flag, "); the call was ended."));
+    } else if (judged && now - window_start_ >= limits.stall) {
+      // Not silent, but too slow: a byte now and then holds memory all the
+      // same.
+      const double seconds = absl::ToDoubleSeconds(now - window_start_);
+      const int64_t moved = moved_ - window_moved_;
+      if (static_cast<double>(moved) >= limits.min_bytes_per_second * seconds) {
+        window_start_ = now;
+        window_moved_ = moved_;
+        return;
+      }
+      error = absl::DeadlineExceededError(absl::StrCat(
+          "the caller moved ", moved, " bytes in ",
+          absl::FormatDuration(absl::Trunc(now - window_start_, absl::Milliseconds(1))),
+          " while other calls waited for its memory, under the ",
+          static_cast<int64_t>(limits.min_bytes_per_second),
+          " bytes per second asked of it (--min_stream_bytes_per_second); the call was ended."));
+    } else {
+      return;
+    }
     expired_ = true;
-    waited = waiting_;
   }
-  EndIdle(waited,
-          absl::DeadlineExceededError(absl::StrCat(
-              "the caller ", waited == Wait::kSend ? "sent nothing" : "read no results", " for ",
-              absl::FormatDuration(limit), why, " (", flag, "); the call was ended.")));
+  if (waited == Wait::kBudget) return EndQueued(error);
+  EndIdle(waited, error);
 }
 
-void WatchedCall::AwaitClient(Wait w) {
+void WatchedCall::AwaitClient(Wait w, absl::Time now) {
   absl::MutexLock l(&mu_);
   waiting_ = w;
-  since_ = absl::Now();
+  since_ = now;
 }
 
 bool WatchedCall::Resume() {
@@ -49,13 +87,28 @@ void WatchedCall::SetHoldsBudget(bool holds) {
   holds_budget_ = holds;
 }
 
+void WatchedCall::SetMoving(bool moving) {
+  absl::MutexLock l(&mu_);
+  if (moving && !moving_) {
+    window_start_ = absl::Now();
+    window_moved_ = moved_;
+  }
+  moving_ = moving;
+}
+
+void WatchedCall::Progress(int64_t bytes) {
+  absl::MutexLock l(&mu_);
+  moved_ += bytes;
+}
+
 namespace {
 
 absl::Duration Tick(const IdleLimits& limits) {
   absl::Duration shortest = limits.idle;
-  if (limits.stall > absl::ZeroDuration() &&
-      (shortest == absl::ZeroDuration() || limits.stall < shortest)) {
-    shortest = limits.stall;
+  for (absl::Duration d : {limits.stall, limits.max_call}) {
+    if (d > absl::ZeroDuration() && (shortest == absl::ZeroDuration() || d < shortest)) {
+      shortest = d;
+    }
   }
   return std::clamp(shortest / 4, absl::Milliseconds(10), absl::Seconds(1));
 }

@@ -9,12 +9,21 @@
 //      are waiting for (--stream_stall_timeout).
 //   3. A call that has is ended through its EndIdle(): the error names the
 //      flag, and its memory is freed at once.
+//   4. While other calls wait for the budget, a call that holds budget and
+//      moves its bytes (Progress) slower than `min_bytes_per_second`,
+//      averaged over `stall`, is ended the same way: a client that drips a
+//      byte now and then never waits long, yet holds memory all the same
+//      (--min_stream_bytes_per_second).
+//   5. Past `max_call` from its start (--max_call_seconds) a call is ended
+//      in whatever phase it waits: for the budget (EndQueued), or on its
+//      client. A running handler is told by the call's own deadline.
 //
 // Thread safety: everything here is thread-safe. The watchdog holds a
 // reference on each call it asks, so a call may leave (Remove) at any time.
 #ifndef FARCALL_DEVICE_AGENTS_IDLE_WATCHDOG_H_
 #define FARCALL_DEVICE_AGENTS_IDLE_WATCHDOG_H_
 
+#include <cstdint>
 #include <functional>
 #include <set>
 #include <thread>
@@ -30,34 +39,53 @@ namespace farcall::agent {
 struct IdleLimits {
   absl::Duration idle = absl::Seconds(60);  // zero: never
   absl::Duration stall = absl::Seconds(5);  // zero: only `idle` applies
+  double min_bytes_per_second = 0;          // zero: no rate is asked
+  absl::Duration max_call = absl::InfiniteDuration();
 };
+
+// DEADLINE_EXCEEDED: the call ran past `limit` (--max_call_seconds).
+absl::Status MaxCallTimeError(absl::Duration limit);
 
 class WatchedCall : public RefCounted {
  public:
-  enum class Wait { kNone, kSend, kRead };
+  // What the call waits for: nothing the watchdog judges (its handler
+  // runs), its client to send or to read, or the budget.
+  enum class Wait { kNone, kSend, kRead, kBudget };
 
   // Ends the call through EndIdle() if it has waited on its client past
   // what `limits` allow (`contended`: other calls wait for the budget).
   void ExpireIfIdle(absl::Time now, const IdleLimits& limits, bool contended);
 
  protected:
-  // Before each read or write that waits on the client.
-  void AwaitClient(Wait w);
+  // Before each read or write that waits on the client (`now`: for tests).
+  void AwaitClient(Wait w, absl::Time now = absl::Now());
   // On each read or write completion: false when the call was ended as
   // idle (then the caller must not touch the call any more).
   bool Resume();
   // Whether the call holds budget now (only such calls stall others).
   void SetHoldsBudget(bool holds);
-  // Ends the call; `waited` is what the client failed to do, `error` says
-  // for how long and names the flag.
+  // Whether the call moves bytes with its client now (uploads or
+  // downloads), so that its rate is judged; and the bytes it moved.
+  void SetMoving(bool moving);
+  void Progress(int64_t bytes);
+  // Ends the call; `waited` is what the client failed to do (kSend or
+  // kRead), `error` says for how long and names the flag.
   virtual void EndIdle(Wait waited, const absl::Status& error) = 0;
+  // Ends a call that waits for the budget (Wait::kBudget) with `error`.
+  virtual void EndQueued(const absl::Status& error) { EndIdle(Wait::kBudget, error); }
 
  private:
   absl::Mutex mu_;
+  const absl::Time started_ = absl::Now();
   Wait waiting_ ABSL_GUARDED_BY(mu_) = Wait::kNone;
   absl::Time since_ ABSL_GUARDED_BY(mu_);
   bool expired_ ABSL_GUARDED_BY(mu_) = false;
   bool holds_budget_ ABSL_GUARDED_BY(mu_) = false;
+  bool moving_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t moved_ ABSL_GUARDED_BY(mu_) = 0;
+  // The window the rate is measured over: since when, and moved_ then.
+  absl::Time window_start_ ABSL_GUARDED_BY(mu_);
+  int64_t window_moved_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 class IdleWatchdog {

@@ -15,16 +15,23 @@ namespace {
 class FakeCall final : public WatchedCall {
  public:
   using WatchedCall::AwaitClient;
+  using WatchedCall::Progress;
   using WatchedCall::Resume;
   using WatchedCall::SetHoldsBudget;
+  using WatchedCall::SetMoving;
   std::string ended;  // the error's message, once ended
   Wait waited = Wait::kNone;
+  bool queued_end = false;  // ended through EndQueued
 
  private:
   void EndIdle(Wait w, const absl::Status& error) override {
     waited = w;
     ended = std::string(error.message());
     EXPECT_EQ(error.code(), absl::StatusCode::kDeadlineExceeded);
+  }
+  void EndQueued(const absl::Status& error) override {
+    queued_end = true;
+    EndIdle(Wait::kBudget, error);
   }
 };
 
@@ -71,6 +78,83 @@ TEST(WatchedCallTest, ZeroLimitsNeverEnd) {
                   IdleLimits{absl::ZeroDuration(), absl::ZeroDuration()}, true);
   EXPECT_EQ(c->ended, "");
   c->Unref();
+}
+
+// A client that drips a byte now and then is never silent for the stall
+// limit, yet holds memory others wait for: its rate is what is judged,
+// over the time others wait, and only while it moves bytes.
+TEST(WatchedCallTest, ASlowDripIsEndedOnlyWhileOthersWait) {
+  IdleLimits limits = kLimits;
+  limits.min_bytes_per_second = 1 << 20;
+  FakeCall* c = new FakeCall;
+  const absl::Time t0 = absl::Now();
+  c->SetHoldsBudget(true);
+  c->SetMoving(true);
+  // A byte shortly before each look: never silent for the stall limit.
+  auto drip_then_look = [&](absl::Duration at, bool contended) {
+    c->Progress(1);
+    c->AwaitClient(FakeCall::Wait::kSend, t0 + at - absl::Milliseconds(100));
+    c->ExpireIfIdle(t0 + at, limits, contended);
+  };
+  drip_then_look(absl::Seconds(4), true);
+  EXPECT_EQ(c->ended, "");  // not yet a whole window
+  drip_then_look(absl::Milliseconds(5500), false);
+  EXPECT_EQ(c->ended, "");  // nobody waits: the window starts again
+  drip_then_look(absl::Seconds(8), true);
+  EXPECT_EQ(c->ended, "");  // 2.5s of contention so far
+  drip_then_look(absl::Milliseconds(10500), true);
+  EXPECT_EQ(c->waited, FakeCall::Wait::kSend);
+  EXPECT_EQ(c->ended,
+            "the caller moved 2 bytes in 5s while other calls waited for its memory, under the "
+            "1048576 bytes per second asked of it (--min_stream_bytes_per_second); the call was "
+            "ended.");
+  c->Unref();
+}
+
+TEST(WatchedCallTest, AFastCallerOrOneThatIsNotMovingIsNotJudgedByItsRate) {
+  IdleLimits limits{absl::Hours(1), absl::Seconds(1), 1 << 20};
+  FakeCall* fast = new FakeCall;
+  const absl::Time t0 = absl::Now();
+  fast->SetHoldsBudget(true);
+  fast->SetMoving(true);
+  for (int s = 1; s <= 5; ++s) {
+    const absl::Time t = t0 + absl::Milliseconds(999) * s;
+    fast->Progress(2 << 20);  // 2 MiB/s
+    fast->AwaitClient(FakeCall::Wait::kRead, t - absl::Milliseconds(10));
+    fast->ExpireIfIdle(t, limits, true);
+  }
+  EXPECT_EQ(fast->ended, "");
+  fast->Unref();
+  // Its handler runs (not moving): no rate is asked.
+  FakeCall* running = new FakeCall;
+  running->SetHoldsBudget(true);
+  running->AwaitClient(FakeCall::Wait::kSend, t0 + absl::Seconds(4));
+  running->ExpireIfIdle(t0 + absl::Seconds(4) + absl::Milliseconds(900), limits, true);
+  EXPECT_EQ(running->ended, "");
+  running->Unref();
+}
+
+TEST(WatchedCallTest, MaxCallTimeEndsAWaitForTheBudgetOrTheClient) {
+  IdleLimits limits = kLimits;
+  FakeCall* q = new FakeCall;
+  q->AwaitClient(FakeCall::Wait::kBudget);
+  q->ExpireIfIdle(absl::Now() + absl::Hours(5), limits, true);
+  EXPECT_EQ(q->ended, "");  // waiting for memory is never idleness
+  limits.max_call = absl::Hours(1);
+  q->ExpireIfIdle(absl::Now() + absl::Minutes(59), limits, true);
+  EXPECT_EQ(q->ended, "");
+  q->ExpireIfIdle(absl::Now() + absl::Minutes(61), limits, true);
+  EXPECT_TRUE(q->queued_end);
+  EXPECT_EQ(q->ended, "the call ran past this agent's limit of 1h per call (--max_call_seconds).");
+  EXPECT_FALSE(q->Resume());
+  q->Unref();
+  FakeCall* up = new FakeCall;
+  up->AwaitClient(FakeCall::Wait::kSend);
+  up->ExpireIfIdle(absl::Now() + absl::Minutes(61), limits, false);
+  EXPECT_FALSE(up->queued_end);
+  EXPECT_EQ(up->waited, FakeCall::Wait::kSend);
+  EXPECT_EQ(up->ended, "the call ran past this agent's limit of 1h per call (--max_call_seconds).");
+  up->Unref();
 }
 
 TEST(IdleWatchdogTest, ItsThreadEndsAnIdleCall) {

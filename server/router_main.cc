@@ -97,8 +97,10 @@ int main(int argc, char** argv) {
       (*router)->metrics_port() > 0
           ? absl::StrCat(", metrics and status page on port ", (*router)->metrics_port())
           : std::string(", no metrics"),
-      "; ", live, " of ", agents.agents_size(),
-      " agent(s) live; flags: ", farcall::log::NonDefaultFlags()));
+      "; ", live, " of ", agents.agents_size(), " agent(s) live; ",
+      options.tokens.required() ? absl::StrCat(options.tokens.size(), " token(s) loaded")
+                                : std::string("no tokens required"),
+      "; flags: ", farcall::log::NonDefaultFlags()));
   farcall::ReportReady(absl::GetFlag(FLAGS_ready_fd), (*router)->port(), (*router)->metrics_port());
 
   std::string sig = farcall::WaitForTerminationSignal();

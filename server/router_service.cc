@@ -87,6 +87,12 @@ absl::StatusOr<Route> RouteCall(const Shared& shared, const grpc::ByteBuffer& fi
   if (!*found) {
     return MissingHeaderError();
   }
+  // Before anything about the call is checked: a token that may not call
+  // this handler learns nothing else (not even whether it exists).
+  if (absl::Status s = shared.tokens->Authorize(authorization, header.handler()); !s.ok()) {
+    record.Refused("auth");
+    return s;
+  }
   absl::StatusOr<ValidatedCall> v =
       ValidateCall(DescriptorFromProto(header), shared.max_call_bytes, "router");
   if (!v.ok()) {
@@ -96,10 +102,6 @@ absl::StatusOr<Route> RouteCall(const Shared& shared, const grpc::ByteBuffer& fi
       record.Refused("platform");
     }
     return v.status();
-  }
-  if (absl::Status s = shared.tokens->Authorize(authorization, header.handler()); !s.ok()) {
-    record.Refused("auth");
-    return s;
   }
   Route r{v->platform,
           header.handler(),
@@ -550,12 +552,12 @@ class RouterService final
  private:
   absl::Status ResolveCall(const std::string& authorization, const v1::ResolveRequest& request,
                            v1::ResolveResponse& response) {
-    FARCALL_RETURN_IF_ERROR(shared_.tokens->Authenticate(authorization));
+    // Authorized first, as a call is.
+    FARCALL_RETURN_IF_ERROR(shared_.tokens->Authorize(authorization, request.handler()));
     CallDescriptor call;
     call.handler = request.handler();
     call.platforms = {request.platform()};
     FARCALL_ASSIGN_OR_RETURN(ValidatedCall v, ValidateCall(call));
-    FARCALL_RETURN_IF_ERROR(shared_.tokens->Authorize(authorization, request.handler()));
     Route route;
     route.handler = request.handler();
     FARCALL_RETURN_IF_ERROR(FindCandidates(shared_, v, route));

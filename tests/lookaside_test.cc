@@ -148,12 +148,8 @@ TEST_F(LookasideTest, ACallThatCannotReachItsAgentGoesToAnother) {
     EXPECT_EQ(r->agent_id, Id(*b_));
     EXPECT_FALSE(r->via_router);
     std::vector<float> x = {1, 2, 3, 4};
-    TensorSpec spec{DType::kF32, {4}};
-    CallRequest req;
-    req.handler = "copy";
-    req.args = {Arg::In(spec, x.data())};
-    req.results = {spec};
-    absl::StatusOr<CallResult> f = client_->CallFuture(req).get();
+    absl::StatusOr<CallResult> f =
+        client_->CallFuture(::farcall::testing::RequestOnFour("copy", x)).get();
     ASSERT_TRUE(f.ok()) << i << ": " << f.status();
     EXPECT_EQ(f->agent_id, Id(*b_));
   }
@@ -179,9 +175,9 @@ TEST(LookasideTokenTest, AnAgentThatRefusesTheCallersTokenIsReachedThroughTheRou
   // The agent knows only the router's token; the router knows the caller's.
   char dir_template[] = "/tmp/farcall-lookaside-XXXXXX";
   const std::string dir = mkdtemp(dir_template);
-  std::ofstream(dir + "/agent-tokens") << "router *\n";
-  std::ofstream(dir + "/router-tokens") << "caller copy\n";
-  std::ofstream(dir + "/router-token") << "router\n";
+  std::ofstream(dir + "/agent-tokens") << "router-token-0123456789 *\n";
+  std::ofstream(dir + "/router-tokens") << "caller-token-0123456789 copy\n";
+  std::ofstream(dir + "/router-token") << "router-token-0123456789\n";
   auto agent = Start(FARCALL_AGENT_BIN, {"--tokens_file=" + dir + "/agent-tokens"});
   ASSERT_TRUE(agent);
   auto router = Start(FARCALL_ROUTER_BIN,
@@ -189,7 +185,7 @@ TEST(LookasideTokenTest, AnAgentThatRefusesTheCallersTokenIsReachedThroughTheRou
                        "--agent_token_file=" + dir + "/router-token"});
   ASSERT_TRUE(router);
   ClientOptions caller;
-  caller.token = "caller";
+  caller.token = "caller-token-0123456789";
   auto client = Client::Connect(router->address(), caller);
   ASSERT_TRUE(client.ok());
   for (int i = 0; i < 3; ++i) {

@@ -50,8 +50,9 @@ const Pki& Certificates() {
         "printf 'subjectAltName=DNS:farcall-agent.farcall.svc\\n' > agents.ext;"
         "openssl x509 -req -in agents.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 "
         "-extfile agents.ext -out agents.pem;",
-        "printf '# test tokens\\nalpha axpy,copy\\nroot *\\n' > tokens;",
-        "printf 'root\\n' > router-token");
+        "printf '# test tokens\\nalpha-token-0123456789 axpy,copy\\nroot-token-0123456789 *\\n' > "
+        "tokens;",
+        "printf 'root-token-0123456789\\n' > router-token");
     ::farcall::testing::CommandResult r = ::farcall::testing::RunCommand(script);
     if (r.exit_code != 0) std::fprintf(stderr, "openssl failed:\n%s\n", r.output.c_str());
     return p;
@@ -116,8 +117,8 @@ TEST(SecurityTest, TokensOnAnAgent) {
   ASSERT_NE(agent, nullptr);
   ClientOptions none, wrong, alpha, root;
   wrong.token = "alpha2";
-  alpha.token = "alpha";
-  root.token = "root";
+  alpha.token = "alpha-token-0123456789";
+  root.token = "root-token-0123456789";
   absl::Status s = Copy(agent->address(), none);
   EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated) << s;
   s = Copy(agent->address(), wrong);
@@ -153,14 +154,14 @@ TEST(SecurityTest, TlsAndTokensThroughTheRouter) {
   ASSERT_NE(router, nullptr);
   // The caller has no client certificate, so it cannot call the agent the
   // router names itself: the call goes through the router.
-  EXPECT_TRUE(Copy(router->address(), Tls(false, "alpha")).ok());
+  EXPECT_TRUE(Copy(router->address(), Tls(false, "alpha-token-0123456789")).ok());
   absl::Status s = Copy(router->address(), Tls(false, ""));
   EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated) << s;
-  s = Copy(router->address(), Tls(false, "alpha"), "sum");
+  s = Copy(router->address(), Tls(false, "alpha-token-0123456789"), "sum");
   EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
   s = Copy(router->address(), {});
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;  // plaintext to a TLS router
-  auto client = Client::Connect(router->address(), Tls(false, "alpha"));
+  auto client = Client::Connect(router->address(), Tls(false, "alpha-token-0123456789"));
   ASSERT_TRUE(client.ok());
   auto agents = (*client)->ListAgents(/*refresh=*/true);
   ASSERT_TRUE(agents.ok()) << agents.status();
@@ -218,6 +219,86 @@ TEST(SecurityTest, ClientsCallAgentsSharingOneCertificateDirectlyWhenToldItsName
   }
 }
 
+// A hostile tenant on a shared agent: token alpha may call only axpy and
+// copy; root runs a scale with side effects under call_id X. Alpha's copy
+// under the same X runs as its own call (the ledger is per caller), never
+// answered with root's scaled tensor; root reusing X for other work is
+// refused. Direct and through the router.
+TEST(SecurityTest, OneCallersCallIdNeverAnswersAnother) {
+  const Pki& p = Certificates();
+  auto agent = Start(FARCALL_AGENT_BIN, {"--tokens_file=" + p.tokens});
+  ASSERT_NE(agent, nullptr);
+  for (const std::string& target : {agent->address()}) {
+    SCOPED_TRACE(target);
+    ClientOptions alpha, root;
+    alpha.token = "alpha-token-0123456789";
+    root.token = "root-token-0123456789";
+    auto a = Client::Connect(target, alpha);
+    auto r = Client::Connect(target, root);
+    ASSERT_TRUE(a.ok() && r.ok());
+    const std::string id = "shared-id-" + target;
+    std::vector<float> x = {1, 2, 3, 4};
+    CallRequest scale = ::farcall::testing::RequestOnFour("scale", x);
+    scale.attributes["alpha"] = 10.0;
+    scale.has_side_effect = true;
+    CallOptions o;
+    o.call_id = id;
+    o.via_router = true;
+    o.transport = Transport::kGrpc;  // answers over shared memory are never kept
+    absl::StatusOr<CallResult> scaled = (*r)->Call(scale, o);
+    ASSERT_TRUE(scaled.ok()) << scaled.status();
+    ASSERT_EQ(scaled->results[0].as<float>()[3], 40);
+    CallRequest copy = scale;
+    copy.handler = "copy";
+    copy.attributes.clear();
+    absl::StatusOr<CallResult> mine = (*a)->Call(copy, o);
+    ASSERT_TRUE(mine.ok()) << mine.status();
+    EXPECT_EQ(mine->results[0].as<float>()[3], 4) << "alpha got root's answer";
+    // Root's own repeat still gets its answer; other work under its id is
+    // refused.
+    scaled = (*r)->Call(scale, o);
+    ASSERT_TRUE(scaled.ok()) << scaled.status();
+    EXPECT_EQ(scaled->results[0].as<float>()[3], 40);
+    scale.attributes["alpha"] = 2.0;
+    absl::Status reused = (*r)->Call(scale, o).status();
+    EXPECT_EQ(reused.code(), absl::StatusCode::kInvalidArgument) << reused;
+    EXPECT_THAT(reused.message(), HasSubstr("was already used for another call"));
+    // A call_id is bounded before anything is kept of it.
+    o.call_id = std::string(129, 'k');
+    absl::Status long_id = (*r)->Call(scale, o).status();
+    EXPECT_EQ(long_id.code(), absl::StatusCode::kResourceExhausted) << long_id;
+    EXPECT_THAT(long_id.message(), HasSubstr("(--max_call_id_bytes)"));
+  }
+}
+
+// A token learns nothing about a handler it may not call: not whether it
+// exists, nor what the call's other checks would say.
+TEST(SecurityTest, AuthorizationComesBeforeAnythingAboutTheCall) {
+  const Pki& p = Certificates();
+  auto agent = Start(FARCALL_AGENT_BIN, {"--tokens_file=" + p.tokens});
+  ASSERT_NE(agent, nullptr);
+  auto router =
+      Start(FARCALL_ROUTER_BIN, {"--agents=" + agent->address(), "--tokens_file=" + p.tokens,
+                                 "--agent_token_file=" + p.dir + "/router-token"});
+  ASSERT_NE(router, nullptr);
+  ClientOptions alpha;
+  alpha.token = "alpha-token-0123456789";
+  for (const std::string& target : {agent->address(), router->address()}) {
+    auto a = Client::Connect(target, alpha);
+    ASSERT_TRUE(a.ok());
+    CallOptions o;
+    o.via_router = true;
+    for (const char* handler : {"sum", "no.such.handler"}) {
+      absl::Status s = ::farcall::testing::CallOnFour(**a, handler, o).status();
+      EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << target << handler << s;
+      EXPECT_EQ(s.message(), absl::StrCat("this token may not call handler '", handler, "'."));
+    }
+    // Even on a platform this agent does not serve, and no agent does.
+    absl::Status s = ::farcall::testing::CallOnFour(**a, "no.such.handler", o, "rocm").status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << target << s;
+  }
+}
+
 TEST(SecurityTest, BadSecurityFlagsFailAtStartWithoutShowingSecrets) {
   const Pki& p = Certificates();
   ::farcall::testing::CommandResult r = ::farcall::testing::RunCommand(
@@ -230,6 +311,26 @@ TEST(SecurityTest, BadSecurityFlagsFailAtStartWithoutShowingSecrets) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_THAT(r.output, HasSubstr("bad-tokens line 1: expected"));
   EXPECT_THAT(r.output, ::testing::Not(HasSubstr("only-a-token")));
+}
+
+// A tokens file that lists no token (a comment, an empty Secret) must stop
+// the process, never serve calls without tokens: exit status 2, naming the
+// file, for the agent and the router alike. Unreadable files too.
+TEST(SecurityTest, ATokensFileWithoutTokensStopsTheProcess) {
+  const Pki& p = Certificates();
+  std::ofstream(p.dir + "/empty-tokens") << "# nobody may call yet\n\n";
+  std::ofstream(p.dir + "/weak-tokens") << "root-token-0123456789 *\nshort copy\n";
+  for (const std::string bin : {std::string(FARCALL_AGENT_BIN),
+                                absl::StrCat(FARCALL_ROUTER_BIN, " --agents=127.0.0.1:1")}) {
+    for (const std::string file : {"/empty-tokens", "/weak-tokens", "/no-such-tokens"}) {
+      ::farcall::testing::CommandResult r = ::farcall::testing::RunCommand(
+          absl::StrCat(bin, " --listen=127.0.0.1:0 --tokens_file=", p.dir, file));
+      EXPECT_EQ(r.exit_code, 2) << bin << file << r.output;
+      EXPECT_THAT(r.output, HasSubstr(p.dir + file)) << bin;
+      EXPECT_THAT(r.output, ::testing::Not(HasSubstr("root-token"))) << bin;
+      EXPECT_THAT(r.output, ::testing::Not(HasSubstr("serving"))) << bin;
+    }
+  }
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -307,6 +308,96 @@ TEST(StreamStallTest, AStalledCallHoldingMemoryOthersWaitForIsEndedSooner) {
   EXPECT_EQ(s.error_message(),
             "the caller sent nothing for 1s while other calls waited for its memory "
             "(--stream_stall_timeout); the call was ended.");
+}
+
+// Slow drip: callers that fill the budget, then send one byte now and then
+// (never silent long enough for --stream_stall_timeout), must not starve a
+// small call behind them: while it waits they are held to
+// --min_stream_bytes_per_second and ended.
+TEST(StreamStallTest, DrippingCallersAreEndedWhenOthersWaitForTheirMemory) {
+  constexpr int kDrippers = 4;
+  constexpr int64_t kN = 4 << 20;
+  constexpr int64_t kFootprint = 2 * kN + 4096 + 2 * 512;  // agent_call.cc's accounting
+  auto a = ChildProcess::Start(FARCALL_AGENT_BIN,
+                               {"--platform=cpu", "--listen=127.0.0.1:0",
+                                absl::StrCat("--max_inflight_bytes=", kDrippers * kFootprint),
+                                "--stream_stall_timeout=2s", "--stream_idle_timeout=60s"});
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto stub =
+      v1::Agent::NewStub(grpc::CreateChannel((*a)->address(), grpc::InsecureChannelCredentials()));
+  struct Dripper {
+    grpc::ClientContext ctx;
+    std::unique_ptr<grpc::ClientReaderWriter<v1::ExecuteRequest, v1::ExecuteResponse>> stream;
+    grpc::Status status;
+  };
+  std::vector<std::unique_ptr<Dripper>> drippers;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kDrippers; ++i) {
+    auto d = std::make_unique<Dripper>();
+    d->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(40));
+    d->stream = stub->Execute(&d->ctx);
+    ASSERT_TRUE(d->stream->Write(CopyRequestU8(kN, 0)));
+    drippers.push_back(std::move(d));
+  }
+  for (auto& d : drippers) {
+    threads.emplace_back([d = d.get()] {
+      // One byte every half second, for as long as the agent takes them
+      // (bounded: the context's deadline ends the stream).
+      for (uint64_t offset = 0; offset < 80; ++offset) {
+        v1::ExecuteRequest r;
+        AddChunk(&r, 0, offset, 1);
+        if (!d->stream->Write(r)) break;
+        absl::SleepFor(absl::Milliseconds(500));  // the adversary's pace
+      }
+      d->stream->WritesDone();
+      v1::ExecuteResponse resp;
+      while (d->stream->Read(&resp)) {
+      }
+      d->status = d->stream->Finish();
+    });
+  }
+  ASSERT_TRUE(BudgetHeld((*a)->address(), 4)) << "the drippers never held the budget";
+  const absl::Time start = absl::Now();
+  absl::Status small = CopyCall((*a)->address(), 4, absl::Seconds(20));
+  EXPECT_TRUE(small.ok()) << small;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+  for (auto& t : threads) t.join();
+  int ended = 0;
+  for (auto& d : drippers) {
+    if (d->status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
+        d->status.error_message().find("(--min_stream_bytes_per_second)") != std::string::npos) {
+      ++ended;
+    }
+  }
+  EXPECT_GE(ended, 1) << drippers[0]->status.error_message();
+}
+
+// --max_call_seconds holds in every phase, not only while the handler runs:
+// a call whose client keeps it uploading, or that waits for memory, ends
+// at the limit (the wait itself: device_agents/idle_watchdog_test.cc).
+TEST(MaxCallTimeTest, AppliesWhileUploadingAndWaitingForMemory) {
+  std::unique_ptr<StalledUpload> u = StartStalledUpload(
+      {"--stream_idle_timeout=60s", "--stream_stall_timeout=0", "--max_call_seconds=3"});
+  ASSERT_NE(u, nullptr);
+  // A second call that sends its header alone: it waits for the stalled
+  // call's memory, then for its own bytes.
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  auto queued = u->stub->Execute(&ctx);
+  ASSERT_TRUE(queued->Write(CopyRequestU8(kStalledN, 0)));
+  const absl::Time start = absl::Now();
+  const std::string limit =
+      "the call ran past this agent's limit of 3s per call (--max_call_seconds).";
+  grpc::Status s = u->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
+  EXPECT_EQ(s.error_message(), limit);
+  v1::ExecuteResponse resp;
+  while (queued->Read(&resp)) {
+  }
+  s = queued->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
+  EXPECT_EQ(s.error_message(), limit);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(15));
 }
 
 TEST(UnaryIdleTest, AnAnswerNobodyTakesIsDroppedAfterTheIdleTimeout) {

@@ -9,19 +9,26 @@
 
 namespace farcall::testing {
 
-// `handler` (copy by default) on float32[4] {1, 2, 3, 4}, one result of the
-// same spec, on `platform`.
-inline absl::StatusOr<CallResult> CallOnFour(Client& client, const std::string& handler = "copy",
-                                             const CallOptions& options = {},
-                                             const std::string& platform = "cpu") {
-  std::vector<float> x = {1, 2, 3, 4};
+// A call of `handler` on float32[4] `x` (which must outlive the call), one
+// result of the same spec, on `platform`.
+inline CallRequest RequestOnFour(const std::string& handler, const std::vector<float>& x,
+                                 const std::string& platform = "cpu") {
   TensorSpec spec{DType::kF32, {4}};
   CallRequest req;
   req.handler = handler;
   req.platform = platform;
   req.args = {Arg::In(spec, x.data())};
   req.results = {spec};
-  return client.Call(req, options);
+  return req;
+}
+
+// `handler` (copy by default) on float32[4] {1, 2, 3, 4}, one result of the
+// same spec, on `platform`.
+inline absl::StatusOr<CallResult> CallOnFour(Client& client, const std::string& handler = "copy",
+                                             const CallOptions& options = {},
+                                             const std::string& platform = "cpu") {
+  std::vector<float> x = {1, 2, 3, 4};
+  return client.Call(RequestOnFour(handler, x, platform), options);
 }
 
 }  // namespace farcall::testing

@@ -198,9 +198,9 @@ TEST(UcxTest, AnAgentWithoutUcxRefusesItAndAutoStaysOnGrpc) {
 TEST(UcxTest, TokensTurnUcxOffUnlessTheFabricIsDeclaredTrusted) {
   char dir_template[] = "/tmp/farcall-ucx-XXXXXX";
   const std::string dir = mkdtemp(dir_template);
-  std::ofstream(dir + "/tokens") << "secret *\n";
+  std::ofstream(dir + "/tokens") << "secret-token-0123456789 *\n";
   ClientOptions with_token;
-  with_token.token = "secret";
+  with_token.token = "secret-token-0123456789";
   auto off = Start({"--tokens_file=" + dir + "/tokens"});
   auto on = Start({"--tokens_file=" + dir + "/tokens", "--allow_ucx_with_tls"});
   ASSERT_TRUE(off && on);
@@ -265,6 +265,52 @@ TEST(UcxTest, UcxHeadersGetTheContractsAnswers) {
   absl::StatusOr<CallResult> r = Copy(*client, Pattern(8, 0), o);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(r.status().message(), HasSubstr("a UCX call goes as a unary Call"));
+}
+
+// A hostile caller that sends one byte where each 4 MiB piece of its args
+// belongs must not get back what the agent's recycled blocks held before
+// (another caller's tensor): a short piece ends the call with DATA_LOSS.
+TEST(UcxTest, ShortPiecesAreDataLossNotAnotherCallersBytes) {
+  auto agent = Start({});
+  ASSERT_TRUE(agent);
+  auto client = Connect(*agent);
+  ASSERT_TRUE(client);
+  auto d = client->Describe();
+  ASSERT_TRUE(d.ok() && d->offers_ucx);
+  constexpr int64_t kBytes = int64_t{8} << 20;
+  // A victim's call leaves its bytes in blocks the agent keeps for reuse.
+  std::vector<uint8_t> secret = Pattern(kBytes, 77);
+  absl::StatusOr<CallResult> victim = Copy(*client, secret);
+  ASSERT_TRUE(victim.ok()) << victim.status();
+  ASSERT_EQ(victim->transport, Transport::kUcx);
+
+  auto channel = grpc::CreateChannel(agent->address(), grpc::InsecureChannelCredentials());
+  grpc::ClientContext info_ctx;
+  v1::AgentInfo info;
+  ASSERT_TRUE(v1::Agent::NewStub(channel)->Describe(&info_ctx, {}, &info).ok());
+  auto attacker = TestWorker();
+  ASSERT_TRUE(attacker);
+  v1::ExecuteRequest req = UcxCopy(kBytes, attacker->address());
+  const uint64_t tag = req.header().ucx().tag();
+  uint8_t ready = 0;
+  auto told = attacker->StartReceive(ucx::TagOf(tag, ucx::Carries::kReady, 0), &ready, 1);
+  std::vector<uint8_t> result(kBytes, 0);
+  auto results = attacker->StartReceive(ucx::TagOf(tag, ucx::Carries::kResult, 0), result.data(),
+                                        ucx::kPieceBytes);
+  std::future<grpc::Status> answer =
+      std::async(std::launch::async, [&] { return RawCall(*agent, req); });
+  ASSERT_TRUE(told->Wait(absl::Now() + absl::Seconds(20)).ok());
+  const uint8_t one = 1;
+  for (uint64_t k = 0; k < kBytes / ucx::kPieceBytes; ++k) {
+    attacker->StartSend(info.ucx_address(), ucx::TagOf(tag, ucx::Carries::kArg, k), &one, 1);
+  }
+  grpc::Status s = answer.get();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DATA_LOSS) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("1 bytes came where 4194304 were expected"));
+  results->Cancel();
+  results->Wait(absl::InfiniteFuture()).IgnoreError();
+  EXPECT_NE(std::memcmp(result.data(), secret.data(), 64), 0) << "the victim's bytes came back";
+  EXPECT_EQ(InflightCalls(*agent), 0);
 }
 
 // A client that says it will send over UCX and never does holds the agent's

@@ -119,6 +119,12 @@ struct Worker::Ucx {
 // Transfer
 
 void Transfer::Finish(absl::Status status, size_t bytes) {
+  if (status.ok() && peer_.empty() && bytes != size_) {
+    // A short message would leave the rest of the receiver's memory as it
+    // was: never OK.
+    status = absl::DataLossError(
+        absl::StrCat("ucx: a message of ", bytes, " bytes came where ", size_, " were expected."));
+  }
   std::function<void(const absl::Status&)> on_end = std::move(on_end_);
   absl::Status copy = on_end ? status : absl::OkStatus();
   {

@@ -124,8 +124,10 @@ class Worker {
   using OnEnd = std::function<void(const absl::Status&)>;
   std::shared_ptr<Transfer> StartSend(const std::string& peer, uint64_t tag, const void* data,
                                       size_t size, OnEnd on_end = nullptr);
-  // Starts receiving up to `size` bytes sent under exactly `tag` into
-  // `data` (more is an error: OUT_OF_RANGE).
+  // Starts receiving exactly `size` bytes sent under exactly `tag` into
+  // `data`. A message of another length is an error: OUT_OF_RANGE for more,
+  // DATA_LOSS for fewer (the rest of `data` would keep whatever it held,
+  // another call's bytes perhaps, so it is never taken as received).
   std::shared_ptr<Transfer> StartReceive(uint64_t tag, void* data, size_t size,
                                          OnEnd on_end = nullptr);
   // Returns once everything started before it was handed to UCX: a receive

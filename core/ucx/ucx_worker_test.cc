@@ -5,6 +5,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 
@@ -45,6 +46,31 @@ TEST_P(UcxWorkerTest, BytesArriveExactlyInThePostedBuffer) {
   }
   EXPECT_EQ(a->in_flight(), 0);
   EXPECT_EQ(b->in_flight(), 0);
+}
+
+// A peer that sends less than a receive asked for must not make the
+// receive look complete: the rest of the buffer holds what it held before
+// (in an agent, a recycled block's earlier bytes).
+TEST_P(UcxWorkerTest, AShortMessageIsDataLossNotAReceive) {
+  auto a = Make(GetParam()), b = Make(GetParam());
+  ASSERT_TRUE(a && b);
+  for (size_t n : {size_t{4096}, size_t{4} << 20}) {
+    std::vector<uint8_t> src(1, 9), dst(n, 0xee);
+    absl::Status ended = absl::UnknownError("not ended");
+    absl::Notification seen;
+    auto rx = b->StartReceive(43, dst.data(), n, [&](const absl::Status& s) {
+      ended = s;
+      seen.Notify();
+    });
+    auto tx = a->StartSend(b->address(), 43, src.data(), 1);
+    ASSERT_TRUE(tx->Wait(Soon()).ok()) << n;
+    absl::Status s = rx->Wait(Soon());
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << n << s;
+    EXPECT_EQ(s.message(),
+              absl::StrCat("ucx: a message of 1 bytes came where ", n, " were expected."));
+    ASSERT_TRUE(seen.WaitForNotificationWithTimeout(absl::Seconds(30)));
+    EXPECT_EQ(ended.code(), absl::StatusCode::kDataLoss);
+  }
 }
 
 TEST_P(UcxWorkerTest, ManyTransfersAtOnceFromManyThreadsMatchTheirTags) {

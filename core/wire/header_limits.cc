@@ -1,5 +1,6 @@
 #include "core/wire/header_limits.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -13,7 +14,12 @@ using google::protobuf::internal::WireFormatLite;
 using google::protobuf::io::CodedInputStream;
 
 // CallHeader's field numbers (proto/farcall/v1/farcall.proto).
-constexpr int kHandler = 1, kPlatforms = 2, kArgs = 3, kResults = 4, kAttributes = 8;
+constexpr int kHandler = 1, kPlatforms = 2, kArgs = 3, kResults = 4, kAliases = 5, kAttributes = 8,
+              kCallId = 9, kShm = 10;
+// ShmTensors' fields: region, arg_offsets, result_offsets, arg_regions,
+// result_regions.
+constexpr int kShmRegion = 1, kShmArgOffsets = 2, kShmResultOffsets = 3, kShmArgRegions = 4,
+              kShmResultRegions = 5;
 // TensorSpec.dims, the map entry's key and value, Attribute.str.
 constexpr int kDims = 2, kEntryKey = 1, kEntryValue = 2, kAttrStr = 4;
 
@@ -28,32 +34,41 @@ bool ReadLength(CodedInputStream& in, uint32_t tag, uint32_t* len) {
          in.ReadVarint32(len);
 }
 
-// The rank a TensorSpec's bytes declare: its dims, packed or not. A field of
-// an unexpected wire type is skipped, as the parser skips it.
+// How a repeated varint field's element(s) were read by CountVarints.
+enum class Varints { kCounted, kOtherWireType, kMalformed };
+
+// Counts the elements behind `tag` (just read) of a repeated varint field,
+// packed or not, into `*count`. Another wire type is left for the caller to
+// skip, as the parser skips it (as an unknown field).
+Varints CountVarints(CodedInputStream& in, uint32_t tag, int64_t* count) {
+  const auto wire = WireFormatLite::GetTagWireType(tag);
+  uint64_t v;
+  if (wire == WireFormatLite::WIRETYPE_VARINT) {
+    if (!in.ReadVarint64(&v)) return Varints::kMalformed;
+    ++*count;
+    return Varints::kCounted;
+  }
+  if (wire != WireFormatLite::WIRETYPE_LENGTH_DELIMITED) return Varints::kOtherWireType;
+  uint32_t len;
+  if (!in.ReadVarint32(&len)) return Varints::kMalformed;
+  CodedInputStream::Limit lim = in.PushLimit(static_cast<int>(len));
+  while (in.BytesUntilLimit() > 0) {
+    if (!in.ReadVarint64(&v)) return Varints::kMalformed;
+    ++*count;
+  }
+  in.PopLimit(lim);
+  return Varints::kCounted;
+}
+
+// The rank a TensorSpec's bytes declare: its dims, packed or not.
 bool CountRank(CodedInputStream& in, int64_t* rank) {
   while (uint32_t tag = in.ReadTag()) {
-    const auto wire = WireFormatLite::GetTagWireType(tag);
-    if (WireFormatLite::GetTagFieldNumber(tag) == kDims &&
-        wire == WireFormatLite::WIRETYPE_VARINT) {
-      uint64_t v;
-      if (!in.ReadVarint64(&v)) return false;
-      ++*rank;
-      continue;
+    if (WireFormatLite::GetTagFieldNumber(tag) == kDims) {
+      const Varints r = CountVarints(in, tag, rank);
+      if (r == Varints::kMalformed) return false;
+      if (r == Varints::kCounted) continue;
     }
-    if (WireFormatLite::GetTagFieldNumber(tag) != kDims ||
-        wire != WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
-      if (!WireFormatLite::SkipField(&in, tag)) return false;
-      continue;
-    }
-    uint32_t len;
-    if (!in.ReadVarint32(&len)) return false;
-    CodedInputStream::Limit lim = in.PushLimit(static_cast<int>(len));
-    uint64_t v;
-    while (in.BytesUntilLimit() > 0) {
-      if (!in.ReadVarint64(&v)) return false;
-      ++*rank;
-    }
-    in.PopLimit(lim);
+    if (!WireFormatLite::SkipField(&in, tag)) return false;
   }
   return true;
 }
@@ -85,6 +100,36 @@ bool EntrySizes(CodedInputStream& in, uint32_t* key, uint32_t* str) {
   return true;
 }
 
+// What a ShmTensors' bytes declare: how many of each list (counted across
+// every occurrence, as the parser merges them), and the longest region name.
+struct ShmCounts {
+  int64_t lists[6] = {};  // by field number
+  uint32_t longest_name = 0;
+};
+
+bool CountShm(CodedInputStream& in, ShmCounts* c) {
+  while (uint32_t tag = in.ReadTag()) {
+    const int field = WireFormatLite::GetTagFieldNumber(tag);
+    const auto wire = WireFormatLite::GetTagWireType(tag);
+    if (field == kShmArgOffsets || field == kShmResultOffsets) {
+      const Varints r = CountVarints(in, tag, &c->lists[field]);
+      if (r == Varints::kMalformed) return false;
+      if (r == Varints::kCounted) continue;
+    }
+    if ((field == kShmRegion || field == kShmArgRegions || field == kShmResultRegions) &&
+        wire == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+      uint32_t len;
+      if (!in.ReadVarint32(&len)) return false;
+      c->longest_name = std::max(c->longest_name, len);
+      ++c->lists[field];
+      if (!in.Skip(static_cast<int>(len))) return false;
+      continue;
+    }
+    if (!WireFormatLite::SkipField(&in, tag)) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 absl::Status CheckHeaderLimits(absl::string_view header, const HeaderLimits& limits) {
@@ -94,7 +139,8 @@ absl::Status CheckHeaderLimits(absl::string_view header, const HeaderLimits& lim
   }
   CodedInputStream in(reinterpret_cast<const uint8_t*>(header.data()),
                       static_cast<int>(header.size()));
-  int64_t args = 0, results = 0, attributes = 0;
+  int64_t args = 0, results = 0, attributes = 0, aliases = 0;
+  ShmCounts shm;
   while (uint32_t tag = in.ReadTag()) {
     const int field = WireFormatLite::GetTagFieldNumber(tag);
     uint32_t len = 0;
@@ -102,7 +148,8 @@ absl::Status CheckHeaderLimits(absl::string_view header, const HeaderLimits& lim
     // the parser skips them (as unknown fields). Bytes that cannot be
     // skipped do not parse: the parser refuses them.
     const bool wanted = field == kHandler || field == kPlatforms || field == kArgs ||
-                        field == kResults || field == kAttributes;
+                        field == kResults || field == kAttributes || field == kAliases ||
+                        field == kCallId || field == kShm;
     if (!wanted ||
         WireFormatLite::GetTagWireType(tag) != WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
       if (!WireFormatLite::SkipField(&in, tag)) return absl::OkStatus();
@@ -114,6 +161,28 @@ absl::Status CheckHeaderLimits(absl::string_view header, const HeaderLimits& lim
       if (len > limits.max_name_bytes) {
         return Over(absl::StrCat(field == kHandler ? "the handler" : "a platform", " name is ", len,
                                  " bytes"),
+                    limits.max_name_bytes, "max_name_bytes");
+      }
+    } else if (field == kCallId) {
+      if (len > limits.max_call_id_bytes) {
+        return Over(absl::StrCat("the call_id is ", len, " bytes"), limits.max_call_id_bytes,
+                    "max_call_id_bytes");
+      }
+    } else if (field == kAliases) {
+      if (++aliases > limits.max_tensors) {
+        return Over("the call header has more input_output_aliases entries", limits.max_tensors,
+                    "max_tensors");
+      }
+    } else if (field == kShm) {
+      if (!CountShm(in, &shm)) return absl::OkStatus();
+      for (int f = kShmArgOffsets; f <= kShmResultRegions; ++f) {
+        if (shm.lists[f] > limits.max_tensors) {
+          return Over("the call's shm lists more offsets or regions", limits.max_tensors,
+                      "max_tensors");
+        }
+      }
+      if (shm.longest_name > limits.max_name_bytes) {
+        return Over(absl::StrCat("a shared-memory region name is ", shm.longest_name, " bytes"),
                     limits.max_name_bytes, "max_name_bytes");
       }
     } else if (field == kArgs || field == kResults) {
@@ -158,7 +227,8 @@ absl::Status ValidateHeaderLimits(const HeaderLimits& l) {
         {l.max_rank, "max_rank"},
         {l.max_attributes, "max_attributes"},
         {l.max_name_bytes, "max_name_bytes"},
-        {l.max_string_bytes, "max_string_bytes"}}) {
+        {l.max_string_bytes, "max_string_bytes"},
+        {l.max_call_id_bytes, "max_call_id_bytes"}}) {
     if (value <= 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("--", flag, " must be positive; got ", value, "."));

@@ -8,7 +8,11 @@
 //   if (s.ok()) header.ParseFromArray(...);
 //
 // Agents and routers take the limits as flags (--max_header_bytes,
-// --max_tensors, --max_rank, --max_attributes).
+// --max_tensors, --max_rank, --max_attributes, --max_name_bytes,
+// --max_string_bytes, --max_call_id_bytes). Besides args and results,
+// --max_tensors bounds the input_output_aliases entries and each list of a
+// shared-memory call's offsets and region names; --max_name_bytes bounds
+// each region name.
 #ifndef FARCALL_CORE_WIRE_HEADER_LIMITS_H_
 #define FARCALL_CORE_WIRE_HEADER_LIMITS_H_
 
@@ -26,6 +30,7 @@ struct HeaderLimits {
   int64_t max_attributes = 256;
   int64_t max_name_bytes = 1024;       // handler, platform and attribute names
   int64_t max_string_bytes = 1 << 20;  // a string attribute's value
+  int64_t max_call_id_bytes = 128;     // the call_id
 };
 
 // OK when `header` (an encoded farcall.v1.CallHeader) is within `limits`;

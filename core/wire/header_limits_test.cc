@@ -123,6 +123,45 @@ TEST(HeaderLimitsTest, FieldsOfAnotherWireTypeAreSkippedNotTrusted) {
   EXPECT_EQ(CheckHeaderLimits(with_odd_dims, l).code(), absl::StatusCode::kResourceExhausted);
 }
 
+TEST(HeaderLimitsTest, CallIdsAreBounded) {
+  HeaderLimits l;
+  v1::CallHeader h = Header(1, 1, 1);
+  h.set_call_id(std::string(128, 'i'));
+  EXPECT_TRUE(CheckHeaderLimits(h.SerializeAsString(), l).ok());
+  h.set_call_id(std::string(129, 'i'));
+  ExpectOver(h, l, "the call_id is 129 bytes, over the limit of 128 (--max_call_id_bytes).");
+}
+
+TEST(HeaderLimitsTest, AliasesAndSharedMemoryListsAreBounded) {
+  HeaderLimits l;
+  l.max_tensors = 4;
+  l.max_name_bytes = 16;
+  v1::CallHeader h = Header(1, 1, 1);
+  for (uint32_t i = 0; i < 4; ++i) (*h.mutable_input_output_aliases())[i] = 0;
+  EXPECT_TRUE(CheckHeaderLimits(h.SerializeAsString(), l).ok());
+  (*h.mutable_input_output_aliases())[4] = 0;
+  ExpectOver(h, l, "more input_output_aliases entries, over the limit of 4 (--max_tensors)");
+
+  h = Header(1, 1, 1);
+  v1::ShmTensors* shm = h.mutable_shm();
+  shm->set_region(std::string(16, 'r'));
+  for (int i = 0; i < 4; ++i) shm->add_arg_offsets(i);
+  EXPECT_TRUE(CheckHeaderLimits(h.SerializeAsString(), l).ok());
+  shm->add_arg_offsets(9);
+  ExpectOver(h, l, "the call's shm lists more offsets or regions");
+  shm->clear_arg_offsets();
+  for (int i = 0; i < 5; ++i) shm->add_result_regions("r");
+  ExpectOver(h, l, "the call's shm lists more offsets or regions");
+  shm->clear_result_regions();
+  shm->add_arg_regions(std::string(17, 'r'));
+  ExpectOver(h, l, "a shared-memory region name is 17 bytes, over the limit of 16");
+  // Two shm fields merge: their lists count together.
+  v1::CallHeader half = Header(1, 1, 1);
+  for (int i = 0; i < 3; ++i) half.mutable_shm()->add_arg_offsets(i);
+  const std::string twice = half.SerializeAsString() + half.SerializeAsString();
+  EXPECT_EQ(CheckHeaderLimits(twice, l).code(), absl::StatusCode::kResourceExhausted);
+}
+
 TEST(HeaderLimitsTest, MalformedBytesAreLeftToTheParser) {
   EXPECT_TRUE(CheckHeaderLimits(std::string("\x1a\x7f\x01", 3), HeaderLimits()).ok());
 }
