@@ -11,6 +11,7 @@
 #include "absl/synchronization/notification.h"
 #include "client/call_codec.h"
 #include "client/lookaside.h"
+#include "core/capability.h"
 #include "core/status_macros.h"
 #include "core/tokens.h"
 #include "core/wire/grpc_status.h"
@@ -37,9 +38,17 @@ std::chrono::system_clock::time_point DeadlineAfter(absl::Duration d) {
   return std::chrono::system_clock::now() + absl::ToChronoNanoseconds(d);
 }
 
-// The caller's token on a call, when it has one ("Bearer TOKEN").
-void AddAuthorization(grpc::ClientContext& ctx, const std::string& authorization) {
-  if (!authorization.empty()) ctx.AddMetadata(kAuthorizationKey, authorization);
+// What a call presents to its target: the caller's token ("Bearer TOKEN"),
+// or, to an agent a router named, the capability the router minted for
+// this caller there (then never the token).
+struct CallCredentials {
+  std::string authorization;
+  std::string capability;
+};
+
+void AddCredentials(grpc::ClientContext& ctx, const CallCredentials& c) {
+  if (!c.authorization.empty()) ctx.AddMetadata(kAuthorizationKey, c.authorization);
+  if (!c.capability.empty()) ctx.AddMetadata(kCapabilityMetadataKey, c.capability);
 }
 
 // A finished RPC's outcome: its failure, or what `decode` makes of the
@@ -101,7 +110,7 @@ absl::StatusOr<CallResult> DecodeUnary(ResponseReader& reader, const grpc::ByteB
 // A streamed call: request frames out, one at a time; response frames in.
 class StreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  StreamCall(PreparedCall call, const CallOptions& options, const std::string& authorization,
+  StreamCall(PreparedCall call, const CallOptions& options, const CallCredentials& credentials,
              CallCallback done)
       : call_(std::move(call)),
         completion_(std::make_shared<Completion>(std::move(done))),
@@ -109,7 +118,7 @@ class StreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::
         reader_(call_) {
     ctx_.set_deadline(DeadlineAfter(options.timeout));
     ctx_.set_wait_for_ready(options.wait_for_ready);
-    AddAuthorization(ctx_, authorization);
+    AddCredentials(ctx_, credentials);
   }
 
   void Start(grpc::GenericStub& stub, const std::string& method) {
@@ -200,7 +209,7 @@ struct UcxRoute {
 // A unary call: one frame each way.
 class UnaryCall {
  public:
-  UnaryCall(PreparedCall call, const CallOptions& options, const std::string& authorization,
+  UnaryCall(PreparedCall call, const CallOptions& options, const CallCredentials& credentials,
             CallCallback done, const UcxRoute& ucx = {})
       : call_(std::move(call)),
         completion_(std::make_shared<Completion>(std::move(done))),
@@ -208,7 +217,7 @@ class UnaryCall {
         deadline_(absl::Now() + options.timeout) {
     ctx_.set_deadline(DeadlineAfter(options.timeout));
     ctx_.set_wait_for_ready(options.wait_for_ready);
-    AddAuthorization(ctx_, authorization);
+    AddCredentials(ctx_, credentials);
 #ifdef FARCALL_WITH_UCX
     if (ucx.worker != nullptr && reader_.init_status().ok()) {
       exchange_ = client_internal::UcxExchange::Start(*static_cast<ucx::Worker*>(ucx.worker), call_,
@@ -313,9 +322,19 @@ struct Client::Impl {
   ClientOptions options;
   std::string authorization;  // "Bearer TOKEN", or empty
   bool direct = false;        // MarkDirect
+  // For a lookaside agent's client: the capability for a handler, or empty
+  // (then the token goes). Set before the client is shared.
+  std::function<std::string(const std::string& handler)> capability_source;
 
-  // Every call's context: its token, when there is one.
-  void Prepare(grpc::ClientContext& ctx) const { AddAuthorization(ctx, authorization); }
+  // A non-call RPC's context: the token, when there is one.
+  void Prepare(grpc::ClientContext& ctx) const { AddCredentials(ctx, {authorization, ""}); }
+  CallCredentials CredentialsFor(const std::string& handler) const {
+    if (capability_source) {
+      std::string capability = capability_source(handler);
+      if (!capability.empty()) return {"", std::move(capability)};
+    }
+    return {authorization, ""};
+  }
   std::unique_ptr<grpc::GenericStub> generic;
   std::unique_ptr<v1::Agent::Stub> agent;
   std::unique_ptr<v1::Router::Stub> router;
@@ -443,16 +462,14 @@ struct Client::Impl {
 
   // Shared memory serves only calls over loopback TCP (the agent checks the
   // caller's user on each call).
-  static bool IsLocal(const std::string& t) {
-    for (const char* p : {"localhost:", "127.", "[::1]:", "ipv4:127.", "ipv6:[::1]"}) {
-      if (t.rfind(p, 0) == 0) return true;
-    }
-    return false;
-  }
+  static bool IsLocal(const std::string& t) { return client_internal::IsLoopbackTarget(t); }
 
   // Learns once whether the target is an agent (Describe answers) or a
-  // router (Describe is unimplemented there).
-  absl::StatusOr<Service> GetService(absl::Duration timeout, bool wait_for_ready = false) {
+  // router (Describe is unimplemented there). Asked with the credentials of
+  // a call of `handler` (a lookaside agent's client holds capabilities
+  // alone).
+  absl::StatusOr<Service> GetService(absl::Duration timeout, bool wait_for_ready = false,
+                                     const std::string& handler = "") {
     {
       absl::MutexLock l(&mu);
       if (service != Service::kUnknown) return service;
@@ -460,7 +477,7 @@ struct Client::Impl {
     grpc::ClientContext ctx;
     ctx.set_deadline(DeadlineAfter(timeout));
     ctx.set_wait_for_ready(wait_for_ready);
-    Prepare(ctx);
+    AddCredentials(ctx, CredentialsFor(handler));
     v1::AgentInfo info;
     grpc::Status s = agent->Describe(&ctx, v1::DescribeRequest(), &info);
     Service found;
@@ -498,7 +515,15 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& targe
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = SharedChannel(target, options);
   if (!channel.ok()) return channel.status();
   impl->channel = *std::move(channel);
-  if (!options.token.empty()) impl->authorization = absl::StrCat(kBearerPrefix, options.token);
+  if (!options.token.empty()) {
+    if (!client_internal::TokenMayGo(target, options)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the token would travel in clear to ", target,
+                       ", which is not this host: use TLS (tls_ca), or allow_insecure_tokens (CLI "
+                       "--allow_insecure_tokens) where the network is trusted."));
+    }
+    impl->authorization = absl::StrCat(kBearerPrefix, options.token);
+  }
   impl->target = target;
   impl->options = options;
   impl->generic = std::make_unique<grpc::GenericStub>(impl->channel);
@@ -520,6 +545,10 @@ struct Client::Plan {
 
 void Client::MarkDirect() { impl_->direct = true; }
 
+void Client::SetCapabilitySource(std::function<std::string(const std::string& handler)> source) {
+  impl_->capability_source = std::move(source);
+}
+
 bool Client::Connected(absl::Duration wait) {
   if (impl_->channel->GetState(/*try_to_connect=*/true) == GRPC_CHANNEL_READY) return true;
   return wait > absl::ZeroDuration() && impl_->channel->WaitForConnected(DeadlineAfter(wait));
@@ -529,7 +558,8 @@ absl::StatusOr<Client::Plan> Client::MakePlan(Impl& impl, const CallRequest& req
                                               const CallOptions& options) {
   absl::StatusOr<PreparedCall> prepared = client_internal::Prepare(request, options);
   if (!prepared.ok()) return prepared.status();
-  absl::StatusOr<Service> service = impl.GetService(options.timeout, options.wait_for_ready);
+  absl::StatusOr<Service> service =
+      impl.GetService(options.timeout, options.wait_for_ready, request.handler);
   if (!service.ok()) {
     absl::Status s = service.status();
     if (impl.direct && absl::IsUnavailable(s)) client_internal::MarkNotDelivered(s);
@@ -633,12 +663,12 @@ void Client::StartAsync(const std::shared_ptr<Impl>& impl, const CallRequest& re
     };
   }
   if (plan->unary) {
-    auto* call = new UnaryCall(std::move(plan->prepared), options, impl->authorization,
-                               std::move(done), plan->ucx);
+    auto* call = new UnaryCall(std::move(plan->prepared), options,
+                               impl->CredentialsFor(request.handler), std::move(done), plan->ucx);
     call->Start(*impl->generic, plan->method);
   } else {
-    auto* call =
-        new StreamCall(std::move(plan->prepared), options, impl->authorization, std::move(done));
+    auto* call = new StreamCall(std::move(plan->prepared), options,
+                                impl->CredentialsFor(request.handler), std::move(done));
     call->Start(*impl->generic, plan->method);
   }
 }
@@ -676,7 +706,7 @@ absl::StatusOr<CallResult> Client::Call(const CallRequest& request, const CallOp
       grpc::ClientContext ctx;
       ctx.set_deadline(DeadlineAfter(options.timeout));
       ctx.set_wait_for_ready(options.wait_for_ready);
-      impl_->Prepare(ctx);
+      AddCredentials(ctx, impl_->CredentialsFor(request.handler));
       grpc::ByteBuffer request_frame, response_frame;
       RequestWriter(plan->prepared, 0, completion).Next(&request_frame);
       grpc::Status s =
@@ -689,11 +719,12 @@ absl::StatusOr<CallResult> Client::Call(const CallRequest& request, const CallOp
   }
   absl::Notification done;
   absl::StatusOr<CallResult> result;
-  auto* call = new StreamCall(std::move(plan->prepared), options, impl_->authorization,
-                              [&](absl::StatusOr<CallResult> r) {
-                                result = std::move(r);
-                                done.Notify();
-                              });
+  auto* call =
+      new StreamCall(std::move(plan->prepared), options, impl_->CredentialsFor(request.handler),
+                     [&](absl::StatusOr<CallResult> r) {
+                       result = std::move(r);
+                       done.Notify();
+                     });
   call->Start(*impl_->generic, plan->method);
   done.WaitForNotification();
   return result;
@@ -702,8 +733,9 @@ absl::StatusOr<CallResult> Client::Call(const CallRequest& request, const CallOp
 absl::StatusOr<CallResult> Client::CallOverUcx(Plan plan, const CallOptions& options) {
   absl::Notification done;
   absl::StatusOr<CallResult> result;
+  const CallCredentials credentials = impl_->CredentialsFor(plan.prepared.header.handler());
   auto* call = new UnaryCall(
-      std::move(plan.prepared), options, impl_->authorization,
+      std::move(plan.prepared), options, credentials,
       [&](absl::StatusOr<CallResult> r) {
         result = std::move(r);
         done.Notify();

@@ -6,7 +6,9 @@
 
 #include "absl/random/random.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "core/rendezvous.h"
 #include "core/tokens.h"
 #include "core/wire/grpc_status.h"
@@ -34,11 +36,52 @@ bool RouterUnreachable(const grpc::Status& s) {
 
 void MarkNotDelivered(absl::Status& s) { s.SetPayload(kNotDeliveredPayload, absl::Cord()); }
 
+bool IsLoopbackTarget(absl::string_view t) {
+  absl::ConsumePrefix(&t, "ipv4:") || absl::ConsumePrefix(&t, "ipv6:");
+  if (absl::StartsWith(t, "[::1]:") || absl::StartsWith(t, "localhost:")) return true;
+  // 127.0.0.0/8, written as an IPv4 literal (not a name that starts so).
+  const absl::string_view host = t.substr(0, t.find(':'));
+  return absl::StartsWith(host, "127.") && host.find_first_not_of("0123456789.") == host.npos &&
+         host.size() < t.size();
+}
+
+bool IsHostPort(absl::string_view address) {
+  absl::string_view host, port;
+  if (absl::StartsWith(address, "[")) {
+    const size_t close = address.find("]:");
+    if (close == absl::string_view::npos) return false;
+    host = address.substr(1, close - 1);
+    port = address.substr(close + 2);
+    if (host.empty() || host.find_first_not_of("0123456789abcdefABCDEF:.") != host.npos) {
+      return false;
+    }
+  } else {
+    const size_t colon = address.rfind(':');
+    if (colon == absl::string_view::npos) return false;
+    host = address.substr(0, colon);
+    port = address.substr(colon + 1);
+    // A name or an IPv4 literal: no scheme ("unix:", "dns:"), no path.
+    if (host.empty() ||
+        host.find_first_not_of("abcdefghijklmnopqrstuvwxyz"
+                               "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_") != host.npos) {
+      return false;
+    }
+  }
+  int p = 0;
+  if (port.empty() || port.size() > 5 || !absl::SimpleAtoi(port, &p)) return false;
+  return p > 0 && p < 65536 && port.find_first_not_of("0123456789") == port.npos;
+}
+
+bool TokenMayGo(absl::string_view target, const ClientOptions& options) {
+  const bool tls = !options.tls_ca.empty() || !options.tls_cert.empty();
+  return tls || options.allow_insecure_tokens || IsLoopbackTarget(target);
+}
+
 bool NotDelivered(const absl::Status& s) { return s.GetPayload(kNotDeliveredPayload).has_value(); }
 
 // One agent that some answer named. Its client is made on first use and
 // kept, so that its connection (and shared memory, on this host) is reused.
-struct Lookaside::Agent {
+struct Lookaside::Agent : std::enable_shared_from_this<Agent> {
   explicit Agent(std::string a) : address(std::move(a)) {}
   const std::string address;
   std::atomic<int64_t> inflight{0};  // this client's calls there now
@@ -49,6 +92,9 @@ struct Lookaside::Agent {
   bool connecting ABSL_GUARDED_BY(mu) = false;  // that first contact waits now
   absl::Time avoid_until ABSL_GUARDED_BY(mu) = absl::InfinitePast();
   absl::Duration backoff ABSL_GUARDED_BY(mu) = kFirstBackoff;
+  // The router's capability for this client here, by handler (the last
+  // answer's; absent when the router mints none).
+  std::map<std::string, std::string> capabilities ABSL_GUARDED_BY(mu);
 };
 
 // A Resolve answer: the agents in the router's order, with the calls it
@@ -57,6 +103,7 @@ struct Lookaside::Answer {
   std::vector<std::shared_ptr<Agent>> agents;
   std::vector<int64_t> router_inflight;
   absl::Time expires;
+  absl::Time resolved;  // when the router gave it
 };
 
 Lookaside::Lookaside(std::string router_target, ClientOptions options,
@@ -65,6 +112,16 @@ Lookaside::Lookaside(std::string router_target, ClientOptions options,
       options_(std::move(options)),
       authorization_(std::move(authorization)),
       router_(v1::Router::NewStub(channel)) {}
+
+bool Lookaside::Usable(const v1::ResolvedAgent& a) const {
+  if (!IsHostPort(a.address())) return false;
+  // An agent's loopback address names the router's host: only a router on
+  // this host may name one (else whatever listens here would get the call).
+  if (IsLoopbackTarget(a.address()) && !IsLoopbackTarget(router_target_)) return false;
+  // Without a capability the agent would get this client's token, which
+  // goes only where Connect would send it.
+  return !a.capability().empty() || options_.token.empty() || TokenMayGo(a.address(), options_);
+}
 
 std::shared_ptr<const Lookaside::Answer> Lookaside::Resolved(const CallRequest& request,
                                                              absl::Time deadline) {
@@ -97,11 +154,11 @@ std::shared_ptr<const Lookaside::Answer> Lookaside::Resolved(const CallRequest& 
       resolve_missing_ = true;
     }
     absl::MutexLock l(&mu_);
-    if (last != nullptr && RouterUnreachable(s)) {
+    if (last != nullptr && RouterUnreachable(s) && now - last->resolved < kStaleFor) {
       // The router is away (a restart, a network split): its last answer
       // still names agents, which may well be up; those that are not fail
       // their first contact and the call goes to the router after all. Ask
-      // it again in a second.
+      // it again in a second; past kStaleFor the answer is dropped.
       auto kept = std::make_shared<Answer>(*last);
       kept->expires = now + kFirstBackoff;
       answers_[key] = kept;
@@ -113,11 +170,21 @@ std::shared_ptr<const Lookaside::Answer> Lookaside::Resolved(const CallRequest& 
   auto answer = std::make_shared<Answer>();
   const absl::Duration valid =
       std::clamp(absl::Milliseconds(resp.valid_for_ms()), absl::Milliseconds(50), absl::Minutes(1));
-  answer->expires = absl::Now() + valid;
+  answer->resolved = absl::Now();
+  answer->expires = answer->resolved + valid;
   absl::MutexLock l(&mu_);
   for (const v1::ResolvedAgent& a : resp.agents()) {
+    if (!Usable(a)) continue;
     std::shared_ptr<Agent>& agent = agents_[a.address()];
     if (agent == nullptr) agent = std::make_shared<Agent>(a.address());
+    {
+      absl::MutexLock al(&agent->mu);
+      if (a.capability().empty()) {
+        agent->capabilities.erase(request.handler);
+      } else {
+        agent->capabilities[request.handler] = a.capability();
+      }
+    }
     answer->agents.push_back(agent);
     answer->router_inflight.push_back(a.inflight_calls());
   }
@@ -185,9 +252,20 @@ std::shared_ptr<Client> Lookaside::Ready(Agent& agent, absl::Time deadline) {
     if (agent.client == nullptr) {
       ClientOptions direct = options_;
       direct.tls_server_name = options_.agent_tls_server_name;
+      // An agent the router mints capabilities for never gets the token.
+      if (!agent.capabilities.empty()) direct.token.clear();
       absl::StatusOr<std::unique_ptr<Client>> c = Client::Connect(agent.address, direct);
       if (!c.ok()) return nullptr;  // TLS files the router's target took: not here
       (*c)->MarkDirect();
+      // Calls present the router's capability for their handler here, not
+      // this client's token.
+      (*c)->SetCapabilitySource([weak = agent.weak_from_this()](const std::string& handler) {
+        std::shared_ptr<Agent> a = weak.lock();
+        if (a == nullptr) return std::string();
+        absl::MutexLock al(&a->mu);
+        auto it = a->capabilities.find(handler);
+        return it == a->capabilities.end() ? std::string() : it->second;
+      });
       agent.client = *std::move(c);
     }
     if (agent.reached) return agent.client;

@@ -25,6 +25,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "farcall/client.h"
@@ -38,6 +39,16 @@ namespace farcall::client_internal {
 // lookaside's own agent clients and removed before callers see it.
 void MarkNotDelivered(absl::Status& s);
 bool NotDelivered(const absl::Status& s);
+
+// Whether `target` is a loopback address (this host).
+bool IsLoopbackTarget(absl::string_view target);
+// Whether `address` is a plain HOST:PORT (a name or an IP literal, IPv6 in
+// brackets, and a port): the only addresses taken from a router's answer,
+// never a unix: socket or another resolver's target.
+bool IsHostPort(absl::string_view address);
+// Whether `options` may send its token to `target`: over TLS, to this host,
+// or where allow_insecure_tokens says so.
+bool TokenMayGo(absl::string_view target, const ClientOptions& options);
 
 class Lookaside : public std::enable_shared_from_this<Lookaside> {
  public:
@@ -53,6 +64,8 @@ class Lookaside : public std::enable_shared_from_this<Lookaside> {
   static constexpr absl::Duration kMaxBackoff = absl::Seconds(30);
   // An agent that refused this client's token (the router may use its own).
   static constexpr absl::Duration kRefusedFor = absl::Minutes(1);
+  // How long a router's last answer is used while the router is away.
+  static constexpr absl::Duration kStaleFor = absl::Seconds(30);
   // How long the first contact with an agent may take before the call goes
   // elsewhere: an address this client cannot route to would otherwise hold
   // each call until its deadline.
@@ -67,6 +80,9 @@ class Lookaside : public std::enable_shared_from_this<Lookaside> {
   // The agents to try for this call, best first; empty: through the router.
   std::vector<std::shared_ptr<Agent>> Choose(const CallRequest& request, const CallOptions& options,
                                              absl::Time deadline);
+  // Whether an agent the router named may be called directly (see
+  // IsHostPort, IsLoopbackTarget and TokenMayGo).
+  bool Usable(const v1::ResolvedAgent& a) const;
   // The router's answer for `key`, asked afresh when it has expired.
   std::shared_ptr<const Answer> Resolved(const CallRequest& request, absl::Time deadline);
   // The agent's client, connected and checked on first use; null when it

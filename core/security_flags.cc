@@ -11,6 +11,10 @@ ABSL_FLAG(bool, require_client_cert, false,
           "refuse clients without a certificate signed by --tls_ca (mutual TLS)");
 ABSL_FLAG(std::string, tokens_file, "",
           "require bearer tokens: lines 'TOKEN HANDLER[,HANDLER...]' or 'TOKEN *'");
+ABSL_FLAG(std::string, capability_key_file, "",
+          "a secret of at least 32 bytes shared by a router and its agents: the router mints "
+          "short-lived capabilities with it, so that callers' tokens never reach agents, and "
+          "agents verify them");
 
 namespace farcall {
 
@@ -29,6 +33,12 @@ absl::StatusOr<ServerSecurity> ServerSecurityFromFlags() {
     absl::StatusOr<TokenTable> t = TokenTable::Load(tokens);
     if (!t.ok()) return t.status();
     s.tokens = *std::move(t);
+  }
+  const std::string key = absl::GetFlag(FLAGS_capability_key_file);
+  if (!key.empty()) {
+    absl::StatusOr<CapabilityKey> k = CapabilityKey::Load(key);
+    if (!k.ok()) return k.status();
+    s.capability_key = *std::move(k);
   }
   return s;
 }

@@ -2,13 +2,20 @@
 //   --tls_cert, --tls_key     serve TLS with this certificate and key;
 //   --tls_ca                  verify client certificates against this CA;
 //   --require_client_cert     refuse clients without one (mutual TLS);
-//   --tokens_file             require bearer tokens (core/tokens.h).
+//   --tokens_file             require bearer tokens (core/tokens.h);
+//   --capability_key_file     the key routers mint capabilities with and
+//                             agents verify them with (core/capability.h).
+// Each fails closed: a file given but unreadable, empty or weak stops the
+// process.
 #ifndef FARCALL_CORE_SECURITY_FLAGS_H_
 #define FARCALL_CORE_SECURITY_FLAGS_H_
 
 #include <memory>
 
+#include <optional>
+
 #include "absl/status/statusor.h"
+#include "core/capability.h"
 #include "core/tokens.h"
 #include "core/wire/security.h"
 
@@ -18,6 +25,7 @@ struct ServerSecurity {
   std::shared_ptr<grpc::ServerCredentials> credentials;
   bool tls = false;  // the credentials are TLS (else plaintext)
   TokenTable tokens;
+  std::optional<CapabilityKey> capability_key;
 };
 
 // What the flags ask for; the files' errors name the flag and the path.

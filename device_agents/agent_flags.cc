@@ -134,6 +134,7 @@ absl::StatusOr<AgentServer::Options> AgentOptionsFromFlags() {
   options.credentials = std::move(security.credentials);
   options.tls = security.tls;
   options.tokens = std::move(security.tokens);
+  options.capability_key = std::move(security.capability_key);
   options.workers = absl::GetFlag(FLAGS_workers);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.shm_socket = absl::GetFlag(FLAGS_shm_socket);

@@ -92,15 +92,54 @@ absl::Status CancelledWhileWaiting() {
   return absl::CancelledError("the call was cancelled while waiting for memory.");
 }
 
-// Checks the caller's token, parses the call's first frame, checks that the
-// token may call its handler, and only then validates the call: a token
-// that may not call a handler learns nothing about it (whether it exists,
-// which platforms and specs it takes). A refusal is counted by its reason.
-absl::Status Accept(const TokenTable& tokens, const std::string& authorization,
+// What a call presents to prove who calls: its bearer token, or a
+// capability a router minted for it.
+struct Credentials {
+  std::string authorization;
+  std::string capability;
+};
+
+Credentials CredentialsOf(const grpc::ServerContextBase& ctx) {
+  return {AuthorizationOf(ctx), CapabilityOf(ctx)};
+}
+
+// Who may Describe the agent: a caller with a known token, or with a
+// capability for this agent (for any handler: what a client a router sent
+// here asks before its first call).
+absl::Status DescribeAllowed(const AgentState& state, const Credentials& credentials) {
+  if (state.capability_key.has_value() && !credentials.capability.empty()) {
+    absl::StatusOr<Capability> c =
+        state.capability_key->Verify(credentials.capability, absl::Now());
+    if (!c.ok()) return c.status();
+    if (c->agent_id != state.agent_id()) {
+      return CheckCapabilityScope(*c, c->handler, state.agent_id());
+    }
+    return absl::OkStatus();
+  }
+  return state.tokens.Authenticate(credentials.authorization);
+}
+
+// Checks the caller's capability or token, parses the call's first frame,
+// checks that the caller may call its handler, and only then validates the
+// call: a caller that may not call a handler learns nothing about it
+// (whether it exists, which platforms and specs it takes). A capability,
+// where this agent has the key, stands in for a token: it names the caller
+// (its principal), the handler and this agent. A refusal is counted by its
+// reason.
+absl::Status Accept(const AgentState& state, const Credentials& credentials,
                     const grpc::ByteBuffer& first, AgentCall& call) {
-  if (absl::Status s = tokens.Authenticate(authorization); !s.ok()) {
+  auto refused = [&call](absl::Status s) {
     call.set_refused("auth");
     return s;
+  };
+  std::optional<Capability> capability;
+  if (state.capability_key.has_value() && !credentials.capability.empty()) {
+    absl::StatusOr<Capability> c =
+        state.capability_key->Verify(credentials.capability, absl::Now());
+    if (!c.ok()) return refused(c.status());
+    capability = *std::move(c);
+  } else if (absl::Status s = state.tokens.Authenticate(credentials.authorization); !s.ok()) {
+    return refused(s);
   }
   auto limit = [&call](absl::Status s) {
     if (s.code() == absl::StatusCode::kResourceExhausted) call.set_refused("limit");
@@ -108,9 +147,14 @@ absl::Status Accept(const TokenTable& tokens, const std::string& authorization,
   };
   if (absl::Status s = call.ReadHeader(first); !s.ok()) return limit(s);
   std::string principal;
-  if (absl::Status s = tokens.Authorize(authorization, call.handler_name(), &principal); !s.ok()) {
-    call.set_refused("auth");
-    return s;
+  if (capability.has_value()) {
+    absl::Status s = CheckCapabilityScope(*capability, call.handler_name(), state.agent_id());
+    if (!s.ok()) return refused(s);
+    principal = capability->principal;
+  } else if (absl::Status s =
+                 state.tokens.Authorize(credentials.authorization, call.handler_name(), &principal);
+             !s.ok()) {
+    return refused(s);
   }
   call.set_principal(std::move(principal));
   return limit(call.Validate());
@@ -208,7 +252,7 @@ class ExecuteReactor final
     : public AgentReactor<grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>> {
  public:
   ExecuteReactor(Shared& shared, grpc::CallbackServerContext* ctx)
-      : AgentReactor(shared, ctx), ctx_(ctx), authorization_(AuthorizationOf(*ctx)) {
+      : AgentReactor(shared, ctx), ctx_(ctx), credentials_(CredentialsOf(*ctx)) {
     if (RefusedWhileDraining()) return;
     ctx->AddInitialMetadata(kAgentIdMetadataKey, shared.state.agent_id());
     StartSendInitialMetadata();
@@ -241,7 +285,7 @@ class ExecuteReactor final
     }
     if (!begun_) {
       begun_ = true;
-      absl::Status s = Accept(shared_.state.tokens, authorization_, in_, *call_);
+      absl::Status s = Accept(shared_.state, credentials_, in_, *call_);
       if (!s.ok()) return FinishWith(s);
       CallLedger::Claim claim = call_->ClaimRun();
       if (!claim.run) return Replay(std::move(claim));
@@ -324,9 +368,9 @@ class ExecuteReactor final
   }
 
   grpc::CallbackServerContext* ctx_;
-  const std::string authorization_;  // the call's bearer token, if any
-  bool replaying_ = false;           // answering with a kept answer
-  bool begun_ = false;               // only touched by the read chain
+  const Credentials credentials_;  // the call's bearer token or capability
+  bool replaying_ = false;         // answering with a kept answer
+  bool begun_ = false;             // only touched by the read chain
   grpc::ByteBuffer in_;
   grpc::ByteBuffer out_;
 };
@@ -347,7 +391,7 @@ class CallReactor final : public AgentReactor<grpc::ServerUnaryReactor> {
     const std::string id = shared.state.agent_id();
     ctx->AddInitialMetadata(kAgentIdMetadataKey, id);
     ctx->AddTrailingMetadata(kAgentIdMetadataKey, id);
-    absl::Status s = Accept(shared.state.tokens, AuthorizationOf(*ctx), *request, *call_);
+    absl::Status s = Accept(shared.state, CredentialsOf(*ctx), *request, *call_);
     if (!s.ok()) {
       FinishWith(s);
       return;
@@ -524,7 +568,7 @@ class AgentService final
                                      v1::AgentInfo* info) override {
     const AgentState& s = shared_.state;
     grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
-    if (absl::Status a = s.tokens.Authenticate(AuthorizationOf(*ctx)); !a.ok()) {
+    if (absl::Status a = DescribeAllowed(s, CredentialsOf(*ctx)); !a.ok()) {
       r->Finish(ToGrpcStatus(a));
       return r;
     }
@@ -660,6 +704,7 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(Options options)
     FARCALL_RETURN_IF_ERROR(state.registry.RegisterInProcess(std::move(h)));
   }
   state.tokens = std::move(options.tokens);
+  state.capability_key = std::move(options.capability_key);
   for (const std::string& name : options.disabled_handlers) {
     FARCALL_RETURN_IF_ERROR(state.registry.Disable(name));
   }

@@ -14,6 +14,7 @@
 #define FARCALL_DEVICE_AGENTS_AGENT_SERVICE_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -68,6 +69,9 @@ class AgentServer {
     std::shared_ptr<grpc::ServerCredentials> credentials;
     bool tls = false;  // `credentials` are TLS (it turns UCX off, see `ucx`)
     TokenTable tokens;
+    // Verifies the capabilities a router mints (core/capability.h); none:
+    // capabilities are ignored and callers need tokens (if any).
+    std::optional<CapabilityKey> capability_key;
   };
 
   // Opens the platform's devices, loads plugins, binds and starts serving.

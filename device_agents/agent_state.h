@@ -10,12 +10,14 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/capability.h"
 #include "core/platform.h"
 #include "core/tokens.h"
 #include "core/wire/header_limits.h"
@@ -75,7 +77,8 @@ struct AgentState {
   // call_ids of calls with side effects, so that none runs twice (null: not
   // recorded).
   std::unique_ptr<CallLedger> ledger;
-  TokenTable tokens;  // empty: calls need no token
+  TokenTable tokens;                            // empty: calls need no token
+  std::optional<CapabilityKey> capability_key;  // none: capabilities ignored
 
   // The id is final only once the port is bound, after serving has begun,
   // so it is read under a lock.

@@ -185,6 +185,10 @@ void AgentPool::Record(Probe& p) {
         e.info = std::move(p.info);
         e.described = true;
         h->reported_inflight = e.info.inflight_calls();
+        {
+          absl::MutexLock l(&h->id_mu);
+          h->agent_id = e.info.agent_id();
+        }
         e.health = v1::AgentEntry::SERVING;
         e.last_error.clear();
       }

@@ -38,6 +38,13 @@ struct AgentHandle {
   // The load to weigh it by: the larger of the two.
   int64_t load() const { return std::max(inflight.load(), reported_inflight.load()); }
   std::atomic<uint64_t> calls_total{0};
+  // Its AgentInfo.agent_id at the last probe that described it ("" before).
+  std::string id() const {
+    absl::MutexLock l(&id_mu);
+    return agent_id;
+  }
+  mutable absl::Mutex id_mu;
+  std::string agent_id ABSL_GUARDED_BY(id_mu);
   // Calls routed here that ended in an error, and the last such error.
   std::atomic<uint64_t> errors_total{0};
   void RecordError(absl::string_view error);

@@ -66,6 +66,7 @@ int main(int argc, char** argv) {
     FARCALL_ASSIGN_OR_RETURN(farcall::ServerSecurity security, farcall::ServerSecurityFromFlags());
     options.credentials = std::move(security.credentials);
     options.tokens = std::move(security.tokens);
+    options.capability_key = std::move(security.capability_key);
     FARCALL_ASSIGN_OR_RETURN(options.pool.credentials,
                              farcall::ChannelCredentials({absl::GetFlag(FLAGS_agent_tls_cert),
                                                           absl::GetFlag(FLAGS_agent_tls_key),

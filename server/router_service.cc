@@ -30,6 +30,8 @@ struct Shared {
   int64_t max_call_bytes;
   HeaderLimits header_limits;
   const TokenTable* tokens;  // empty: calls need no token
+  // Mints capabilities naming the caller for the agents (null: none).
+  const CapabilityKey* capability_key;
   // What calls carry to agents: "Bearer " + the router's own token, or
   // empty to pass on each caller's.
   std::string agent_authorization;
@@ -50,7 +52,26 @@ struct Route {
   std::string call_id;           // with side effects: picks the agent (PickAgentFor)
   std::vector<std::shared_ptr<AgentHandle>> candidates;
   std::string authorization;  // sent to the agent; empty: none
+  std::string principal;      // the caller's, for the capability
 };
+
+// A capability for `principal` to call `handler` on `agent`, as the
+// metadata value; empty without a key.
+std::string CapabilityFor(const Shared& shared, const std::string& principal,
+                          const std::string& handler, const AgentHandle& agent) {
+  if (shared.capability_key == nullptr) return "";
+  return shared.capability_key->Mint(
+      {principal, handler, agent.id(), absl::Now() + kMaxCapabilityLifetime});
+}
+
+// The credentials a forwarded call carries to `agent`: the router's token
+// (or the caller's), and a capability naming the caller.
+void AddAgentCredentials(const Shared& shared, const Route& route, const AgentHandle& agent,
+                         grpc::ClientContext& ctx) {
+  if (!route.authorization.empty()) ctx.AddMetadata(kAuthorizationKey, route.authorization);
+  const std::string capability = CapabilityFor(shared, route.principal, route.handler, agent);
+  if (!capability.empty()) ctx.AddMetadata(kCapabilityMetadataKey, capability);
+}
 
 // The live agents that may serve `route.handler` on the validated call's
 // platform, into route.candidates; "gpu" takes cuda agents when any are
@@ -89,7 +110,9 @@ absl::StatusOr<Route> RouteCall(const Shared& shared, const grpc::ByteBuffer& fi
   }
   // Before anything about the call is checked: a token that may not call
   // this handler learns nothing else (not even whether it exists).
-  if (absl::Status s = shared.tokens->Authorize(authorization, header.handler()); !s.ok()) {
+  std::string principal;
+  if (absl::Status s = shared.tokens->Authorize(authorization, header.handler(), &principal);
+      !s.ok()) {
     record.Refused("auth");
     return s;
   }
@@ -108,7 +131,8 @@ absl::StatusOr<Route> RouteCall(const Shared& shared, const grpc::ByteBuffer& fi
           header.has_side_effect(),
           header.has_side_effect() ? header.call_id() : std::string(),
           {},
-          shared.agent_authorization.empty() ? authorization : shared.agent_authorization};
+          shared.agent_authorization.empty() ? authorization : shared.agent_authorization,
+          std::move(principal)};
   absl::Status found_agents = FindCandidates(shared, *v, r);
   if (!found_agents.ok()) record.Refused("no_agent");
   FARCALL_RETURN_IF_ERROR(found_agents);
@@ -245,9 +269,7 @@ class ForwardingExecute final : public grpc::ServerBidiReactor<grpc::ByteBuffer,
       attempts_.push_back(std::make_unique<Downstream>(this, agent));
       down = down_ = attempts_.back().get();
       down->ctx.set_deadline(server_ctx_->deadline());
-      if (!route_.authorization.empty()) {
-        down->ctx.AddMetadata(kAuthorizationKey, route_.authorization);
-      }
+      AddAgentCredentials(shared_, route_, *agent, down->ctx);
       if (cancelled_) down->ctx.TryCancel();
       writes_held_ = reads_held_ = true;
       awaiting_caller_ = down_reads_ended_ = false;
@@ -451,7 +473,7 @@ class ForwardingCall final : public grpc::ServerUnaryReactor, public RefCounted 
       client_ctx_ = std::make_unique<grpc::ClientContext>();
       ctx = client_ctx_.get();
       ctx->set_deadline(server_ctx_->deadline());
-      if (!route_.authorization.empty()) ctx->AddMetadata(kAuthorizationKey, route_.authorization);
+      AddAgentCredentials(shared_, route_, *agent, *ctx);
       if (cancelled_) ctx->TryCancel();
     }
     Ref();
@@ -553,7 +575,9 @@ class RouterService final
   absl::Status ResolveCall(const std::string& authorization, const v1::ResolveRequest& request,
                            v1::ResolveResponse& response) {
     // Authorized first, as a call is.
-    FARCALL_RETURN_IF_ERROR(shared_.tokens->Authorize(authorization, request.handler()));
+    std::string principal;
+    FARCALL_RETURN_IF_ERROR(
+        shared_.tokens->Authorize(authorization, request.handler(), &principal));
     CallDescriptor call;
     call.handler = request.handler();
     call.platforms = {request.platform()};
@@ -572,6 +596,7 @@ class RouterService final
       v1::ResolvedAgent* out = response.add_agents();
       out->set_address(a->address);
       out->set_inflight_calls(load);
+      out->set_capability(CapabilityFor(shared_, principal, request.handler(), *a));
     }
     response.set_platform(std::string(PlatformName(route.platform)));
     response.set_valid_for_ms(absl::ToInt64Milliseconds(shared_.pool->probe_interval()));
@@ -585,6 +610,7 @@ class RouterService final
 
 struct RouterServer::Impl {
   TokenTable tokens;
+  std::optional<CapabilityKey> capability_key;
   DrainGate gate;  // before the server: its calls use it
   std::unique_ptr<AgentPool> pool;
   // After the pool: its pages read the pool, so it goes first.
@@ -607,6 +633,7 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(Options option
   ExportRouterSeries();
   metrics::ExportBuildInfo("farcall-router", Version());
   impl->tokens = std::move(options.tokens);
+  impl->capability_key = std::move(options.capability_key);
   impl->pool = std::make_unique<AgentPool>(options.agents, options.pool);
   impl->pool->ProbeAll();
   if (!options.metrics_listen.empty()) {
@@ -622,6 +649,7 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(Options option
   }
   impl->service = std::make_unique<RouterService>(
       Shared{impl->pool.get(), options.max_call_bytes, options.header_limits, &impl->tokens,
+             impl->capability_key ? &*impl->capability_key : nullptr,
              options.agent_token.empty() ? std::string()
                                          : absl::StrCat(kBearerPrefix, options.agent_token),
              &impl->gate});

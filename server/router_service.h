@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/capability.h"
 #include "core/tokens.h"
 #include "core/wire/grpc_server.h"
 #include "core/wire/header_limits.h"
@@ -42,6 +43,10 @@ class RouterServer {
     std::shared_ptr<grpc::ServerCredentials> credentials;
     TokenTable tokens;
     std::string agent_token;
+    // Mints capabilities for agents (core/capability.h): Resolve returns
+    // one per agent, and forwarded calls carry one, naming the caller. None:
+    // no capabilities (clients send agents their tokens).
+    std::optional<CapabilityKey> capability_key;
     AgentPool::Options pool;
     // HOST:PORT for Prometheus' /metrics; empty: not served.
     std::string metrics_listen;

@@ -2,6 +2,10 @@
 // (Router.Resolve) and calls them directly; it goes on past an agent that
 // died and while the router is away, and goes through the router when an
 // agent refuses its token. Real agents and routers on loopback ports.
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+
 #include <cstdlib>
 #include <fstream>
 #include <set>
@@ -169,6 +173,44 @@ TEST_F(LookasideTest, CallsGoOnWhileTheRouterIsAway) {
   proxy.via_router = true;
   proxy.timeout = absl::Seconds(2);
   EXPECT_EQ(CallOnFour(*client_, "copy", proxy).status().code(), absl::StatusCode::kUnavailable);
+}
+
+// This host's first IPv4 address that is not loopback, or "" when it has
+// none.
+std::string NonLoopbackAddress() {
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return "";
+  std::string found;
+  for (ifaddrs* i = list; i != nullptr && found.empty(); i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
+    char text[INET_ADDRSTRLEN];
+    const auto* in = reinterpret_cast<const sockaddr_in*>(i->ifa_addr);
+    if (inet_ntop(AF_INET, &in->sin_addr, text, sizeof(text)) == nullptr) continue;
+    if (std::string(text).rfind("127.", 0) != 0) found = text;
+  }
+  freeifaddrs(list);
+  return found;
+}
+
+// An agent's loopback address names the router's host. A client that
+// reaches the router over the network must not call "127.0.0.1:PORT" on its
+// own host, where anything may listen (an impostor agent): it goes through
+// the router instead.
+TEST(LookasideAddressTest, ALoopbackAgentOfARouterElsewhereIsNeverCalledDirectly) {
+  const std::string host = NonLoopbackAddress();
+  if (host.empty()) GTEST_SKIP() << "SKIPPED: this host has no address but loopback";
+  auto agent = Start(FARCALL_AGENT_BIN, {});
+  ASSERT_TRUE(agent);
+  auto router = ChildProcess::Start(FARCALL_ROUTER_BIN,
+                                    {"--listen=" + host + ":0", "--agents=" + agent->address()});
+  ASSERT_TRUE(router.ok()) << router.status();
+  auto client = Client::Connect(absl::StrCat(host, ":", (*router)->port()));
+  ASSERT_TRUE(client.ok());
+  for (int i = 0; i < 3; ++i) {
+    absl::StatusOr<CallResult> r = CallOnFour(**client);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(r->via_router) << "called the loopback agent a remote router named";
+  }
 }
 
 TEST(LookasideTokenTest, AnAgentThatRefusesTheCallersTokenIsReachedThroughTheRouter) {

@@ -67,6 +67,8 @@ ABSL_FLAG(std::string, tls_server_name, "",
 ABSL_FLAG(std::string, agent_tls_server_name, "",
           "TLS, a router as --target: check the certificates of the agents it names against "
           "this name when calling them directly (as the router's --agent_tls_server_name)");
+ABSL_FLAG(bool, allow_insecure_tokens, false,
+          "send the token without TLS to a target beyond this host (a trusted network only)");
 ABSL_FLAG(std::string, token_file, "",
           "a file holding the bearer token to send (a file, so that it shows in no process list)");
 
@@ -117,6 +119,7 @@ absl::StatusOr<std::unique_ptr<farcall::Client>> Connect() {
     if (!token.ok()) return token.status();
     options.token = *std::move(token);
   }
+  options.allow_insecure_tokens = absl::GetFlag(FLAGS_allow_insecure_tokens);
   return farcall::Client::Connect(absl::GetFlag(FLAGS_target), options);
 }
 

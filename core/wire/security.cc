@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "core/capability.h"
 #include "core/tokens.h"
 
 namespace farcall {
@@ -79,11 +80,23 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(con
   return grpc::SslCredentials(opts);
 }
 
-std::string AuthorizationOf(const grpc::ServerContextBase& ctx) {
+namespace {
+
+std::string MetadataOf(const grpc::ServerContextBase& ctx, const char* key) {
   const auto& md = ctx.client_metadata();
-  auto it = md.find(kAuthorizationKey);
+  auto it = md.find(key);
   if (it == md.end()) return "";
   return std::string(it->second.data(), it->second.size());
+}
+
+}  // namespace
+
+std::string AuthorizationOf(const grpc::ServerContextBase& ctx) {
+  return MetadataOf(ctx, kAuthorizationKey);
+}
+
+std::string CapabilityOf(const grpc::ServerContextBase& ctx) {
+  return MetadataOf(ctx, kCapabilityMetadataKey);
 }
 
 }  // namespace farcall

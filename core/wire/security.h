@@ -45,6 +45,9 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(con
 
 // The value of the call's `authorization` metadata; empty when absent.
 std::string AuthorizationOf(const grpc::ServerContextBase& ctx);
+// The call's capability (`farcall-capability-bin`, core/capability.h);
+// empty when absent.
+std::string CapabilityOf(const grpc::ServerContextBase& ctx);
 
 }  // namespace farcall
 

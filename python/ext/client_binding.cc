@@ -232,7 +232,7 @@ class PyClient {
   PyClient(const std::string& target, const std::string& tls_ca, const std::string& tls_cert,
            const std::string& tls_key, const std::string& token, bool via_router,
            const std::string& transport, const std::string& tls_server_name,
-           const std::string& agent_tls_server_name)
+           const std::string& agent_tls_server_name, bool allow_insecure_tokens)
       : via_router_(via_router), transport_(TransportNamed(transport).value_or(Transport::kAuto)) {
     ClientOptions options;
     options.tls_ca = tls_ca;
@@ -241,6 +241,7 @@ class PyClient {
     options.token = token;
     options.tls_server_name = tls_server_name;
     options.agent_tls_server_name = agent_tls_server_name;
+    options.allow_insecure_tokens = allow_insecure_tokens;
     absl::StatusOr<std::unique_ptr<Client>> c = Client::Connect(target, options);
     if (!c.ok()) RaiseStatus(c.status());
     client_ = *std::move(c);
@@ -368,10 +369,11 @@ void DefineClient(nb::module_& m) {
   nb::class_<PyClient>(m, "Client")
       .def(nb::init<const std::string&, const std::string&, const std::string&, const std::string&,
                     const std::string&, bool, const std::string&, const std::string&,
-                    const std::string&>(),
+                    const std::string&, bool>(),
            nb::arg("target"), nb::arg("tls_ca"), nb::arg("tls_cert"), nb::arg("tls_key"),
            nb::arg("token"), nb::arg("via_router") = false, nb::arg("transport") = "auto",
-           nb::arg("tls_server_name") = "", nb::arg("agent_tls_server_name") = "")
+           nb::arg("tls_server_name") = "", nb::arg("agent_tls_server_name") = "",
+           nb::arg("allow_insecure_tokens") = false)
       .def("call", &PyClient::Call)
       .def("call_async", &PyClient::CallAsync)
       .def("allocate_shared", &PyClient::AllocateShared)

@@ -208,7 +208,11 @@ class Client:
 
     TLS: ``tls_ca`` (a PEM file) verifies the server; ``tls_cert`` and
     ``tls_key`` present a client certificate to servers that require one.
-    ``token`` is sent as ``authorization: Bearer TOKEN`` on every call.
+    ``token`` is sent as ``authorization: Bearer TOKEN`` on every call; it
+    never travels in clear beyond this host (a target that is not a
+    loopback address needs TLS) unless ``allow_insecure_tokens=True`` says
+    the network is trusted. Agents that a router names and mints
+    capabilities for get those instead of the token.
     ``tls_server_name`` checks the target's certificate against that name
     instead of its address; ``agent_tls_server_name`` does the same for the
     agents a router names, when they share one certificate.
@@ -241,7 +245,7 @@ class Client:
                  tls_cert: str | None = None, tls_key: str | None = None,
                  token: str | None = None, via_router: bool = False,
                  transport: str = "auto", tls_server_name: str | None = None,
-                 agent_tls_server_name: str | None = None):
+                 agent_tls_server_name: str | None = None, allow_insecure_tokens: bool = False):
         if transport not in ("auto", "grpc", "shm", "ucx"):
             raise ValueError(
                 f"transport must be 'auto', 'grpc', 'shm' or 'ucx'; got {transport!r}")
@@ -249,7 +253,8 @@ class Client:
         self.timeout = float(timeout)
         self._native = _farcall.Client(target, tls_ca or "", tls_cert or "", tls_key or "",
                                        token or "", bool(via_router), transport,
-                                       tls_server_name or "", agent_tls_server_name or "")
+                                       tls_server_name or "", agent_tls_server_name or "",
+                                       bool(allow_insecure_tokens))
 
     def __repr__(self) -> str:
         return f"farcall.Client({self.target!r})"

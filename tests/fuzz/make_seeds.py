@@ -93,6 +93,15 @@ def shm_reply(status, token, message):
     return bytes([status]) + token.ljust(32, b"\0") + struct.pack("<I", len(message)) + message
 
 
+def capability_signed_part(principal, handler, agent, expires_ms):
+    # core/capability.cc: version, three u16-length-prefixed fields (big
+    # endian), the expiry in Unix ms (u64, big endian); the MAC follows,
+    # which the fuzzer adds.
+    def f(b):
+        return struct.pack(">H", len(b)) + b
+    return bytes([1]) + f(principal) + f(handler) + f(agent) + struct.pack(">Q", expires_ms)
+
+
 def write(target, name, data):
     d = os.path.join(HERE, "corpus", target)
     os.makedirs(d, exist_ok=True)
@@ -114,6 +123,11 @@ def main():
     write("shm_protocol_fuzz", "register", shm_request(1, 1 << 20, b""))
     write("shm_protocol_fuzz", "unregister", shm_request(2, 0, b"a" * 32))
     write("shm_protocol_fuzz", "reply", shm_reply(9, b"t" * 32, b"sealed with F_SEAL_SHRINK"))
+    # 60 s after the fuzzer's clock (1,800,000,000 s).
+    soon = 1_800_000_000_000 + 60_000
+    write("capability_fuzz", "minted",
+          capability_signed_part(b"token:0a1b2c3d4e5f", b"scale", b"cpu-agent-50051", soon))
+    write("capability_fuzz", "anonymous", capability_signed_part(b"", b"copy", b"a", soon))
 
 
 if __name__ == "__main__":

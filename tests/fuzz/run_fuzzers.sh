@@ -9,7 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 seconds=${FARCALL_FUZZ_SECONDS:-60}
 targets=("$@")
-((${#targets[@]})) || targets=(frame_decoder_fuzz header_limits_fuzz chunk_assembler_fuzz npy_fuzz shm_protocol_fuzz)
+((${#targets[@]})) || targets=(frame_decoder_fuzz header_limits_fuzz chunk_assembler_fuzz npy_fuzz shm_protocol_fuzz
+  capability_fuzz)
 mkdir -p build-fuzz
 # Only what the targets need: no device backends, no Python, no tests.
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \

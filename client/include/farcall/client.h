@@ -203,8 +203,14 @@ struct ClientOptions {
   std::string tls_ca;
   std::string tls_cert;
   std::string tls_key;
-  // Sent as `authorization: Bearer TOKEN` on every call; empty: none.
+  // Sent as `authorization: Bearer TOKEN` on every call; empty: none. A
+  // token never travels in clear beyond this host: Connect refuses a token
+  // without TLS to a target that is not a loopback address, and a router's
+  // agents that would get it so are not called directly, unless
+  // allow_insecure_tokens says the network is trusted. Agents named by a
+  // router that mints capabilities get those instead of the token.
   std::string token;
+  bool allow_insecure_tokens = false;
   // With TLS: the name the target's certificate is checked against instead
   // of its address.
   std::string tls_server_name;
@@ -313,6 +319,9 @@ class Client {
   absl::StatusOr<CallResult> CallOverUcx(Plan plan, const CallOptions& options);
   // This client is the lookaside's, for one agent a router named.
   void MarkDirect();
+  // Its calls present the capability `source` gives for their handler
+  // instead of the token (none when it gives ""). Before any call.
+  void SetCapabilitySource(std::function<std::string(const std::string& handler)> source);
   // Whether the target is connected now, waiting for that up to `wait`
   // (zero: only asks, and starts connecting when idle).
   bool Connected(absl::Duration wait);

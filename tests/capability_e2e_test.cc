@@ -1,0 +1,204 @@
+// Capabilities end to end (core/capability.h): a router and its agents that
+// share --capability_key_file keep callers' tokens off the agents. Agents
+// here know only the router's token, as in the TLS overlay: a direct call
+// can succeed only on the capability the router minted, and a proxied one
+// carries the caller's principal, so that one caller's call_id never meets
+// another's. Forged, expired and misdirected capabilities are refused.
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/capability.h"
+#include "farcall/client.h"
+#include "farcall/v1/farcall.grpc.pb.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "tests/process_harness.h"
+#include "tests/test_calls.h"
+
+namespace farcall {
+namespace {
+
+using ::farcall::testing::CallOnFour;
+using ::farcall::testing::ChildProcess;
+using ::farcall::testing::RequestOnFour;
+using ::testing::HasSubstr;
+
+constexpr char kKey[] = "capability-key-for-tests-0123456789abcdef";
+constexpr char kAlpha[] = "alpha-token-0123456789";
+constexpr char kRoot[] = "root-token-0123456789";
+
+std::unique_ptr<ChildProcess> Start(const std::string& binary, std::vector<std::string> args) {
+  args.insert(args.begin(), "--listen=127.0.0.1:0");
+  auto p = ChildProcess::Start(binary, args);
+  EXPECT_TRUE(p.ok()) << p.status();
+  return p.ok() ? *std::move(p) : nullptr;
+}
+
+// An agent that takes only the router's token and the shared key, and a
+// router in front of it that knows the callers' tokens.
+class CapabilityTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char dir_template[] = "/tmp/farcall-capability-XXXXXX";
+    dir_ = mkdtemp(dir_template);
+    std::ofstream(dir_ + "/key") << kKey << "\n";
+    std::ofstream(dir_ + "/agent-tokens") << "router-token-0123456789 *\n";
+    std::ofstream(dir_ + "/router-tokens") << kAlpha << " copy,scale\n" << kRoot << " *\n";
+    std::ofstream(dir_ + "/router-token") << "router-token-0123456789\n";
+    agent_ = Start(FARCALL_AGENT_BIN, {"--tokens_file=" + dir_ + "/agent-tokens",
+                                       "--capability_key_file=" + dir_ + "/key"});
+    ASSERT_TRUE(agent_);
+    router_ = Start(
+        FARCALL_ROUTER_BIN,
+        {"--agents=" + agent_->address(), "--tokens_file=" + dir_ + "/router-tokens",
+         "--agent_token_file=" + dir_ + "/router-token", "--capability_key_file=" + dir_ + "/key"});
+    ASSERT_TRUE(router_);
+  }
+  void TearDown() override { std::system(("rm -rf " + dir_).c_str()); }
+
+  std::unique_ptr<Client> As(const std::string& token) {
+    ClientOptions o;
+    o.token = token;
+    auto c = Client::Connect(router_->address(), o);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? *std::move(c) : nullptr;
+  }
+
+  // A raw unary copy straight to the agent, presenting `capability`.
+  grpc::Status RawCopy(const std::string& capability, const std::string& handler = "copy") {
+    auto channel = grpc::CreateChannel(agent_->address(), grpc::InsecureChannelCredentials());
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    ctx.AddMetadata(kCapabilityMetadataKey, capability);
+    v1::ExecuteRequest req;
+    v1::CallHeader* h = req.mutable_header();
+    h->set_handler(handler);
+    h->add_platforms("cpu");
+    v1::ExecuteResponse resp;
+    return v1::Agent::NewStub(channel)->Call(&ctx, req, &resp);
+  }
+
+  std::string AgentId() {
+    ClientOptions o;
+    o.token = "router-token-0123456789";
+    auto c = Client::Connect(agent_->address(), o);
+    EXPECT_TRUE(c.ok());
+    absl::StatusOr<AgentDescription> d = (*c)->Describe();
+    EXPECT_TRUE(d.ok()) << d.status();
+    return d.ok() ? d->agent_id : "";
+  }
+
+  std::string dir_;
+  std::unique_ptr<ChildProcess> agent_, router_;
+};
+
+// In the TLS overlay's arrangement every call went through the router (the
+// agent refused the caller's token); with capabilities every call goes
+// direct, and the agent never needed the caller's token.
+TEST_F(CapabilityTest, CallsGoDirectOnTheRoutersCapabilityNotTheCallersToken) {
+  std::unique_ptr<Client> alpha = As(kAlpha);
+  ASSERT_TRUE(alpha);
+  int direct = 0;
+  for (int i = 0; i < 20; ++i) {
+    absl::StatusOr<CallResult> r = CallOnFour(*alpha);
+    ASSERT_TRUE(r.ok()) << r.status();
+    direct += !r->via_router;
+  }
+  EXPECT_EQ(direct, 20);
+  // The router's checks still decide: a capability is minted only for what
+  // the token may call.
+  absl::Status sum = CallOnFour(*alpha, "sum").status();
+  EXPECT_EQ(sum.code(), absl::StatusCode::kPermissionDenied) << sum;
+  // The proxy path carries a capability too.
+  CallOptions proxy;
+  proxy.via_router = true;
+  absl::StatusOr<CallResult> r = CallOnFour(*alpha, "copy", proxy);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->via_router);
+}
+
+// Through the router, where the agent sees only the router's token, the
+// capability carries each caller's principal: alpha's call_id never
+// returns root's answer, direct or proxied.
+TEST_F(CapabilityTest, TheLedgerKeepsCallersApartBehindTheRouter) {
+  std::unique_ptr<Client> alpha = As(kAlpha), root = As(kRoot);
+  ASSERT_TRUE(alpha && root);
+  for (bool via_router : {true, false}) {
+    SCOPED_TRACE(via_router);
+    std::vector<float> x = {1, 2, 3, 4};
+    CallRequest scale = RequestOnFour("scale", x);
+    scale.attributes["alpha"] = 10.0;
+    scale.has_side_effect = true;
+    CallOptions o;
+    o.call_id = absl::StrCat("shared-", via_router);
+    o.via_router = via_router;
+    o.transport = Transport::kGrpc;
+    absl::StatusOr<CallResult> r = root->Call(scale, o);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->results[0].as<float>()[3], 40);
+    // Alpha's copy under root's id is alpha's own call: not root's answer
+    // (40), and not refused as root's id reused for other work either.
+    CallRequest copy = RequestOnFour("copy", x);
+    copy.has_side_effect = true;
+    absl::StatusOr<CallResult> mine = alpha->Call(copy, o);
+    ASSERT_TRUE(mine.ok()) << mine.status();
+    EXPECT_EQ(mine->results[0].as<float>()[3], 4);
+    EXPECT_EQ(mine->via_router, via_router);
+  }
+}
+
+TEST_F(CapabilityTest, ForgedExpiredAndMisdirectedCapabilitiesAreRefused) {
+  const std::string id = AgentId();
+  ASSERT_FALSE(id.empty());
+  CapabilityKey key = CapabilityKey::FromSecret(kKey, "test").value();
+  CapabilityKey other = CapabilityKey::FromSecret(std::string(40, 'x'), "test").value();
+  const absl::Time soon = absl::Now() + absl::Minutes(1);
+  // The right key, this agent, this handler: served.
+  grpc::Status s = RawCopy(key.Mint({"token:aaaaaaaaaaaa", "copy", id, soon}));
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  // Forged: another key, or bytes changed.
+  s = RawCopy(other.Mint({"token:aaaaaaaaaaaa", "copy", id, soon}));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(s.error_message(),
+            "the call's capability was not signed with this agent's key (--capability_key_file).");
+  std::string tampered = key.Mint({"token:aaaaaaaaaaaa", "copy", id, soon});
+  tampered[3] ^= 1;
+  EXPECT_EQ(RawCopy(tampered).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(RawCopy("not a capability").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  // Replayed after its expiry.
+  s = RawCopy(key.Mint({"token:aaaaaaaaaaaa", "copy", id, absl::Now() - absl::Seconds(1)}));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_THAT(s.error_message(), HasSubstr("expired"));
+  // Another handler, another agent.
+  s = RawCopy(key.Mint({"token:aaaaaaaaaaaa", "copy", id, soon}), "sum");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(s.error_message(), "the call's capability does not allow handler 'sum'.");
+  s = RawCopy(key.Mint({"token:aaaaaaaaaaaa", "copy", id + "-elsewhere", soon}));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+}
+
+TEST(CapabilityKeyFileTest, AnEmptyOrShortKeyStopsTheProcess) {
+  char dir_template[] = "/tmp/farcall-capability-XXXXXX";
+  const std::string dir = mkdtemp(dir_template);
+  std::ofstream(dir + "/empty") << "\n";
+  std::ofstream(dir + "/short") << "0123456789\n";
+  for (const std::string bin : {std::string(FARCALL_AGENT_BIN),
+                                absl::StrCat(FARCALL_ROUTER_BIN, " --agents=127.0.0.1:1")}) {
+    for (const std::string file : {"/empty", "/short", "/missing"}) {
+      ::farcall::testing::CommandResult r = ::farcall::testing::RunCommand(
+          absl::StrCat(bin, " --listen=127.0.0.1:0 --capability_key_file=", dir, file));
+      EXPECT_EQ(r.exit_code, 2) << bin << file << r.output;
+      EXPECT_THAT(r.output, HasSubstr(dir + file)) << bin;
+      EXPECT_THAT(r.output, ::testing::Not(HasSubstr("0123456789"))) << bin;
+    }
+  }
+  std::system(("rm -rf " + dir).c_str());
+}
+
+}  // namespace
+}  // namespace farcall
