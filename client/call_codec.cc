@@ -9,9 +9,6 @@
 #include "core/wire/proto_convert.h"
 
 namespace farcall::client_internal {
-namespace {
-
-// 128 random bits in hex, from a generator per thread seeded by the OS.
 std::string FreshCallId() {
   thread_local std::mt19937_64 gen([] {
     std::random_device rd;
@@ -19,6 +16,13 @@ std::string FreshCallId() {
   }());
   return absl::StrCat(absl::Hex(gen(), absl::kZeroPad16), absl::Hex(gen(), absl::kZeroPad16));
 }
+
+CallOptions WithCallId(CallOptions options) {
+  if (options.call_id.empty()) options.call_id = FreshCallId();
+  return options;
+}
+
+namespace {
 
 v1::Attribute ToProto(const AttributeValue& v) {
   v1::Attribute a;

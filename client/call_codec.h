@@ -38,6 +38,14 @@ struct PreparedCall {
 };
 absl::StatusOr<PreparedCall> Prepare(const CallRequest& request, const CallOptions& options);
 
+// 128 random bits in hex, from a generator per thread seeded by the OS.
+std::string FreshCallId();
+// `options` with a call_id: its own, or a fresh one. A logical call takes
+// one at its start, and every attempt of it (UCX, then gRPC; an agent, then
+// the next one or the router) carries that same id, so that an agent's
+// ledger runs a call with side effects once however often it is sent.
+CallOptions WithCallId(CallOptions options);
+
 // Stages a prepared call in shared memory: copies its args into a region
 // from `channel` and names the region and offsets in the header. After
 // this, the request carries no chunks and the answer none either.

@@ -12,6 +12,7 @@
 #include "client/call_codec.h"
 #include "client/lookaside.h"
 #include "core/capability.h"
+#include "core/error_reason.h"
 #include "core/status_macros.h"
 #include "core/tokens.h"
 #include "core/wire/grpc_status.h"
@@ -187,8 +188,7 @@ class StreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::
 // Whether a call over UCX failed because its args could not reach the agent
 // (so the handler did not run, and the call may go again another way).
 bool UcxInputsFailed(const absl::StatusOr<CallResult>& r) {
-  return !r.ok() && absl::IsUnavailable(r.status()) &&
-         absl::StartsWith(r.status().message(), kUcxInputsFailed);
+  return !r.ok() && ReasonOf(r.status()) == ErrorReason::kInputsNotDelivered;
 }
 
 // `options` for a call that goes again over gRPC, within what is left
@@ -647,11 +647,14 @@ void Client::CallAsync(const CallRequest& request, const CallOptions& options, C
 }
 
 void Client::StartAsync(const std::shared_ptr<Impl>& impl, const CallRequest& request,
-                        const CallOptions& options, CallCallback done) {
+                        const CallOptions& caller_options, CallCallback done) {
+  // One call_id for every attempt of this call (the lookaside takes its own).
+  const CallOptions options = client_internal::WithCallId(caller_options);
   absl::StatusOr<Plan> plan = MakePlan(*impl, request, options);
   if (!plan.ok()) return done(plan.status());
-  if (plan->lookaside != nullptr)
-    return plan->lookaside->CallAsync(request, options, std::move(done));
+  if (plan->lookaside != nullptr) {
+    return plan->lookaside->CallAsync(request, caller_options, std::move(done));
+  }
   if (plan->ucx.worker != nullptr && options.transport == Transport::kAuto) {
     // As in Call: UCX chosen by itself that failed before the handler ran
     // sends the call again over gRPC (from the gRPC thread `done` runs on).
@@ -673,11 +676,14 @@ void Client::StartAsync(const std::shared_ptr<Impl>& impl, const CallRequest& re
   }
 }
 
-absl::StatusOr<CallResult> Client::Call(const CallRequest& request, const CallOptions& options) {
+absl::StatusOr<CallResult> Client::Call(const CallRequest& request,
+                                        const CallOptions& caller_options) {
+  // One call_id for every attempt of this call (the lookaside takes its own).
+  const CallOptions options = client_internal::WithCallId(caller_options);
   const absl::Time deadline = absl::Now() + options.timeout;
   absl::StatusOr<Plan> plan = MakePlan(*impl_, request, options);
   if (!plan.ok()) return plan.status();
-  if (plan->lookaside != nullptr) return plan->lookaside->Call(request, options);
+  if (plan->lookaside != nullptr) return plan->lookaside->Call(request, caller_options);
   if (plan->ucx.worker != nullptr) {
     absl::StatusOr<CallResult> r = CallOverUcx(*std::move(plan), options);
     // UCX chosen by itself failed before the handler ran (the agent's worker

@@ -9,6 +9,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "client/call_codec.h"
+#include "core/error_reason.h"
 #include "core/rendezvous.h"
 #include "core/tokens.h"
 #include "core/wire/grpc_status.h"
@@ -24,12 +26,12 @@ std::string AnswerKey(const CallRequest& request) {
 
 // Whether a failed Resolve never got the router's own answer: a transport
 // failure or a deadline, not a refusal such as NoLiveAgentError (which is
-// UNAVAILABLE too, with the contract's words).
+// UNAVAILABLE too, marked with its reason).
 bool RouterUnreachable(const grpc::Status& s) {
   if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) return true;
-  return s.error_code() == grpc::StatusCode::UNAVAILABLE &&
-         !absl::StartsWith(s.error_message(), "no live agent serves platform") &&
-         !absl::StartsWith(s.error_message(), "this router is draining");
+  const ErrorReason reason = ReasonOf(FromGrpcStatus(s));
+  return s.error_code() == grpc::StatusCode::UNAVAILABLE && reason != ErrorReason::kNoLiveAgent &&
+         reason != ErrorReason::kRouterDraining;
 }
 
 }  // namespace
@@ -199,7 +201,7 @@ std::shared_ptr<const Lookaside::Answer> Lookaside::Resolved(const CallRequest& 
 
 std::vector<std::shared_ptr<Lookaside::Agent>> Lookaside::Choose(const CallRequest& request,
                                                                  const CallOptions& options,
-                                                                 absl::Time deadline) {
+                                                                 absl::Time deadline, bool insist) {
   // Calls sent unchecked, or naming several platforms, are for observing
   // the router's own answers.
   if (resolve_missing_ || options.via_router || !options.validate_locally ||
@@ -220,7 +222,8 @@ std::vector<std::shared_ptr<Lookaside::Agent>> Lookaside::Choose(const CallReque
     const std::shared_ptr<Agent>& a = answer->agents[i];
     const uint64_t score = keyed ? RendezvousScore(options.call_id, a->address) : 0;
     absl::MutexLock l(&a->mu);
-    if (now < a->avoid_until) continue;
+    // The agent a repeat must meet is tried even when it failed lately.
+    if (now < a->avoid_until && !insist) continue;
     c.push_back({a, answer->router_inflight[i] + a->inflight.load(), score});
   }
   if (keyed) {
@@ -243,12 +246,12 @@ std::vector<std::shared_ptr<Lookaside::Agent>> Lookaside::Choose(const CallReque
   return out;
 }
 
-std::shared_ptr<Client> Lookaside::Ready(Agent& agent, absl::Time deadline) {
+std::shared_ptr<Client> Lookaside::Ready(Agent& agent, absl::Time deadline, bool insist) {
   std::shared_ptr<Client> client;
   absl::Duration wait = absl::ZeroDuration();
   {
     absl::MutexLock l(&agent.mu);
-    if (absl::Now() < agent.avoid_until) return nullptr;
+    if (absl::Now() < agent.avoid_until && !insist) return nullptr;
     if (agent.client == nullptr) {
       ClientOptions direct = options_;
       direct.tls_server_name = options_.agent_tls_server_name;
@@ -269,13 +272,13 @@ std::shared_ptr<Client> Lookaside::Ready(Agent& agent, absl::Time deadline) {
       agent.client = *std::move(c);
     }
     if (agent.reached) return agent.client;
-    if (agent.connecting) return nullptr;  // another call's first contact
+    if (agent.connecting && !insist) return nullptr;  // another call's first contact
     client = agent.client;
     // The first contact waits a little for a connection, so that an address
     // this client cannot route to costs that once, not each call's whole
     // deadline. Later (after a failure) nothing waits: gRPC reconnects in
     // the background, and the agent is used again once it is connected.
-    if (!agent.contacted) {
+    if (!agent.contacted || insist) {
       agent.contacted = true;
       agent.connecting = true;
       wait = std::max(std::min(deadline - absl::Now(), kConnectTimeout), absl::ZeroDuration());
@@ -321,12 +324,26 @@ Lookaside::Next Lookaside::Judge(Agent& agent, const CallRequest& request,
     // never sent again.
     return request.has_side_effect ? Next::kDone : Next::kNextAgent;
   }
-  if (absl::IsUnauthenticated(s) || absl::IsPermissionDenied(s)) {
-    // This client's token is not the agent's: the router may hold one that is.
+  if (ReasonOf(s) == ErrorReason::kAuthRefused) {
+    // The agent refused this client's token (or the router's capability):
+    // the router may hold a token the agent takes. A handler's own
+    // PERMISSION_DENIED is its answer, never a reason to run it again.
     Avoid(agent, kRefusedFor);
     return Next::kViaRouter;
   }
   return Next::kDone;
+}
+
+bool Lookaside::Insists(const CallRequest& request, const CallOptions& caller_options) {
+  return request.has_side_effect && !caller_options.call_id.empty();
+}
+
+absl::Status Lookaside::LedgerAgentUnreachable(const Agent& agent, const CallOptions& options) {
+  absl::Status s = absl::UnavailableError(absl::StrCat(
+      "cannot reach ", agent.address, ", the agent that would hold call ",
+      options.call_id.substr(0, 64),
+      " (a call with side effects goes only where a repeat of it would): try again later."));
+  return s;
 }
 
 CallOptions Lookaside::ProxyOptions(const CallOptions& options, absl::Time deadline) const {
@@ -345,11 +362,17 @@ Client& Lookaside::Proxy() {
   return *proxy_;
 }
 
-absl::StatusOr<CallResult> Lookaside::Call(const CallRequest& request, const CallOptions& options) {
+absl::StatusOr<CallResult> Lookaside::Call(const CallRequest& request,
+                                           const CallOptions& caller_options) {
+  const bool insist = Insists(request, caller_options);
+  const CallOptions options = WithCallId(caller_options);
   const absl::Time deadline = absl::Now() + options.timeout;
-  for (const std::shared_ptr<Agent>& agent : Choose(request, options, deadline)) {
-    std::shared_ptr<Client> client = Ready(*agent, deadline);
-    if (client == nullptr) continue;
+  for (const std::shared_ptr<Agent>& agent : Choose(request, options, deadline, insist)) {
+    std::shared_ptr<Client> client = Ready(*agent, deadline, insist);
+    if (client == nullptr) {
+      if (insist) return LedgerAgentUnreachable(*agent, options);
+      continue;
+    }
     CallOptions o = options;
     o.timeout = deadline - absl::Now();
     ++agent->inflight;
@@ -370,12 +393,13 @@ class Lookaside::AsyncCall : public std::enable_shared_from_this<AsyncCall> {
             const CallOptions& options, CallCallback done)
       : owner_(std::move(owner)),
         request_(request),
-        options_(options),
+        insist_(Insists(request, options)),
+        options_(WithCallId(options)),
         deadline_(absl::Now() + options.timeout),
         done_(std::move(done)) {}
 
   void Start() {
-    agents_ = owner_->Choose(request_, options_, deadline_);
+    agents_ = owner_->Choose(request_, options_, deadline_, insist_);
     TryNext();
   }
 
@@ -385,8 +409,11 @@ class Lookaside::AsyncCall : public std::enable_shared_from_this<AsyncCall> {
   void TryNext() {
     while (next_ < agents_.size()) {
       std::shared_ptr<Agent> agent = agents_[next_++];
-      std::shared_ptr<Client> client = owner_->Ready(*agent, deadline_);
-      if (client == nullptr) continue;
+      std::shared_ptr<Client> client = owner_->Ready(*agent, deadline_, insist_);
+      if (client == nullptr) {
+        if (insist_) return done_(LedgerAgentUnreachable(*agent, options_));
+        continue;
+      }
       CallOptions o = options_;
       o.timeout = deadline_ - absl::Now();
       ++agent->inflight;
@@ -417,6 +444,7 @@ class Lookaside::AsyncCall : public std::enable_shared_from_this<AsyncCall> {
 
   const std::shared_ptr<Lookaside> owner_;
   const CallRequest request_;
+  const bool insist_;
   const CallOptions options_;
   const absl::Time deadline_;
   CallCallback done_;

@@ -77,9 +77,18 @@ class Lookaside : public std::enable_shared_from_this<Lookaside> {
   class AsyncCall;
   enum class Next { kDone, kNextAgent, kViaRouter };
 
+  // Whether a call insists on the one agent that would hold its ledger
+  // entry: a call with side effects whose call_id the caller chose (so it
+  // may repeat an earlier call, which that agent may have run). It is never
+  // sent to another agent, which would run it again; when that agent
+  // cannot be reached it fails UNAVAILABLE (LedgerAgentUnreachable). A call
+  // whose id the client made for it may go to the next agent.
+  static bool Insists(const CallRequest& request, const CallOptions& caller_options);
+  static absl::Status LedgerAgentUnreachable(const Agent& agent, const CallOptions& options);
   // The agents to try for this call, best first; empty: through the router.
+  // `insist`: agents that failed lately are tried too.
   std::vector<std::shared_ptr<Agent>> Choose(const CallRequest& request, const CallOptions& options,
-                                             absl::Time deadline);
+                                             absl::Time deadline, bool insist);
   // Whether an agent the router named may be called directly (see
   // IsHostPort, IsLoopbackTarget and TokenMayGo).
   bool Usable(const v1::ResolvedAgent& a) const;
@@ -87,7 +96,7 @@ class Lookaside : public std::enable_shared_from_this<Lookaside> {
   std::shared_ptr<const Answer> Resolved(const CallRequest& request, absl::Time deadline);
   // The agent's client, connected and checked on first use; null when it
   // cannot be reached now (it is then avoided for a while).
-  std::shared_ptr<Client> Ready(Agent& agent, absl::Time deadline);
+  std::shared_ptr<Client> Ready(Agent& agent, absl::Time deadline, bool insist = false);
   // What to do after an attempt on `agent`; clears the not-delivered mark.
   Next Judge(Agent& agent, const CallRequest& request, absl::StatusOr<CallResult>& result);
   // Leaves `agent` out of this client's choice for a while.

@@ -1,5 +1,6 @@
 #include "core/call_validation.h"
 #include "absl/strings/string_view.h"
+#include "core/error_reason.h"
 
 #include <algorithm>
 #include <utility>
@@ -119,7 +120,9 @@ absl::Status HandlerNotFoundError(absl::string_view handler, absl::string_view p
 }
 
 absl::Status NoLiveAgentError(absl::string_view platform) {
-  return absl::UnavailableError(absl::StrCat("no live agent serves platform '", platform, "'."));
+  return WithReason(
+      absl::UnavailableError(absl::StrCat("no live agent serves platform '", platform, "'.")),
+      ErrorReason::kNoLiveAgent);
 }
 
 absl::Status PlatformNotServedError(absl::string_view served, absl::string_view requested) {

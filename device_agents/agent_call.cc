@@ -9,6 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "core/error_reason.h"
 #include "core/log.h"
 #include "core/status_macros.h"
 #include "core/wire/header_digest.h"
@@ -533,7 +534,7 @@ absl::Status AgentCall::Run(const CancellationToken& cancel) {
     FARCALL_RETURN_IF_ERROR(stream_->Synchronize());
   }
   handler_ran_ = true;  // from here its side effects may have happened
-  absl::Status s = stream_->Invoke(*handler_, inv);
+  absl::Status s = WithReason(stream_->Invoke(*handler_, inv), ErrorReason::kHandlerError);
   // Even after a failure: nothing of this call may still run once its
   // memory goes back to the pool.
   absl::Status synced = stream_->Synchronize();

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/error_reason.h"
 #include "core/log.h"
 #include "core/memory_limit.h"
 #include "core/metrics.h"
@@ -83,8 +84,9 @@ struct Shared {
 // without the agent's id, so that a router sends it to another agent.
 grpc::Status Draining() {
   Metrics().refused.With({"draining"}).Increment();
-  return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                      "this agent is draining for shutdown and takes no new calls.");
+  return ToGrpcStatus(WithReason(
+      absl::UnavailableError("this agent is draining for shutdown and takes no new calls."),
+      ErrorReason::kAgentDraining));
 }
 
 // The answer to a call cancelled while it waited for memory.
@@ -106,7 +108,7 @@ Credentials CredentialsOf(const grpc::ServerContextBase& ctx) {
 // Who may Describe the agent: a caller with a known token, or with a
 // capability for this agent (for any handler: what a client a router sent
 // here asks before its first call).
-absl::Status DescribeAllowed(const AgentState& state, const Credentials& credentials) {
+absl::Status DescribeCredentials(const AgentState& state, const Credentials& credentials) {
   if (state.capability_key.has_value() && !credentials.capability.empty()) {
     absl::StatusOr<Capability> c =
         state.capability_key->Verify(credentials.capability, absl::Now());
@@ -117,6 +119,10 @@ absl::Status DescribeAllowed(const AgentState& state, const Credentials& credent
     return absl::OkStatus();
   }
   return state.tokens.Authenticate(credentials.authorization);
+}
+
+absl::Status DescribeAllowed(const AgentState& state, const Credentials& credentials) {
+  return WithReason(DescribeCredentials(state, credentials), ErrorReason::kAuthRefused);
 }
 
 // Checks the caller's capability or token, parses the call's first frame,
@@ -130,7 +136,7 @@ absl::Status Accept(const AgentState& state, const Credentials& credentials,
                     const grpc::ByteBuffer& first, AgentCall& call) {
   auto refused = [&call](absl::Status s) {
     call.set_refused("auth");
-    return s;
+    return WithReason(std::move(s), ErrorReason::kAuthRefused);
   };
   std::optional<Capability> capability;
   if (state.capability_key.has_value() && !credentials.capability.empty()) {
@@ -476,8 +482,10 @@ class CallReactor final : public AgentReactor<grpc::ServerUnaryReactor> {
         [this](const absl::Status& s) {
           absl::Status why = s;
           if (!s.ok() && absl::IsUnavailable(s)) {
-            why = absl::UnavailableError(
-                absl::StrCat(kUcxInputsFailed, " (", s.message(), "); the handler did not run."));
+            why =
+                WithReason(absl::UnavailableError(absl::StrCat(kUcxInputsFailed, " (", s.message(),
+                                                               "); the handler did not run.")),
+                           ErrorReason::kInputsNotDelivered);
           }
           AfterUcx(why, "while sending its inputs", [this] {
             absl::Status in = call_->EndOfInputs();

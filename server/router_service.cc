@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/call_validation.h"
+#include "core/error_reason.h"
 #include "core/metrics.h"
 #include "core/ref_counted.h"
 #include "core/status_macros.h"
@@ -40,8 +41,9 @@ struct Shared {
 
 // The answer to a call that arrives while the router drains.
 grpc::Status Draining() {
-  return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                      "this router is draining for shutdown and takes no new calls.");
+  return ToGrpcStatus(WithReason(
+      absl::UnavailableError("this router is draining for shutdown and takes no new calls."),
+      ErrorReason::kRouterDraining));
 }
 
 // Where a call may go, decided from its header alone.
@@ -96,7 +98,7 @@ absl::StatusOr<Route> RouteCall(const Shared& shared, const grpc::ByteBuffer& fi
   // Before the header is even parsed: a caller without a token costs nothing.
   if (absl::Status s = shared.tokens->Authenticate(authorization); !s.ok()) {
     record.Refused("auth");
-    return s;
+    return WithReason(s, ErrorReason::kAuthRefused);
   }
   v1::CallHeader header;
   absl::StatusOr<bool> found =
@@ -114,7 +116,7 @@ absl::StatusOr<Route> RouteCall(const Shared& shared, const grpc::ByteBuffer& fi
   if (absl::Status s = shared.tokens->Authorize(authorization, header.handler(), &principal);
       !s.ok()) {
     record.Refused("auth");
-    return s;
+    return WithReason(s, ErrorReason::kAuthRefused);
   }
   absl::StatusOr<ValidatedCall> v =
       ValidateCall(DescriptorFromProto(header), shared.max_call_bytes, "router");
@@ -576,8 +578,10 @@ class RouterService final
                            v1::ResolveResponse& response) {
     // Authorized first, as a call is.
     std::string principal;
-    FARCALL_RETURN_IF_ERROR(
-        shared_.tokens->Authorize(authorization, request.handler(), &principal));
+    if (absl::Status s = shared_.tokens->Authorize(authorization, request.handler(), &principal);
+        !s.ok()) {
+      return WithReason(s, ErrorReason::kAuthRefused);
+    }
     CallDescriptor call;
     call.handler = request.handler();
     call.platforms = {request.platform()};

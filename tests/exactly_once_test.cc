@@ -121,6 +121,27 @@ TEST_P(ExactlyOnceTest, RepeatsMeetTheFirstAgentWhicheverWayTheyGo) {
   EXPECT_EQ(Runs(), 10);
 }
 
+// A handler's own PERMISSION_DENIED or UNAUTHENTICATED is its answer, not
+// an agent's refusal of the caller's token: a call with side effects that
+// fails so runs once, whichever way it goes (the lookaside used to take it
+// for an auth refusal and run it again through the router, under a fresh
+// call_id).
+TEST_P(ExactlyOnceTest, AHandlersOwnAuthErrorsAreNeverRetried) {
+  for (int64_t code : {int64_t{7}, int64_t{16}, int64_t{14}}) {
+    CallRequest req;
+    req.handler = "test.count_then_fail";
+    req.has_side_effect = true;
+    req.attributes["code"] = code;
+    CallOptions o;
+    o.timeout = absl::Seconds(20);
+    o.via_router = GetParam() == Path::kRouted;
+    absl::Status s = client_->Call(req, o).status();
+    EXPECT_EQ(static_cast<int64_t>(s.code()), code) << s;
+    EXPECT_EQ(s.message(), "test.count_then_fail: the handler failed");
+  }
+  EXPECT_EQ(Runs(), 3);
+}
+
 TEST_P(ExactlyOnceTest, CallsWithoutSideEffectsRunEveryTime) {
   for (int i = 0; i < 4; ++i) EXPECT_TRUE(Count("same", false).ok());
   EXPECT_EQ(Runs(), 4);

@@ -2,7 +2,9 @@
 
 #include <string>
 
+#include "core/error_reason.h"
 #include "core/wire/protocol.h"
+#include "farcall/v1/farcall.pb.h"
 
 namespace farcall {
 namespace {
@@ -29,16 +31,54 @@ FARCALL_SAME_CODE(DATA_LOSS, kDataLoss);
 FARCALL_SAME_CODE(UNAUTHENTICATED, kUnauthenticated);
 #undef FARCALL_SAME_CODE
 
+#define FARCALL_SAME_REASON(name, farcall_name) \
+  static_assert(static_cast<int>(ErrorReason::farcall_name) == v1::ErrorDetail::name)
+FARCALL_SAME_REASON(REASON_UNSPECIFIED, kUnspecified);
+FARCALL_SAME_REASON(AGENT_DRAINING, kAgentDraining);
+FARCALL_SAME_REASON(AUTH_REFUSED, kAuthRefused);
+FARCALL_SAME_REASON(INPUTS_NOT_DELIVERED, kInputsNotDelivered);
+FARCALL_SAME_REASON(NO_LIVE_AGENT, kNoLiveAgent);
+FARCALL_SAME_REASON(HANDLER_ERROR, kHandlerError);
+FARCALL_SAME_REASON(ROUTER_DRAINING, kRouterDraining);
+#undef FARCALL_SAME_REASON
+
+constexpr char kErrorDetailType[] = "type.googleapis.com/farcall.v1.ErrorDetail";
+// What one status's details may hold before they are ignored.
+constexpr size_t kMaxDetailsBytes = 16 << 10;
+
 }  // namespace
 
 grpc::Status ToGrpcStatus(const absl::Status& s) {
   if (s.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+  const auto code = static_cast<grpc::StatusCode>(s.code());
+  const ErrorReason reason = ReasonOf(s);
+  if (reason == ErrorReason::kUnspecified) return grpc::Status(code, std::string(s.message()));
+  v1::ErrorDetail detail;
+  detail.set_reason(static_cast<v1::ErrorDetail::Reason>(reason));
+  v1::RpcStatus rpc;
+  rpc.set_code(static_cast<int>(s.code()));
+  rpc.set_message(std::string(s.message()));
+  v1::RpcStatusDetail* d = rpc.add_details();
+  d->set_type_url(kErrorDetailType);
+  d->set_value(detail.SerializeAsString());
+  return grpc::Status(code, std::string(s.message()), rpc.SerializeAsString());
 }
 
 absl::Status FromGrpcStatus(const grpc::Status& s) {
   if (s.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+  absl::Status out(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+  v1::RpcStatus rpc;
+  if (s.error_details().empty() || s.error_details().size() > kMaxDetailsBytes ||
+      !rpc.ParseFromString(s.error_details())) {
+    return out;
+  }
+  for (const v1::RpcStatusDetail& d : rpc.details()) {
+    v1::ErrorDetail detail;
+    if (d.type_url() == kErrorDetailType && detail.ParseFromString(d.value())) {
+      out = WithReason(std::move(out), static_cast<ErrorReason>(detail.reason()));
+    }
+  }
+  return out;
 }
 
 bool NeverReachedAgent(const grpc::Status& s, const grpc::ClientContext& ctx) {

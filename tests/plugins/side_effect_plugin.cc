@@ -4,6 +4,8 @@
 //                incremented by each run (a side effect)
 //   test.half    no args; result uint8[n]: writes 7 to the first half only,
 //                leaving the rest as the agent gave it
+//   test.count_then_fail  no args, no results; increments the counter, then
+//                fails with the status code in attribute `code`
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -38,7 +40,14 @@ Status Half(CallFrame& call) {
   return OkStatus();
 }
 
+Status CountThenFail(CallFrame& call) {
+  ++g_count;
+  const int64_t code = call.GetI64("code").value_or(FARCALL_CODE_INTERNAL);
+  return Status(static_cast<FarcallCode>(code), "test.count_then_fail: the handler failed");
+}
+
 }  // namespace
 
 FARCALL_PLUGIN("farcall_side_effect_plugin", FARCALL_HANDLER_DEF("test.count", "cpu", 0, Count),
-               FARCALL_HANDLER_DEF("test.half", "cpu", 0, Half));
+               FARCALL_HANDLER_DEF("test.half", "cpu", 0, Half),
+               FARCALL_HANDLER_DEF("test.count_then_fail", "cpu", 0, CountThenFail));

@@ -1,0 +1,32 @@
+#include "core/error_reason.h"
+
+#include <optional>
+#include <string>
+
+#include "absl/strings/cord.h"
+#include "absl/strings/numbers.h"
+
+namespace farcall {
+namespace {
+
+constexpr char kReasonPayload[] = "type.farcall.dev/error-reason";
+
+}  // namespace
+
+absl::Status WithReason(absl::Status s, ErrorReason reason) {
+  if (s.ok() || reason == ErrorReason::kUnspecified) return s;
+  s.SetPayload(kReasonPayload, absl::Cord(std::to_string(static_cast<int>(reason))));
+  return s;
+}
+
+ErrorReason ReasonOf(const absl::Status& s) {
+  auto p = s.GetPayload(kReasonPayload);
+  int n = 0;
+  if (!p.has_value() || !absl::SimpleAtoi(std::string(*p), &n) || n < 0 ||
+      n > static_cast<int>(ErrorReason::kRouterDraining)) {
+    return ErrorReason::kUnspecified;
+  }
+  return static_cast<ErrorReason>(n);
+}
+
+}  // namespace farcall

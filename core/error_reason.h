@@ -1,0 +1,35 @@
+// Why a call failed, as a typed mark on its absl::Status, for the decisions
+// that follow a failure (retry elsewhere, go through the router, give up).
+// Servers mark their own refusals; clients read the mark, never the message
+// text, which stays what the status contract says. On the wire the mark is
+// a farcall.v1.ErrorDetail in the status details (core/wire/grpc_status.h
+// converts both ways).
+//
+//   return WithReason(absl::UnavailableError("..."), ErrorReason::kAgentDraining);
+//   if (ReasonOf(status) == ErrorReason::kAuthRefused) ...
+#ifndef FARCALL_CORE_ERROR_REASON_H_
+#define FARCALL_CORE_ERROR_REASON_H_
+
+#include "absl/status/status.h"
+
+namespace farcall {
+
+// The numbers are farcall.v1.ErrorDetail.Reason's (grpc_status.cc asserts).
+enum class ErrorReason : int {
+  kUnspecified = 0,
+  kAgentDraining = 1,
+  kAuthRefused = 2,
+  kInputsNotDelivered = 3,
+  kNoLiveAgent = 4,
+  kHandlerError = 5,
+  kRouterDraining = 6,
+};
+
+// `s` marked with `reason` (an OK status stays OK).
+absl::Status WithReason(absl::Status s, ErrorReason reason);
+// The mark on `s`; kUnspecified when it has none.
+ErrorReason ReasonOf(const absl::Status& s);
+
+}  // namespace farcall
+
+#endif  // FARCALL_CORE_ERROR_REASON_H_

@@ -1,0 +1,49 @@
+#include "core/wire/grpc_status.h"
+
+#include "core/error_reason.h"
+#include "farcall/v1/farcall.pb.h"
+#include "gtest/gtest.h"
+
+namespace farcall {
+namespace {
+
+TEST(GrpcStatusTest, AReasonCrossesTheWireInTheStatusDetails) {
+  const absl::Status marked = WithReason(
+      absl::UnavailableError("this agent is draining for shutdown and takes no new calls."),
+      ErrorReason::kAgentDraining);
+  const grpc::Status wire = ToGrpcStatus(marked);
+  EXPECT_EQ(wire.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(wire.error_message(), marked.message());
+  // The details are a google.rpc.Status: code, message, one ErrorDetail.
+  v1::RpcStatus rpc;
+  ASSERT_TRUE(rpc.ParseFromString(wire.error_details()));
+  EXPECT_EQ(rpc.code(), 14);
+  ASSERT_EQ(rpc.details_size(), 1);
+  EXPECT_EQ(rpc.details(0).type_url(), "type.googleapis.com/farcall.v1.ErrorDetail");
+  const absl::Status back = FromGrpcStatus(wire);
+  EXPECT_EQ(back.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(back.message(), marked.message());
+  EXPECT_EQ(ReasonOf(back), ErrorReason::kAgentDraining);
+}
+
+TEST(GrpcStatusTest, UnmarkedAndMalformedDetailsCarryNoReason) {
+  EXPECT_TRUE(ToGrpcStatus(absl::InternalError("x")).error_details().empty());
+  EXPECT_EQ(ReasonOf(FromGrpcStatus(grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "m"))),
+            ErrorReason::kUnspecified);
+  EXPECT_EQ(ReasonOf(FromGrpcStatus(
+                grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "m", "\xff\xff not a proto"))),
+            ErrorReason::kUnspecified);
+  // A reason this build does not know is no reason.
+  v1::ErrorDetail d;
+  d.set_reason(static_cast<v1::ErrorDetail::Reason>(99));
+  v1::RpcStatus rpc;
+  rpc.add_details()->set_type_url("type.googleapis.com/farcall.v1.ErrorDetail");
+  rpc.mutable_details(0)->set_value(d.SerializeAsString());
+  EXPECT_EQ(ReasonOf(FromGrpcStatus(
+                grpc::Status(grpc::StatusCode::UNAVAILABLE, "m", rpc.SerializeAsString()))),
+            ErrorReason::kUnspecified);
+  EXPECT_TRUE(WithReason(absl::OkStatus(), ErrorReason::kAuthRefused).ok());
+}
+
+}  // namespace
+}  // namespace farcall
