@@ -502,9 +502,13 @@ absl::Status AgentCall::Run(const CancellationToken& cancel) {
     return MakeBuffer(static_cast<int32_t>(t.spec.dtype), t.spec.dims, t.memory->device_ptr(),
                       static_cast<uint64_t>(t.size), alias);
   };
-  for (const Tensor& t : args_) inv.args.push_back(buffer(t, -1));
+  for (const Tensor& t : args_) {
+    inv.args.push_back(buffer(t, -1));
+    inv.arg_owners.push_back(t.memory);
+  }
   for (size_t o = 0; o < results_.size(); ++o) {
     inv.results.push_back(buffer(results_[o], validated_->result_alias[o]));
+    inv.result_owners.push_back(results_[o].memory);
   }
   for (const auto& [name, attr] : header_.attributes()) {
     switch (attr.value_case()) {

@@ -54,6 +54,12 @@ struct HandlerInvocation {
   void* stream = nullptr;
   std::vector<FarcallBuffer> args;
   std::vector<FarcallBuffer> results;
+  // The owners of each arg's and result's memory (may be null). An
+  // in-process handler whose views of a buffer may outlive the call (a
+  // Python array kept by the handler) holds its owner meanwhile, so that
+  // the memory goes to no other call while it does.
+  std::vector<std::shared_ptr<void>> arg_owners;
+  std::vector<std::shared_ptr<void>> result_owners;
   std::vector<FarcallAttribute> attrs;
   const CancellationToken* cancel = nullptr;  // may be null: never cancelled
 };

@@ -42,11 +42,21 @@ struct HeldObject {
   }
 };
 
-nb::tuple BufferTuple(const FarcallBuffer& b) {
+// A Python handle on the memory of a handler's buffer (farcall.agent.Buffer
+// keeps it): while any view of the buffer lives, so does the memory, and the
+// agent gives it to no other call.
+struct MemoryLease {
+  std::shared_ptr<void> owner;
+};
+
+nb::tuple BufferTuple(const FarcallBuffer& b, const std::vector<std::shared_ptr<void>>& owners,
+                      size_t i) {
   nb::list dims;
-  for (int64_t i = 0; i < b.rank; ++i) dims.append(b.dims[i]);
+  for (int64_t d = 0; d < b.rank; ++d) dims.append(b.dims[d]);
+  nb::object lease = nb::none();
+  if (i < owners.size() && owners[i] != nullptr) lease = nb::cast(MemoryLease{owners[i]});
   return nb::make_tuple(reinterpret_cast<uintptr_t>(b.data), b.dtype, nb::tuple(dims),
-                        b.size_bytes);
+                        b.size_bytes, lease);
 }
 
 // Calls dispatch(fn, ctx, results, args) with the GIL; it returns None, or
@@ -57,8 +67,12 @@ absl::Status CallPython(const HeldObject& dispatch, const HeldObject& fn,
   nb::gil_scoped_acquire gil;
   try {
     nb::list results, args;
-    for (const FarcallBuffer& b : inv.results) results.append(BufferTuple(b));
-    for (const FarcallBuffer& b : inv.args) args.append(BufferTuple(b));
+    for (size_t i = 0; i < inv.results.size(); ++i) {
+      results.append(BufferTuple(inv.results[i], inv.result_owners, i));
+    }
+    for (size_t i = 0; i < inv.args.size(); ++i) {
+      args.append(BufferTuple(inv.args[i], inv.arg_owners, i));
+    }
     nb::dict ctx;
     ctx["platform"] = inv.platform;
     ctx["device_ordinal"] = inv.device_ordinal;
@@ -228,6 +242,7 @@ nb::object DlpackView(uintptr_t ptr, std::vector<size_t> shape, int dtype, bool 
 
 void DefineAgent(nb::module_& m) {
   m.def("dlpack_view", &DlpackView);
+  nb::class_<MemoryLease>(m, "MemoryLease");
   nb::class_<PyAgent>(m, "Agent")
       .def_prop_ro("port", &PyAgent::port)
       .def_prop_ro("agent_id", &PyAgent::agent_id)

@@ -65,12 +65,14 @@ class Buffer:
     """One of a handler's buffers: ``shape``, ``dtype``, ``ndim``, and
     ``np.asarray`` (host platforms; read-only for args, writable for
     results), ``__dlpack__``, and ``__cuda_array_interface__`` on cuda and
-    rocm. Valid only while the handler runs."""
+    rocm. A buffer is converted only while its handler runs; an array taken
+    from it may be kept after that, and then holds the call's memory (which
+    goes to no other call while it does)."""
 
     __slots__ = ("_ptr", "_code", "shape", "dtype", "_nbytes", "_writable", "_platform",
-                 "_device", "_stream", "_live", "__weakref__")
+                 "_device", "_stream", "_live", "_lease", "__weakref__")
 
-    def __init__(self, ptr, code, shape, nbytes, writable, platform, device, stream):
+    def __init__(self, ptr, code, shape, nbytes, writable, platform, device, stream, lease=None):
         self._ptr = ptr
         self._code = code
         self.shape = tuple(shape)
@@ -81,6 +83,10 @@ class Buffer:
         self._device = device
         self._stream = stream
         self._live = True
+        # The native owner of the memory: every view made from this buffer
+        # holds it (through the buffer), so the agent gives the memory to no
+        # other call while a view lives.
+        self._lease = lease
 
     @property
     def ndim(self) -> int:
@@ -111,6 +117,7 @@ class Buffer:
             a = np.empty(self.shape, self.dtype)
         else:
             raw = (ctypes.c_ubyte * self._nbytes).from_address(self._ptr)
+            raw._owner = self  # the array's base holds the memory's lease
             a = np.frombuffer(raw, dtype=np.uint8).view(self.dtype).reshape(self.shape)
             if not self._writable:
                 a.flags.writeable = False
@@ -168,8 +175,10 @@ def _dispatch(fn, ctx_info, results, args):
     Called by the native agent on a Python handler thread, with the GIL."""
     platform = ctx_info["platform"]
     dev, stream = ctx_info["device_ordinal"], ctx_info["stream"]
-    out = [Buffer(p, c, s, n, True, platform, dev, stream) for p, c, s, n in results]
-    ins = [Buffer(p, c, s, n, False, platform, dev, stream) for p, c, s, n in args]
+    out = [Buffer(p, c, s, n, True, platform, dev, stream, lease)
+           for p, c, s, n, lease in results]
+    ins = [Buffer(p, c, s, n, False, platform, dev, stream, lease)
+           for p, c, s, n, lease in args]
     try:
         ret = fn(ExecutionContext(platform, dev, stream), out, *ins)
         if ret is not None:

@@ -53,6 +53,19 @@ def test_buffers_behave_like_jax_buffers(client):
     assert stale == 1
 
 
+def test_an_array_kept_past_its_call_never_shows_another_calls_bytes(py_agent):
+    """A handler keeps np.asarray(x) of a 4 MiB call of 7s; during the next
+    call, of 42s, the kept array must still read 7s: the memory it views is
+    held for it, and went to no other call."""
+    client = farcall.Client(py_agent.address, transport="grpc")
+    spec = [farcall.Spec((2,), np.uint8)]
+    n = 4 << 20
+    # Each answer: [the array kept one call ago, this call's], as read now.
+    answers = [client.call("py_keep_array", np.full(n, v, np.uint8), results=spec)[0].tolist()
+               for v in (7, 42, 42, 9)]
+    assert answers[1:] == [[7, 42], [42, 42], [42, 9]]
+
+
 def test_return_value_and_exceptions_fail_the_call_and_the_agent_serves_on(client):
     with pytest.raises(farcall.InternalError) as e:
         client.call("py_returns_value", results=[])
