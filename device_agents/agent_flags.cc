@@ -62,6 +62,9 @@ ABSL_FLAG(int64_t, staging_block_bytes, int64_t{4} << 20,
 ABSL_FLAG(int64_t, graph_cache_bytes, int64_t{1} << 30,
           "device memory the captured graphs of command_buffer_compatible handlers may "
           "hold per device (cuda, rocm); the least recently used go first");
+ABSL_FLAG(int64_t, graph_cache_entries, 1024,
+          "the most captured graphs kept per device (cuda, rocm); the least recently used "
+          "go first");
 ABSL_FLAG(absl::Duration, call_id_ttl, absl::Minutes(10),
           "how long the call_ids of calls with side effects are remembered, so that a "
           "repeat never runs them twice");
@@ -116,6 +119,12 @@ absl::StatusOr<AgentServer::Options> AgentOptionsFromFlags() {
   options.config.backend.staging_bytes = absl::GetFlag(FLAGS_staging_bytes);
   options.config.backend.staging_block_bytes = absl::GetFlag(FLAGS_staging_block_bytes);
   options.config.backend.graph_cache_bytes = absl::GetFlag(FLAGS_graph_cache_bytes);
+  options.config.backend.graph_cache_entries = absl::GetFlag(FLAGS_graph_cache_entries);
+  if (options.config.backend.graph_cache_entries < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--graph_cache_entries must be positive; got ",
+                                                   options.config.backend.graph_cache_entries,
+                                                   "."));
+  }
   options.config.ledger.ttl = absl::GetFlag(FLAGS_call_id_ttl);
   options.config.ledger.max_bytes = absl::GetFlag(FLAGS_call_id_cache_bytes);
   if (options.config.ledger.ttl <= absl::ZeroDuration() || options.config.ledger.max_bytes < 0) {

@@ -123,6 +123,7 @@ struct BackendOptions {
   // Device memory the captured graphs of command-buffer-compatible handlers
   // may hold per device (cuda, rocm).
   int64_t graph_cache_bytes = int64_t{1} << 30;
+  int64_t graph_cache_entries = 1024;
 };
 
 // Opens the backend of platform `p`. FAILED_PRECONDITION when support for it

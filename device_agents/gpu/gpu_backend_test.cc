@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "device_agents/gpu/gpu_api.h"
 #include "device_agents/gpu/gpu_backend.h"
 #include "device_agents/gpu/graph_cache.h"
@@ -112,11 +113,12 @@ TEST(GraphCacheTest, HostCodeRunsOncePerSignatureAndReplaysWithNewData) {
     std::vector<float> y = ScaleOnDevice(device, h, x, 2.0);
     for (size_t i = 0; i < x.size(); i += 111) ASSERT_EQ(y[i], 2 * x[i]) << "call " << call;
   }
-  EXPECT_EQ(g_host_runs.load(), 1) << "the handler's host code ran more than once";
+  // Once as any handler, once under capture; replayed after that.
+  EXPECT_EQ(g_host_runs.load(), 2) << "the handler's host code ran past its capture";
   ScaleOnDevice(device, h, std::vector<float>(7, 1.0f), 2.0);  // a new shape
-  EXPECT_EQ(g_host_runs.load(), 2);
+  EXPECT_EQ(g_host_runs.load(), 3);
   std::vector<float> y = ScaleOnDevice(device, h, std::vector<float>(7, 1.0f), 3.0);
-  EXPECT_EQ(g_host_runs.load(), 3);  // a new attribute
+  EXPECT_EQ(g_host_runs.load(), 4);  // a new attribute
   EXPECT_EQ(y[6], 3.0f);
 }
 
@@ -126,7 +128,7 @@ TEST(GraphCacheTest, TheLeastRecentlyUsedGraphIsDroppedToStayWithinItsBytes) {
   RegisteredHandler h{"counting_scale", api::kName, FARCALL_TRAIT_COMMAND_BUFFER_COMPATIBLE,
                       &CountingScale, "test"};
   // Room for one graph of 1000 floats (an arg and a result: 8000 bytes).
-  GraphCache cache(device, 8000);
+  GraphCache cache(device, 8000 + GraphCache::kEntryOverheadBytes);
   auto run = [&](double alpha) {
     std::vector<float> x(1000, 1.0f);
     auto in = device.Allocate(4000);
@@ -150,13 +152,105 @@ TEST(GraphCacheTest, TheLeastRecentlyUsedGraphIsDroppedToStayWithinItsBytes) {
     EXPECT_EQ(y[999], static_cast<float>(alpha));
   };
   g_host_runs = 0;
+  run(2.0);  // seen once: run as any handler
+  run(2.0);  // captured
   run(2.0);
-  run(2.0);
-  EXPECT_EQ(g_host_runs.load(), 1);  // replayed
-  run(3.0);                          // a second graph: the first is dropped
-  EXPECT_EQ(g_host_runs.load(), 2);
-  run(2.0);  // captured again
-  EXPECT_EQ(g_host_runs.load(), 3);
+  EXPECT_EQ(g_host_runs.load(), 2);  // replayed
+  run(3.0);
+  run(3.0);  // a second graph: the first is dropped
+  EXPECT_EQ(g_host_runs.load(), 4);
+  run(2.0);  // captured again (its signature is remembered as seen)
+  EXPECT_EQ(g_host_runs.load(), 5);
+}
+
+// A Device whose allocations fail from the `fail_from`th on.
+class FailingDevice final : public Device {
+ public:
+  FailingDevice(Device& real, int fail_from) : real_(real), fail_from_(fail_from) {}
+  Platform platform() const override { return real_.platform(); }
+  int ordinal() const override { return real_.ordinal(); }
+  std::string name() const override { return real_.name(); }
+  int64_t memory_bytes() const override { return real_.memory_bytes(); }
+  int64_t memory_used_bytes() const override { return real_.memory_used_bytes(); }
+  absl::StatusOr<std::unique_ptr<DeviceMemory>> Allocate(int64_t size) override {
+    if (++allocations_ >= fail_from_) return absl::ResourceExhaustedError("out of memory (test)");
+    return real_.Allocate(size);
+  }
+  absl::StatusOr<std::unique_ptr<Stream>> AcquireStream() override { return real_.AcquireStream(); }
+  int allocations_ = 0;
+
+ private:
+  Device& real_;
+  const int fail_from_;
+};
+
+// Runs scale through `cache` on new buffers of `device`: the result's last
+// element, or the failure.
+absl::StatusOr<float> ScaleThrough(GraphCache& cache, Device& device, const RegisteredHandler& h,
+                                   int n, double alpha) {
+  const int64_t bytes = n * static_cast<int64_t>(sizeof(float));
+  std::vector<float> x(n, 1.0f);
+  FARCALL_ASSIGN_OR_RETURN(auto in, device.Allocate(bytes));
+  FARCALL_ASSIGN_OR_RETURN(auto out, device.Allocate(bytes));
+  FARCALL_ASSIGN_OR_RETURN(auto stream, device.AcquireStream());
+  FARCALL_RETURN_IF_ERROR(stream->CopyToDevice(x.data(), *in, 0, bytes));
+  HandlerInvocation inv;
+  inv.platform = api::kName;
+  inv.stream_kind = stream->kind();
+  inv.stream = stream->native();
+  const std::vector<int64_t> dims = {n};
+  inv.args = {Buf(FARCALL_DTYPE_F32, dims, in->device_ptr(), static_cast<uint64_t>(bytes))};
+  inv.results = {Buf(FARCALL_DTYPE_F32, dims, out->device_ptr(), static_cast<uint64_t>(bytes))};
+  inv.attrs = {F64Attr("alpha", alpha)};
+  FARCALL_RETURN_IF_ERROR(cache.Run(h, inv, *stream));
+  std::vector<float> y(n);
+  FARCALL_RETURN_IF_ERROR(stream->CopyToHost(*out, 0, bytes, y.data()));
+  FARCALL_RETURN_IF_ERROR(stream->Synchronize());
+  return y.back();
+}
+
+// An entry whose buffers could not all be allocated is not kept half made:
+// the next call of its signature allocates afresh and runs correctly
+// (it used to read past the entry's empty result list).
+TEST(GraphCacheTest, AFailedAllocationLeavesNoHalfMadeEntry) {
+  OPEN_OR_SKIP(backend);
+  Device& real = *backend->devices[0];
+  RegisteredHandler h{"counting_scale", api::kName, FARCALL_TRAIT_COMMAND_BUFFER_COMPATIBLE,
+                      &CountingScale, "test"};
+  // The entry's arg allocation succeeds and its result's fails.
+  FailingDevice failing(real, 2);
+  GraphCache cache(failing, int64_t{1} << 30);
+  ASSERT_TRUE(ScaleThrough(cache, real, h, 100, 2.0).ok());  // seen once
+  absl::StatusOr<float> failed = ScaleThrough(cache, real, h, 100, 2.0);
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kResourceExhausted) << failed.status();
+  failing.allocations_ = -100;  // memory again
+  absl::StatusOr<float> y = ScaleThrough(cache, real, h, 100, 2.0);
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(*y, 2.0f);
+}
+
+// A schedule that changes an attribute every step neither fills the cache
+// nor captures: signatures seen once run as any handler; the cache holds
+// at most --graph_cache_entries graphs.
+TEST(GraphCacheTest, SignaturesSeenOnceAreNotCapturedAndEntriesAreBounded) {
+  OPEN_OR_SKIP(backend);
+  Device& device = *backend->devices[0];
+  RegisteredHandler h{"counting_scale", api::kName, FARCALL_TRAIT_COMMAND_BUFFER_COMPATIBLE,
+                      &CountingScale, "test"};
+  GraphCache cache(device, int64_t{1} << 30, /*max_entries=*/2);
+  g_host_runs = 0;
+  for (int step = 0; step < 50; ++step) {
+    absl::StatusOr<float> y = ScaleThrough(cache, device, h, 10, 1.0 + step);
+    ASSERT_TRUE(y.ok()) << y.status();
+    EXPECT_EQ(*y, 1.0f + step);
+  }
+  EXPECT_EQ(g_host_runs.load(), 50);
+  // Three signatures used twice each: at most two graphs stay.
+  for (double alpha : {7.0, 8.0, 9.0, 7.0, 8.0, 9.0})
+    ASSERT_TRUE(ScaleThrough(cache, device, h, 10, alpha).ok());
+  g_host_runs = 0;
+  ASSERT_TRUE(ScaleThrough(cache, device, h, 10, 9.0).ok());
+  EXPECT_EQ(g_host_runs.load(), 0);  // the most recent graph replays
 }
 
 TEST(GraphCacheTest, WithoutTheTraitHostCodeRunsEveryCall) {

@@ -115,7 +115,7 @@ class GpuDevice final : public Device {
         staging_(StagingPool::Create(
             options.staging_bytes, options.staging_block_bytes,
             [ordinal](int64_t n) { return GpuStagingBlock::Make(ordinal, n); })),
-        graphs_(*this, options.graph_cache_bytes) {}
+        graphs_(*this, options.graph_cache_bytes, options.graph_cache_entries) {}
 
   ~GpuDevice() override {
     absl::MutexLock l(&mu_);

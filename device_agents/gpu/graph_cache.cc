@@ -82,7 +82,7 @@ void GraphCache::Account(const std::string& key, Entry& keep, int64_t bytes) {
     dropped.push_back(std::move(e->second));  // freed when the last call using it lets go
     entries_.erase(e);
   };
-  while (bytes_ > max_bytes_) {
+  while (bytes_ > max_bytes_ || static_cast<int64_t>(entries_.size()) > max_entries_) {
     auto oldest = entries_.end();
     for (auto e = entries_.begin(); e != entries_.end(); ++e) {
       if (e->second.get() == &keep) continue;
@@ -96,37 +96,85 @@ void GraphCache::Account(const std::string& key, Entry& keep, int64_t bytes) {
   if (bytes_ > max_bytes_) drop(entries_.find(key));
 }
 
+void GraphCache::Erase(const std::string& key, const Entry& entry) {
+  std::shared_ptr<Entry> dropped;  // destroyed after the mutex is released
+  absl::MutexLock l(&mu_);
+  auto it = entries_.find(key);
+  if (it == entries_.end() || it->second.get() != &entry) return;
+  bytes_ -= it->second->bytes;
+  Metrics().graph_bytes.With({}).Decrement(static_cast<double>(it->second->bytes));
+  dropped = std::move(it->second);
+  entries_.erase(it);
+}
+
+bool GraphCache::SeenBefore(const std::string& key) {
+  auto it = seen_.find(key);
+  if (it != seen_.end()) {
+    seen_.erase(it);
+    return true;
+  }
+  const size_t most = static_cast<size_t>(std::max<int64_t>(16, 4 * max_entries_));
+  while (seen_.size() >= most) {
+    auto oldest = seen_.begin();
+    for (auto e = seen_.begin(); e != seen_.end(); ++e) {
+      if (e->second < oldest->second) oldest = e;
+    }
+    seen_.erase(oldest);
+  }
+  seen_[key] = ++clock_;
+  return false;
+}
+
 absl::Status GraphCache::Run(const RegisteredHandler& handler, HandlerInvocation& inv,
                              Stream& stream) {
   std::shared_ptr<Entry> entry;
   const std::string key = GraphSignature(handler, inv);
+  auto native = static_cast<api::StreamT>(stream.native());
   {
     absl::MutexLock l(&mu_);
-    std::shared_ptr<Entry>& e = entries_[key];
-    if (e == nullptr) e = std::make_shared<Entry>();
-    e->last_used = ++clock_;
-    entry = e;
+    if (entries_.count(key) != 0 || SeenBefore(key)) {
+      std::shared_ptr<Entry>& e = entries_[key];
+      if (e == nullptr) e = std::make_shared<Entry>();
+      e->last_used = ++clock_;
+      entry = e;
+    }
   }
-  auto native = static_cast<api::StreamT>(stream.native());
+  if (entry == nullptr) {
+    // Seen once: run as any handler; a graph waits for the second call.
+    Metrics().graph_misses.With({}).Increment();
+    return InvokeHandler(handler.fn, inv);
+  }
   absl::MutexLock l(&entry->mu);
   if (entry->exec == nullptr && entry->args.empty() && entry->results.empty()) {
-    int64_t bytes = 0;
-    auto allocate = [&](const FarcallBuffer& b) -> absl::StatusOr<std::unique_ptr<DeviceMemory>> {
-      bytes += static_cast<int64_t>(b.size_bytes);
-      return device_.Allocate(static_cast<int64_t>(b.size_bytes));
-    };
-    for (const FarcallBuffer& b : inv.args) {
-      FARCALL_ASSIGN_OR_RETURN(std::unique_ptr<DeviceMemory> m, allocate(b));
-      entry->args.push_back(std::move(m));
-    }
-    for (const FarcallBuffer& b : inv.results) {
-      if (b.aliased_arg >= 0) {
-        entry->results.push_back(nullptr);  // the arg's buffer
-        continue;
+    // Built aside, and kept only whole: a failed allocation leaves no entry
+    // half made for the next call of this signature to read past.
+    std::vector<std::unique_ptr<DeviceMemory>> args, results;
+    int64_t bytes = kEntryOverheadBytes;
+    absl::Status allocated = [&]() -> absl::Status {
+      auto allocate = [&](const FarcallBuffer& b) -> absl::StatusOr<std::unique_ptr<DeviceMemory>> {
+        bytes += static_cast<int64_t>(b.size_bytes);
+        return device_.Allocate(static_cast<int64_t>(b.size_bytes));
+      };
+      for (const FarcallBuffer& b : inv.args) {
+        FARCALL_ASSIGN_OR_RETURN(std::unique_ptr<DeviceMemory> m, allocate(b));
+        args.push_back(std::move(m));
       }
-      FARCALL_ASSIGN_OR_RETURN(std::unique_ptr<DeviceMemory> m, allocate(b));
-      entry->results.push_back(std::move(m));
+      for (const FarcallBuffer& b : inv.results) {
+        if (b.aliased_arg >= 0) {
+          results.push_back(nullptr);  // the arg's buffer
+          continue;
+        }
+        FARCALL_ASSIGN_OR_RETURN(std::unique_ptr<DeviceMemory> m, allocate(b));
+        results.push_back(std::move(m));
+      }
+      return absl::OkStatus();
+    }();
+    if (!allocated.ok()) {
+      Erase(key, *entry);
+      return allocated;
     }
+    entry->args = std::move(args);
+    entry->results = std::move(results);
     Account(key, *entry, bytes);
   }
   (entry->exec == nullptr ? Metrics().graph_misses : Metrics().graph_hits).With({}).Increment();
@@ -171,12 +219,14 @@ absl::Status GraphCache::Run(const RegisteredHandler& handler, HandlerInvocation
     }
     if (!ran.ok()) {
       if (graph != nullptr) (void)api::GraphDestroy(graph);
+      Erase(key, *entry);
       return ran;
     }
     const api::Error inst = api::GraphInstantiate(&entry->exec, graph);
     (void)api::GraphDestroy(graph);
     if (inst != api::kSuccess) {
       entry->exec = nullptr;
+      Erase(key, *entry);
       return api::ToStatus(inst, "GraphInstantiate");
     }
   }
