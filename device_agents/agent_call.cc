@@ -292,6 +292,8 @@ absl::Status AgentCall::CheckUcx() const {
 void AgentCall::StartUcxInputs(std::function<void()> progress,
                                std::function<void(const absl::Status&)> done) {
   const v1::UcxTensors& u = header_.ucx();
+  // The client's endpoint stays open for the whole call (inputs, results).
+  ucx_peer_hold_ = agent_.ucx->HoldPeer(u.worker_address());
   std::vector<int64_t> sizes;
   for (const Tensor& t : args_) sizes.push_back(t.size);
   ucx_set_ = ucx::TransferSet::Create(*agent_.ucx,

@@ -190,6 +190,7 @@ class AgentCall final : private FrameVisitor {
   bool shm_ = false;                           // tensors live in a client's region: no chunks
   bool ucx_ = false;                           // tensors travel over UCX: no chunks
   std::shared_ptr<ucx::TransferSet> ucx_set_;  // the UCX transfers of now
+  std::shared_ptr<void> ucx_peer_hold_;        // the client's endpoint, kept open
   int64_t ucx_received_bytes_ = 0;
 
   // Response cursor.

@@ -43,6 +43,7 @@ struct Worker::Ucx {
     uint64_t used = 0;  // when it was last used (a counter)
   };
   std::map<std::string, Endpoint> endpoints;  // by peer address
+  std::map<std::string, int> holds;           // HoldPeer's handles, by peer
   uint64_t uses = 0;
   std::vector<uint8_t> scratch;  // where unasked messages are thrown
   // Cancelled sends still going, and when their grace runs out (only the
@@ -67,12 +68,13 @@ struct Worker::Ucx {
     while (endpoints.size() >= std::max<size_t>(max, 1)) {
       auto oldest = endpoints.end();
       for (auto e = endpoints.begin(); e != endpoints.end(); ++e) {
-        if (e->second.sends == 0 &&
+        const bool held = holds.count(e->first) != 0;
+        if (e->second.sends == 0 && !held &&
             (oldest == endpoints.end() || e->second.used < oldest->second.used)) {
           oldest = e;
         }
       }
-      if (oldest == endpoints.end()) break;  // all busy: one more for now
+      if (oldest == endpoints.end()) break;  // all busy or held: one more for now
       Close(oldest->first);
     }
     ucp_ep_params_t p{};
@@ -260,6 +262,16 @@ void Worker::Post(std::function<void()> command) {
   (void)!write(wake_fd_, &one, sizeof(one));
 }
 
+std::shared_ptr<void> Worker::HoldPeer(const std::string& peer) {
+  Post([this, peer] { ++ucx_->holds[peer]; });
+  return std::shared_ptr<void>(nullptr, [this, peer](void*) {
+    Post([this, peer] {
+      auto it = ucx_->holds.find(peer);
+      if (it != ucx_->holds.end() && --it->second <= 0) ucx_->holds.erase(it);
+    });
+  });
+}
+
 void Worker::Flush() {
   absl::Notification done;
   Post([&done] { done.Notify(); });
@@ -267,8 +279,10 @@ void Worker::Flush() {
 }
 
 void Worker::Discard() {
-  // Bounded per turn, like progress.
-  for (int i = 0; i < 64; ++i) {
+  // Every unasked message there is, so that no peer can park bytes here
+  // faster than they go; bounded per turn only so that a flood cannot keep
+  // the thread from its commands.
+  for (int i = 0; i < (1 << 16); ++i) {
     ucp_tag_recv_info_t info;
     ucp_tag_message_h m = ucp_tag_probe_nb(ucx_->worker, 0, 0, /*remove=*/1, &info);
     if (m == nullptr) return;

@@ -130,6 +130,12 @@ class Worker {
   // another call's bytes perhaps, so it is never taken as received).
   std::shared_ptr<Transfer> StartReceive(uint64_t tag, void* data, size_t size,
                                          OnEnd on_end = nullptr);
+  // Keeps the endpoint to `peer` open while the returned handle lives: past
+  // max_endpoints, endpoints are closed to make room only when no handle
+  // holds them and no send is on them. A call holds its peer for its whole
+  // life, between its transfers too. Any thread; drop every handle before
+  // the worker.
+  std::shared_ptr<void> HoldPeer(const std::string& peer);
   // Returns once everything started before it was handed to UCX: a receive
   // started before Flush() is posted when it returns.
   void Flush();

@@ -165,6 +165,37 @@ TEST(UcxWorkerCancelTest, ASendToAStuckPeerEndsAfterItsGrace) {
   EXPECT_TRUE(rx->Wait(Soon()).ok());
 }
 
+// A call holds its peer's endpoint between its transfers: past
+// max_endpoints, the endpoints closed to make room are only those no call
+// holds.
+TEST(UcxWorkerEndpointTest, AHeldEndpointIsNeverClosedToMakeRoom) {
+  Worker::Options o;
+  o.transports = "tcp";
+  o.max_endpoints = 1;
+  auto a = Worker::Create(o);
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto b = Make("tcp"), c = Make("tcp"), d = Make("tcp");
+  ASSERT_TRUE(b && c && d);
+  auto send = [&](Worker& to) {
+    uint8_t byte = 1, got = 0;
+    auto rx = to.StartReceive(7, &got, 1);
+    EXPECT_TRUE((*a)->StartSend(to.address(), 7, &byte, 1)->Wait(Soon()).ok());
+    EXPECT_TRUE(rx->Wait(Soon()).ok());
+  };
+  std::shared_ptr<void> hold = (*a)->HoldPeer(b->address());
+  send(*b);
+  send(*c);  // b is held: it stays, one over the limit
+  (*a)->Flush();
+  EXPECT_EQ((*a)->endpoints(), 2u);
+  send(*d);  // c is not held: it goes
+  (*a)->Flush();
+  EXPECT_EQ((*a)->endpoints(), 2u);
+  hold.reset();
+  send(*c);  // now b may go too
+  (*a)->Flush();
+  EXPECT_EQ((*a)->endpoints(), 1u);
+}
+
 TEST(UcxWorkerStopTest, DestroyingAWorkerCancelsWhatIsInFlight) {
   std::vector<uint8_t> dst(4096);
   std::shared_ptr<Transfer> rx;
