@@ -292,13 +292,14 @@ def test_tls_overlay_serves_tls_and_probes_with_the_cli(rendered):
         c = d["spec"]["template"]["spec"]["containers"][0]
         args = c["args"]
         name = d["metadata"]["name"]
-        for flag in ("tls_cert", "tls_key", "tokens_file"):
+        for flag in ("tls_cert", "tls_key", "tokens_file", "capability_key_file"):
             assert _flag(args, flag), f"{name}: --{flag}"
         if name == "farcall-router":
             assert _flag(args, "agent_tls_ca") and _flag(args, "agent_token_file"), name
         mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
         volumes = {v["name"]: v for v in d["spec"]["template"]["spec"]["volumes"]}
-        for flag in ("tls_cert", "tls_key", "tokens_file", "agent_tls_ca", "agent_token_file"):
+        for flag in ("tls_cert", "tls_key", "tokens_file", "agent_tls_ca", "agent_token_file",
+                     "capability_key_file"):
             value = _flag(args, flag)
             if value:
                 assert any(value.startswith(m + "/") for m in mounts.values()), f"{name}: --{flag}"
