@@ -1,8 +1,9 @@
 // What one small call costs, piece by piece, in-process (no RPC): the
 // client's header build and validation, its frame encoding and answer
 // decoding, the agent's header decoding, validation and device pick, the
-// whole agent side of a 64-byte copy, one metrics label look-up, and one
-// hand-off to a worker thread and back. The RPC itself is what bench/run.sh
+// whole agent side of a 64-byte copy, one metrics label look-up, one
+// hand-off to a worker thread and back, and a caller's credentials checked
+// (a token, or a capability). The RPC itself is what bench/run.sh
 // measures against a bare gRPC echo; docs/performance.md puts the two side
 // by side.
 //   build/bench/call_path_bench [--benchmark_repetitions=3]
@@ -13,6 +14,8 @@
 #include "absl/synchronization/notification.h"
 #include "benchmark/benchmark.h"
 #include "client/call_codec.h"
+#include "core/capability.h"
+#include "core/tokens.h"
 #include "core/wire/frame_codec.h"
 #include "device_agents/agent_call.h"
 #include "device_agents/agent_metrics.h"
@@ -137,6 +140,40 @@ void BM_WorkerHandoff(benchmark::State& st) {
   }
 }
 BENCHMARK(BM_WorkerHandoff);
+
+// What an agent spends on a caller's credentials: a token looked up in a
+// tokens file of 16 lines, or a capability verified (HMAC-SHA256) and its
+// scope checked; and what a router spends minting one.
+void BM_TokenAuthorize(benchmark::State& st) {
+  std::string file;
+  for (int i = 0; i < 16; ++i) file += "token-of-tenant-" + std::to_string(100 + i) + " *\n";
+  TokenTable tokens = TokenTable::Parse(file, "bench").value();
+  std::string principal;
+  for (auto _ : st) {
+    benchmark::DoNotOptimize(tokens.Authorize("Bearer token-of-tenant-115", "copy", &principal));
+  }
+}
+BENCHMARK(BM_TokenAuthorize);
+
+void BM_CapabilityVerify(benchmark::State& st) {
+  CapabilityKey key = CapabilityKey::FromSecret(std::string(48, 'k'), "bench").value();
+  const std::string blob =
+      key.Mint({"token:0a1b2c3d4e5f", "copy", "cpu-agent-50051", absl::Now() + absl::Minutes(5)});
+  for (auto _ : st) {
+    absl::StatusOr<Capability> c = key.Verify(blob, absl::Now());
+    benchmark::DoNotOptimize(CheckCapabilityScope(*c, "copy", "cpu-agent-50051"));
+  }
+}
+BENCHMARK(BM_CapabilityVerify);
+
+void BM_CapabilityMint(benchmark::State& st) {
+  CapabilityKey key = CapabilityKey::FromSecret(std::string(48, 'k'), "bench").value();
+  for (auto _ : st) {
+    benchmark::DoNotOptimize(key.Mint(
+        {"token:0a1b2c3d4e5f", "copy", "cpu-agent-50051", absl::Now() + absl::Minutes(5)}));
+  }
+}
+BENCHMARK(BM_CapabilityMint);
 
 }  // namespace
 }  // namespace farcall

@@ -100,6 +100,38 @@ def peak_rss_mib(proc):
     return float("nan")
 
 
+def tenant_p50s(procs, fc):
+    """64 B lookaside calls with tokens: once with the caller's token sent to
+    the agent, once with a capability the router mints and the agent checks
+    (--capability_key_file). Runs alternate between the two setups; returns
+    the median p50 of each."""
+    d = tempfile.mkdtemp(prefix="farcall-bench-")
+    token = "bench-caller-token-0123456789"
+    with open(f"{d}/tokens", "w") as f:
+        f.write(f"{token} *\n")
+    with open(f"{d}/token", "w") as f:
+        f.write(token + "\n")
+    with open(f"{d}/key", "w") as f:
+        f.write("k" * 48 + "\n")
+    targets = {}
+    for name, extra in (("tokens", []), ("capability", [f"--capability_key_file={d}/key"])):
+        agent, ap = start("agent", [f"{B}/device_agents/farcall-agent", "--listen=127.0.0.1:0",
+                                    f"--tokens_file={d}/tokens"] + extra)
+        procs.append(agent)
+        router, rp = start("router", [f"{B}/server/farcall-router", "--listen=127.0.0.1:0",
+                                      f"--agents=127.0.0.1:{ap}", f"--tokens_file={d}/tokens",
+                                      f"--agent_token_file={d}/token"] + extra)
+        procs.append(router)
+        targets[name] = f"--target=127.0.0.1:{rp}"
+    p50 = {"tokens": [], "capability": []}
+    for _ in range(REPS):
+        for name in ("tokens", "capability"):
+            p50[name].append(last_json(fc(targets[name], "--bytes=64", "--calls=2000",
+                                          "--transport=grpc", f"--token_file={d}/token"))["p50_us"])
+    shutil.rmtree(d)
+    return statistics.median(p50["tokens"]), statistics.median(p50["capability"])
+
+
 def main():
     procs = []
     try:
@@ -130,6 +162,8 @@ def main():
         r["router_64_p50"] = median(fc(routed, "--bytes=64", "--calls=2000"), "p50_us")
         r["proxy_64_p50"] = median(fc(routed, "--bytes=64", "--calls=2000", "--via_router"),
                                    "p50_us")
+        tokens_p50, capability_p50 = tenant_p50s(procs, fc)
+        r["tokens_64_p50"], r["capability_64_p50"] = tokens_p50, capability_p50
         base = [f"{B}/bench/grpc_baseline"]
         r["store"] = median(base + ["store", f"--target=127.0.0.1:{gp}", f"--bytes={big}"], "gbps")
         r["echo"] = median(base + ["bidi", f"--target=127.0.0.1:{gp}", f"--bytes={big}"], "gbps")
@@ -184,6 +218,8 @@ def main():
              r["router_64_p50"] / r["unary_echo_p50"], "x bare unary echo", "<=", 1.25),
             ("64 B copy p50, proxy", f"{r['proxy_64_p50']:.0f} us",
              r["proxy_64_p50"] / r["unary_echo_p50"], "x bare unary echo", "<=", 2.20),
+            ("64 B p50, router, capability", f"{r['capability_64_p50']:.0f} us",
+             r["capability_64_p50"] / r["tokens_64_p50"], "x router, token", "<=", 1.05),
             ("256 MiB aliased copy, direct", f"{r['direct_256']:.3f} GB/s",
              r["direct_256"] / r["store"], "x store-and-return", ">=", 0.95),
             ("256 MiB aliased copy, router", f"{r['router_256']:.3f} GB/s",
@@ -219,6 +255,8 @@ def main():
         print(f"  bare gRPC 1 MiB ByteBuffer echo {r['echo']:.3f} GB/s")
         print(f"  raw TCP one way / echo          {r['tcp_oneway']:.3f} / {r['tcp_echo']:.3f} GB/s")
         print(f"  memcpy (warm buffers)           {r['memcpy']:.3f} GB/s")
+        print(f"  64 B p50, router, token         {r['tokens_64_p50']:.0f} us (lookaside, the"
+              " caller's token sent to the agent)")
         print(f"  256 x 1 MiB concurrent calls into a 64 MiB budget: all results correct;"
               f" agent RSS grew {r['budget_rss_growth']:.0f} MiB (tensors stay within the"
               f" budget; calls waiting for it still hold their received request)")

@@ -17,9 +17,10 @@ namespace {
 
 // The encoding: a version byte; principal, handler and agent id, each a
 // 2-byte big-endian length and its bytes; the expiry in Unix milliseconds,
-// 8 bytes big-endian; then the 32-byte HMAC-SHA256 of all that.
+// 8 bytes big-endian; then the HMAC-SHA256 of all that, its first 16 bytes
+// (a 128-bit tag, as AES-GCM's: it travels on every call).
 constexpr uint8_t kVersion = 1;
-constexpr size_t kMacBytes = 32;
+constexpr size_t kMacBytes = 16;
 constexpr size_t kMaxFieldBytes = 1024;
 
 void PutField(std::string& out, absl::string_view field) {
@@ -66,12 +67,11 @@ absl::StatusOr<CapabilityKey> CapabilityKey::FromSecret(std::string secret,
 }
 
 std::string CapabilityKey::Mac(absl::string_view signed_part) const {
-  std::string mac(kMacBytes, '\0');
+  unsigned char full[EVP_MAX_MD_SIZE];
   unsigned int n = 0;
   HMAC(EVP_sha256(), secret_.data(), static_cast<int>(secret_.size()),
-       reinterpret_cast<const unsigned char*>(signed_part.data()), signed_part.size(),
-       reinterpret_cast<unsigned char*>(mac.data()), &n);
-  return mac;
+       reinterpret_cast<const unsigned char*>(signed_part.data()), signed_part.size(), full, &n);
+  return std::string(reinterpret_cast<const char*>(full), kMacBytes);
 }
 
 std::string CapabilityKey::Mint(const Capability& c) const {

@@ -22,7 +22,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         c->expires - now > farcall::kMaxCapabilityLifetime + farcall::kCapabilityClockSkew) {
       std::abort();
     }
-    if (input.size() + 32 > farcall::kMaxCapabilityBytes) std::abort();
+    if (input.size() + 16 > farcall::kMaxCapabilityBytes) std::abort();
   }
   return 0;
 }
