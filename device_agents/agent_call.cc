@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "core/error_reason.h"
@@ -513,6 +514,10 @@ absl::Status AgentCall::Run(const CancellationToken& cancel) {
     inv.result_owners.push_back(results_[o].memory);
   }
   for (const auto& [name, attr] : header_.attributes()) {
+    // Attributes named "_farcall.*" are farcall's own (the Python agent's
+    // result tree): in-process handlers' dispatch takes them, native
+    // handlers never see them.
+    if (!handler_->invoke && absl::StartsWith(name, "_farcall.")) continue;
     switch (attr.value_case()) {
       case v1::Attribute::kI64:
         inv.attrs.push_back(MakeI64Attribute(name, attr.i64()));

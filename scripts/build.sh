@@ -4,6 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p build
+# Cache hits across checkouts in other folders (see scripts/run_tests.sh).
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}" CCACHE_NOHASHDIR=true
 jobs=$(nproc 2>/dev/null || echo 2)
 # FARCALL_REQUIRE_BACKENDS="cuda;rocm;oneapi" makes a missing toolkit an
 # error instead of a backend left out (CI sets it).

@@ -6,6 +6,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install_deps.sh
+# ccache keys on paths relative to the checkout, so that a fresh clone in
+# another folder (as CI makes) reuses what an earlier build compiled; the
+# sanitizer, TSan and fuzzing builds that ctest starts inherit it.
+export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true
 # In CI every platform must build: a missing toolkit fails the run.
 if [ "${CI:-}" = true ]; then
   export FARCALL_REQUIRE_BACKENDS="${FARCALL_REQUIRE_BACKENDS:-cuda;rocm;oneapi}"

@@ -74,6 +74,27 @@ absl::Status CallPython(const HeldObject& dispatch, const HeldObject& fn,
       args.append(BufferTuple(inv.args[i], inv.arg_owners, i));
     }
     nb::dict ctx;
+    nb::dict attributes;
+    for (const FarcallAttribute& a : inv.attrs) {
+      nb::str name(a.name, a.name_size);
+      switch (a.type) {
+        case FARCALL_ATTR_I64:
+          attributes[name] = nb::int_(a.i64);
+          break;
+        case FARCALL_ATTR_F64:
+          attributes[name] = nb::float_(a.f64);
+          break;
+        case FARCALL_ATTR_BOOL:
+          attributes[name] = nb::bool_(a.b != 0);
+          break;
+        case FARCALL_ATTR_STR:
+          attributes[name] = nb::str(a.str, a.str_size);
+          break;
+        default:
+          break;
+      }
+    }
+    ctx["attributes"] = attributes;
     ctx["platform"] = inv.platform;
     ctx["device_ordinal"] = inv.device_ordinal;
     ctx["stream"] = reinterpret_cast<uintptr_t>(inv.stream);

@@ -14,7 +14,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from farcall import _dtypes, _errors, _farcall
+from farcall import _dtypes, _errors, _farcall, _tree
 
 _farcall._set_error_factory(_errors.make_error)
 # At exit, let call_async calls in flight complete (up to 5 s each wait)
@@ -138,11 +138,16 @@ def _attribute(name: str, v):
 class _Prepared:
     """A call's arguments in the form the native client takes."""
 
-    __slots__ = ("arrays", "originals", "args", "results", "aliases", "attributes")
+    __slots__ = ("arrays", "originals", "args", "results", "aliases", "attributes", "structure")
 
     def __init__(self, args, results, input_output_aliases, attributes):
         aliases = {int(i): int(o) for i, o in (input_output_aliases or {}).items()}
-        self.results = [_result_spec(r) for r in results]
+        # `results` may be one spec or a tree of them, as JAX's
+        # result_shape_dtypes: the handler's `out`, and what this call
+        # returns, have its structure.
+        leaves, structure = _tree.flatten(results)
+        self.structure = None if _tree.is_flat_list(structure) else structure
+        self.results = [_result_spec(r) for r in leaves]
         self.arrays = []
         self.originals = list(args)
         self.args = []
@@ -180,6 +185,8 @@ class _Prepared:
             )
         self.aliases = aliases
         self.attributes = {k: _attribute(k, v) for k, v in (attributes or {}).items()}
+        if self.structure is not None:
+            self.attributes[_tree.ATTRIBUTE] = _tree.encode(self.structure)
 
     def finish(self, raw: list) -> list:
         out = []
@@ -192,7 +199,7 @@ class _Prepared:
                 continue
             code, shape = self.results[o]
             out.append(r.view(_dtypes.dtype_of(code)).reshape(shape))
-        return out
+        return out if self.structure is None else _tree.unflatten(self.structure, out)
 
 
 def _info(d: dict) -> CallInfo:

@@ -27,7 +27,9 @@ import threading
 
 import numpy as np
 
-from farcall import _dtypes, _errors, _farcall, _handlers
+import types
+
+from farcall import _dtypes, _errors, _farcall, _handlers, _tree
 
 # DLPack device types.
 _KDL_CPU, _KDL_CUDA, _KDL_ROCM = 1, 2, 10
@@ -43,18 +45,24 @@ class ExecutionStage(enum.IntEnum):
     EXECUTE = 3
 
 
+_NO_ATTRIBUTES = types.MappingProxyType({})
+
+
 class ExecutionContext:
     """What JAX's ExecutionContext offers: ``stage``, and ``stream`` (the
-    platform stream as an int, on GPU agents; 0 on cpu). Also ``platform``
-    and ``device_ordinal``."""
+    platform stream as an int, on GPU agents; 0 on cpu). Also ``platform``,
+    ``device_ordinal``, and ``attributes``: the call's attributes (int,
+    float, bool or str by name), a read-only mapping."""
 
-    __slots__ = ("stage", "stream", "platform", "device_ordinal")
+    __slots__ = ("stage", "stream", "platform", "device_ordinal", "attributes")
 
-    def __init__(self, platform: str, device_ordinal: int, stream: int):
+    def __init__(self, platform: str, device_ordinal: int, stream: int,
+                 attributes=_NO_ATTRIBUTES):
         self.stage = ExecutionStage.EXECUTE
         self.stream = stream
         self.platform = platform
         self.device_ordinal = device_ordinal
+        self.attributes = attributes
 
     def __repr__(self) -> str:
         return (f"ExecutionContext(platform={self.platform!r}, "
@@ -179,8 +187,25 @@ def _dispatch(fn, ctx_info, results, args):
            for p, c, s, n, lease in results]
     ins = [Buffer(p, c, s, n, False, platform, dev, stream, lease)
            for p, c, s, n, lease in args]
+    attributes = ctx_info.get("attributes", {})
+    tree = attributes.get(_tree.ATTRIBUTE)
+    visible = types.MappingProxyType(
+        {k: v for k, v in attributes.items() if not k.startswith(_tree.RESERVED_PREFIX)})
     try:
-        ret = fn(ExecutionContext(platform, dev, stream), out, *ins)
+        # `out` has the structure of the call's result specs, as JAX gives
+        # it (a single buffer for one spec); a plain list without one.
+        handed = out
+        if isinstance(tree, str):
+            try:
+                structure = _tree.decode(tree)
+            except ValueError as e:
+                raise _errors.InvalidArgumentError(str(e)) from None
+            if _tree.count(structure) != len(out):
+                raise _errors.InvalidArgumentError(
+                    f"{_tree.ATTRIBUTE} holds {_tree.count(structure)} results; the call "
+                    f"has {len(out)}.")
+            handed = _tree.unflatten(structure, out)
+        ret = fn(ExecutionContext(platform, dev, stream, visible), handed, *ins)
         if ret is not None:
             raise ValueError(_MUST_NOT_RETURN)
         return None

@@ -39,7 +39,7 @@ from jax._src import effects
 from jax._src import ffi as _jax_ffi
 from jax.interpreters import ad, batching, mlir
 
-from farcall import _client, _farcall
+from farcall import _client, _farcall, _tree
 
 _PLATFORMS = ("cpu", "cuda", "rocm", "oneapi")
 _FFI_TARGET = "farcall_buffer_call"
@@ -100,6 +100,24 @@ def _encode_attrs(attributes: Mapping[str, Any] | None) -> str:
     return "".join(parts)
 
 
+def _with_result_tree(attributes, result_shape_dtypes, n_leaves: int):
+    """``attributes`` and, unless the results are a plain list, their
+    structure (farcall._tree), so that the handler's ``out`` has it as JAX
+    gives it: one buffer for one spec, a dict for a dict."""
+    attributes = dict(attributes or {})
+    for k in attributes:
+        if str(k).startswith(_tree.RESERVED_PREFIX):
+            raise ValueError(f"attribute {k!r}: names starting with "
+                             f"{_tree.RESERVED_PREFIX!r} are farcall's own")
+    try:
+        leaves, structure = _tree.flatten(result_shape_dtypes)
+    except (TypeError, ValueError):
+        return attributes  # a pytree of JAX's own kinds: out stays a list
+    if len(leaves) == n_leaves and not _tree.is_flat_list(structure):
+        attributes[_tree.ATTRIBUTE] = _tree.encode(structure)
+    return attributes
+
+
 class FarcallCallbackEffect(effects.Effect):
     """A side-effecting farcall call: never removed or deduplicated."""
 
@@ -140,6 +158,7 @@ def buffer_callback(handler: str, result_shape_dtypes: object, *, target: str,
         raise TypeError("farcall.jax.buffer_callback: handler must be a handler name (str)")
     flat_shape_dtypes, out_tree = tree_util.tree_flatten(result_shape_dtypes)
     flat_result_avals = tuple(core.ShapedArray(x.shape, x.dtype) for x in flat_shape_dtypes)
+    attributes = _with_result_tree(attributes, result_shape_dtypes, len(flat_shape_dtypes))
     encoded_attrs = _encode_attrs(attributes)
     call_timeout = float(_DEFAULT_TIMEOUT if timeout is None else timeout)
     connection = _connection(target, tls_ca, tls_cert, tls_key, token)

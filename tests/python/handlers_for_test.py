@@ -126,3 +126,38 @@ def keep_array(ctx, out, x):
     _kept_arrays.append(np.asarray(x))
     np.asarray(out[0])[...] = [a.flat[0] for a in _kept_arrays[-2:]] + [0] * (
         2 - len(_kept_arrays[-2:]))
+
+
+# Callbacks as JAX's documentation writes them, with the decorator alone
+# added: `out` has the structure of result_shape_dtypes.
+@farcall.handler("py_add_one_inplace")
+def py_add_one_inplace(ctx, out, x):
+    np.asarray(out)[...] = np.asarray(x) + 1
+
+
+@farcall.handler("py_sum_and_diff_dict")
+def sum_and_diff_dict(ctx, out, x, y):
+    np.asarray(out["sum"])[...] = np.asarray(x) + np.asarray(y)
+    np.asarray(out["diff"])[...] = np.asarray(x) - np.asarray(y)
+
+
+@farcall.handler("py_nested")
+def nested(ctx, out, x):
+    a = np.asarray(x)
+    np.asarray(out[0])[...] = a * 2
+    np.asarray(out[1]["neg"])[...] = -a
+    np.asarray(out[1]["pair"][0])[...] = a.sum()
+    np.asarray(out[1]["pair"][1])[...] = a.max()
+
+
+@farcall.handler("py_scale_by_attribute")
+def scale_by_attribute(ctx, out, x):
+    """The call's attributes, as ctx.attributes: read-only, and without
+    farcall's own (the result tree)."""
+    assert not any(k.startswith("_farcall.") for k in ctx.attributes), dict(ctx.attributes)
+    try:
+        ctx.attributes["lr"] = 0
+        raise AssertionError("ctx.attributes is writable")
+    except TypeError:
+        pass
+    np.asarray(out)[...] = np.asarray(x) * ctx.attributes["lr"]

@@ -46,3 +46,52 @@ def test_farcall_agent_matches_jax_buffer_callback(py_agent, case):
         e = np.asarray(e)
         assert g.dtype == e.dtype and g.shape == e.shape
         assert g.tobytes() == e.tobytes()
+
+
+# Result trees: JAX gives `out` the structure of result_shape_dtypes (a
+# single buffer for one spec, a dict for a dict, nested), and so does a
+# farcall agent, through farcall.jax.buffer_callback and Client.call alike.
+TREE_CASES = [
+    ("single_spec", h.py_add_one_inplace, "py_add_one_inplace",
+     [np.array(41, dtype=np.int32)], lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype)),
+    ("single_spec_array", h.py_add_one_inplace, "py_add_one_inplace",
+     [np.arange(6, dtype=np.float32).reshape(2, 3)],
+     lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype)),
+    ("dict", h.sum_and_diff_dict, "py_sum_and_diff_dict",
+     [np.arange(4, dtype=np.float32), np.ones(4, np.float32)],
+     lambda x, y: {"sum": jax.ShapeDtypeStruct(x.shape, x.dtype),
+                   "diff": jax.ShapeDtypeStruct(x.shape, x.dtype)}),
+    ("nested", h.nested, "py_nested", [np.arange(5, dtype=np.int64)],
+     lambda x: (jax.ShapeDtypeStruct(x.shape, x.dtype),
+                {"neg": jax.ShapeDtypeStruct(x.shape, x.dtype),
+                 "pair": [jax.ShapeDtypeStruct((), x.dtype), jax.ShapeDtypeStruct((), x.dtype)]})),
+]
+
+
+@pytest.mark.parametrize("case", TREE_CASES, ids=[c[0] for c in TREE_CASES])
+def test_out_has_the_structure_of_the_result_specs(py_agent, case):
+    _, callback, name, args, specs_of = case
+    specs = specs_of(*args)
+    expected = jax.jit(jax_buffer_callback(callback, specs))(*[jnp.asarray(a) for a in args])
+    from farcall.jax import buffer_callback as farcall_buffer_callback
+    remote = jax.jit(farcall_buffer_callback(name, specs, target=py_agent.address))(
+        *[jnp.asarray(a) for a in args])
+    got = farcall.Client(py_agent.address).call(name, *args, results=specs)
+    for result in (remote, got):
+        assert jax.tree_util.tree_structure(result) == jax.tree_util.tree_structure(expected)
+        for g, e in zip(jax.tree_util.tree_leaves(result), jax.tree_util.tree_leaves(expected)):
+            g, e = np.asarray(g), np.asarray(e)
+            assert g.dtype == e.dtype and g.shape == e.shape
+            assert g.tobytes() == e.tobytes()
+
+
+def test_handlers_read_the_calls_attributes(py_agent):
+    x = np.arange(4, dtype=np.float32)
+    spec = jax.ShapeDtypeStruct(x.shape, x.dtype)
+    from farcall.jax import buffer_callback as farcall_buffer_callback
+    f = farcall_buffer_callback("py_scale_by_attribute", spec, target=py_agent.address,
+                                attributes={"lr": 0.5})
+    np.testing.assert_array_equal(np.asarray(jax.jit(f)(x)), x * 0.5)
+    out = farcall.Client(py_agent.address).call("py_scale_by_attribute", x, results=spec,
+                                                attributes={"lr": 3})
+    np.testing.assert_array_equal(out, x * 3)

@@ -1,0 +1,118 @@
+"""Result trees: the structure of a call's result specs, as JAX gives
+``out`` to a buffer callback (a single buffer for one spec, a list for a
+list, a dict for a dict, nested as the specs are).
+
+A call whose results are not a plain list carries its structure in the
+reserved attribute ``_farcall.out_tree`` (JSON, below); the Python agent
+rebuilds ``out`` from it, and the client returns results of the same
+structure. Leaves are in JAX's order: lists and tuples in order, dicts by
+sorted key, ``None`` holding none.
+
+    leaf  0          list   ["l", [child, ...]]     tuple  ["t", [child, ...]]
+    None  ["n"]      dict   ["d", [[key, child], ...]]   (keys: str or int)
+"""
+
+from __future__ import annotations
+
+import json
+
+ATTRIBUTE = "_farcall.out_tree"
+# Reserved attribute names: the handlers' ctx.attributes leaves them out.
+RESERVED_PREFIX = "_farcall."
+_MAX_BYTES = 64 << 10
+_MAX_DEPTH = 64
+
+
+def flatten(tree) -> tuple[list, object]:
+    """The leaves of ``tree`` in JAX's order, and its structure."""
+    leaves = []
+
+    def walk(t, depth):
+        if depth > _MAX_DEPTH:
+            raise ValueError(f"results nest deeper than {_MAX_DEPTH} levels")
+        if t is None:
+            return ["n"]
+        if isinstance(t, dict):
+            for k in t:
+                if not isinstance(k, (str, int)) or isinstance(k, bool):
+                    raise TypeError(f"result dict keys must be str or int; got {k!r}")
+            return ["d", [[k, walk(t[k], depth + 1)] for k in sorted(t)]]
+        if isinstance(t, tuple):
+            return ["t", [walk(c, depth + 1) for c in t]]
+        if isinstance(t, list):
+            return ["l", [walk(c, depth + 1) for c in t]]
+        leaves.append(t)
+        return 0
+
+    return leaves, walk(tree, 0)
+
+
+def is_flat_list(structure) -> bool:
+    """Whether ``structure`` is a plain list of leaves (the wire's own form,
+    which needs no attribute)."""
+    return structure[0] == "l" and all(c == 0 for c in structure[1])
+
+
+def encode(structure) -> str:
+    return json.dumps(structure, separators=(",", ":"))
+
+
+def decode(text: str):
+    """The structure in ``text``; ValueError when it is not one."""
+    if len(text) > _MAX_BYTES:
+        raise ValueError(f"{ATTRIBUTE} is {len(text)} bytes, over {_MAX_BYTES}")
+    try:
+        structure = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        raise ValueError(f"{ATTRIBUTE} is not a result tree: {e}") from None
+    _check(structure, 0)
+    return structure
+
+
+def _check(s, depth):
+    if depth > _MAX_DEPTH:
+        raise ValueError(f"{ATTRIBUTE} nests deeper than {_MAX_DEPTH} levels")
+    if s == 0 and not isinstance(s, bool):
+        return
+    ok = isinstance(s, list) and s and s[0] in ("l", "t", "d", "n")
+    if ok and s[0] == "n":
+        ok = len(s) == 1
+    elif ok:
+        ok = len(s) == 2 and isinstance(s[1], list)
+    if not ok:
+        raise ValueError(f"{ATTRIBUTE} is not a result tree")
+    for c in s[1] if s[0] != "n" else ():
+        if s[0] == "d":
+            if not (isinstance(c, list) and len(c) == 2 and isinstance(c[0], (str, int))):
+                raise ValueError(f"{ATTRIBUTE} has a malformed dict entry")
+            _check(c[1], depth + 1)
+        else:
+            _check(c, depth + 1)
+
+
+def count(structure) -> int:
+    if structure == 0:
+        return 1
+    if structure[0] == "n":
+        return 0
+    if structure[0] == "d":
+        return sum(count(c) for _, c in structure[1])
+    return sum(count(c) for c in structure[1])
+
+
+def unflatten(structure, leaves):
+    """``leaves`` (exactly count(structure) of them) in ``structure``."""
+    it = iter(leaves)
+
+    def build(s):
+        if s == 0:
+            return next(it)
+        kind = s[0]
+        if kind == "n":
+            return None
+        if kind == "d":
+            return {k: build(c) for k, c in s[1]}
+        children = [build(c) for c in s[1]]
+        return tuple(children) if kind == "t" else children
+
+    return build(structure)
