@@ -287,8 +287,11 @@ class Client:
              validate: bool = True, call_id: str | None = None) -> list:
         """Runs ``handler`` on an agent of ``platform``; returns the results.
 
-        ``results`` lists objects with ``.shape`` and ``.dtype``. An aliased
-        result is the caller's own input array, updated in place. The GIL is
+        ``results`` are objects with ``.shape`` and ``.dtype``: a list of
+        them, one, or a tree (tuples, dicts, nested), as JAX's
+        ``result_shape_dtypes``; the handler's ``out`` and the returned
+        results have that structure. An aliased result is the caller's own
+        input array, updated in place. The GIL is
         released while the call runs. ``rpc`` forces the unary ``Call`` or
         the streamed ``Execute`` RPC; ``validate=False`` skips the local
         checks so that the servers answer a bad call (for tests).

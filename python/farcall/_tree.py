@@ -50,7 +50,7 @@ def flatten(tree) -> tuple[list, object]:
 def is_flat_list(structure) -> bool:
     """Whether ``structure`` is a plain list of leaves (the wire's own form,
     which needs no attribute)."""
-    return structure[0] == "l" and all(c == 0 for c in structure[1])
+    return structure != 0 and structure[0] == "l" and all(c == 0 for c in structure[1])
 
 
 def encode(structure) -> str:
