@@ -6,7 +6,8 @@
 //   2. For a caller it has authorized, the router mints one capability per
 //      agent: HMAC-SHA256 over the caller's principal (core/tokens.h), the
 //      handler, the agent's id and an expiry at most kMaxCapabilityLifetime
-//      ahead (its first 128 bits travel). Router.Resolve returns them; a proxied call carries one too.
+//      ahead (its first 128 bits travel). Router.Resolve returns them; a proxied call carries one
+//      too.
 //   3. The client sends it to that agent, in the `farcall-capability-bin`
 //      metadata, instead of its own token.
 //   4. The agent verifies the MAC (in constant time), the expiry, its own id

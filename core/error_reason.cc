@@ -10,6 +10,7 @@ namespace farcall {
 namespace {
 
 constexpr char kReasonPayload[] = "type.farcall.dev/error-reason";
+constexpr char kTracebackPayload[] = "type.farcall.dev/remote-traceback";
 
 }  // namespace
 
@@ -27,6 +28,20 @@ ErrorReason ReasonOf(const absl::Status& s) {
     return ErrorReason::kUnspecified;
   }
   return static_cast<ErrorReason>(n);
+}
+
+absl::Status WithTraceback(absl::Status s, absl::string_view traceback) {
+  if (s.ok() || traceback.empty()) return s;
+  if (traceback.size() > kMaxTracebackBytes) {
+    traceback = traceback.substr(traceback.size() - kMaxTracebackBytes);
+  }
+  s.SetPayload(kTracebackPayload, absl::Cord(traceback));
+  return s;
+}
+
+std::string TracebackOf(const absl::Status& s) {
+  auto p = s.GetPayload(kTracebackPayload);
+  return p.has_value() ? std::string(*p) : std::string();
 }
 
 }  // namespace farcall

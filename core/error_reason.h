@@ -10,7 +10,11 @@
 #ifndef FARCALL_CORE_ERROR_REASON_H_
 #define FARCALL_CORE_ERROR_REASON_H_
 
+#include <cstddef>
+#include <string>
+
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 
 namespace farcall {
 
@@ -29,6 +33,12 @@ enum class ErrorReason : int {
 absl::Status WithReason(absl::Status s, ErrorReason reason);
 // The mark on `s`; kUnspecified when it has none.
 ErrorReason ReasonOf(const absl::Status& s);
+
+// The traceback of a handler that raised, as Python prints it, bounded to
+// kMaxTracebackBytes (its end kept); "" for none.
+inline constexpr size_t kMaxTracebackBytes = 8 << 10;
+absl::Status WithTraceback(absl::Status s, absl::string_view traceback);
+std::string TracebackOf(const absl::Status& s);
 
 }  // namespace farcall
 

@@ -44,7 +44,7 @@ FARCALL_SAME_REASON(ROUTER_DRAINING, kRouterDraining);
 
 constexpr char kErrorDetailType[] = "type.googleapis.com/farcall.v1.ErrorDetail";
 // What one status's details may hold before they are ignored.
-constexpr size_t kMaxDetailsBytes = 16 << 10;
+constexpr size_t kMaxDetailsBytes = 32 << 10;
 
 }  // namespace
 
@@ -52,9 +52,13 @@ grpc::Status ToGrpcStatus(const absl::Status& s) {
   if (s.ok()) return grpc::Status::OK;
   const auto code = static_cast<grpc::StatusCode>(s.code());
   const ErrorReason reason = ReasonOf(s);
-  if (reason == ErrorReason::kUnspecified) return grpc::Status(code, std::string(s.message()));
+  std::string traceback = TracebackOf(s);
+  if (reason == ErrorReason::kUnspecified && traceback.empty()) {
+    return grpc::Status(code, std::string(s.message()));
+  }
   v1::ErrorDetail detail;
   detail.set_reason(static_cast<v1::ErrorDetail::Reason>(reason));
+  detail.set_remote_traceback(std::move(traceback));
   v1::RpcStatus rpc;
   rpc.set_code(static_cast<int>(s.code()));
   rpc.set_message(std::string(s.message()));
@@ -76,6 +80,7 @@ absl::Status FromGrpcStatus(const grpc::Status& s) {
     v1::ErrorDetail detail;
     if (d.type_url() == kErrorDetailType && detail.ParseFromString(d.value())) {
       out = WithReason(std::move(out), static_cast<ErrorReason>(detail.reason()));
+      out = WithTraceback(std::move(out), detail.remote_traceback());
     }
   }
   return out;

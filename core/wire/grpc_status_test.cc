@@ -1,5 +1,6 @@
 #include "core/wire/grpc_status.h"
 
+#include "absl/strings/match.h"
 #include "core/error_reason.h"
 #include "farcall/v1/farcall.pb.h"
 #include "gtest/gtest.h"
@@ -24,6 +25,21 @@ TEST(GrpcStatusTest, AReasonCrossesTheWireInTheStatusDetails) {
   EXPECT_EQ(back.code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(back.message(), marked.message());
   EXPECT_EQ(ReasonOf(back), ErrorReason::kAgentDraining);
+}
+
+TEST(GrpcStatusTest, AHandlersTracebackCrossesTheWireBounded) {
+  const std::string tb = "Traceback (most recent call last):\n  File \"h.py\", line 3, in f\n";
+  absl::Status s = WithTraceback(
+      WithReason(absl::InternalError("KeyError: 'x'"), ErrorReason::kHandlerError), tb);
+  const absl::Status back = FromGrpcStatus(ToGrpcStatus(s));
+  EXPECT_EQ(back.message(), "KeyError: 'x'");
+  EXPECT_EQ(ReasonOf(back), ErrorReason::kHandlerError);
+  EXPECT_EQ(TracebackOf(back), tb);
+  // Longer than 8 KiB: its end is kept.
+  const std::string big = std::string(20000, 'a') + "the end";
+  EXPECT_EQ(TracebackOf(WithTraceback(absl::InternalError("x"), big)).size(), kMaxTracebackBytes);
+  EXPECT_TRUE(absl::EndsWith(TracebackOf(WithTraceback(absl::InternalError("x"), big)), "the end"));
+  EXPECT_EQ(TracebackOf(absl::InternalError("x")), "");
 }
 
 TEST(GrpcStatusTest, UnmarkedAndMalformedDetailsCarryNoReason) {

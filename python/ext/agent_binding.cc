@@ -10,6 +10,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "core/dtype.h"
+#include "core/error_reason.h"
 #include "core/log.h"
 #include "device_agents/agent_flags.h"
 #include "device_agents/agent_service.h"
@@ -55,8 +56,8 @@ nb::tuple BufferTuple(const FarcallBuffer& b, const std::vector<std::shared_ptr<
   for (int64_t d = 0; d < b.rank; ++d) dims.append(b.dims[d]);
   nb::object lease = nb::none();
   if (i < owners.size() && owners[i] != nullptr) lease = nb::cast(MemoryLease{owners[i]});
-  return nb::make_tuple(reinterpret_cast<uintptr_t>(b.data), b.dtype, nb::tuple(dims),
-                        b.size_bytes, lease);
+  return nb::make_tuple(reinterpret_cast<uintptr_t>(b.data), b.dtype, nb::tuple(dims), b.size_bytes,
+                        lease);
 }
 
 // Calls dispatch(fn, ctx, results, args) with the GIL; it returns None, or
@@ -100,9 +101,9 @@ absl::Status CallPython(const HeldObject& dispatch, const HeldObject& fn,
     ctx["stream"] = reinterpret_cast<uintptr_t>(inv.stream);
     nb::object out = dispatch.obj(fn.obj, ctx, results, args);
     if (out.is_none()) return absl::OkStatus();
-    auto [code, message] = nb::cast<std::tuple<int, std::string>>(out);
+    auto [code, message, traceback] = nb::cast<std::tuple<int, std::string, std::string>>(out);
     if (code <= 0 || code > 16) code = static_cast<int>(absl::StatusCode::kInternal);
-    return absl::Status(static_cast<absl::StatusCode>(code), message);
+    return WithTraceback(absl::Status(static_cast<absl::StatusCode>(code), message), traceback);
   } catch (nb::python_error& e) {
     // The dispatcher turns a handler's exceptions into (code, message), so
     // this is farcall's own bug or an interrupt.

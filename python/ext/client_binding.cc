@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "core/error_reason.h"
 #include "farcall/client.h"
 #include "nanobind/ndarray.h"
 #include "nanobind/stl/map.h"
@@ -265,7 +266,7 @@ class PyClient {
     return ToPython(*std::move(r));
   }
 
-  // `done(results_and_info, code, message)` runs once, holding the GIL, on
+  // `done(results_and_info, code, message, traceback)` runs once, holding the GIL, on
   // farcall's completion thread; `done` (and the caller's arrays it keeps)
   // is held until then.
   void CallAsync(const std::string& handler, const std::vector<std::string>& platform,
@@ -288,10 +289,10 @@ class PyClient {
           [fn, result] {
             try {
               if (result->ok()) {
-                (*fn)(ToPython(std::move(**result)), nb::none(), nb::none());
+                (*fn)(ToPython(std::move(**result)), nb::none(), nb::none(), "");
               } else {
                 (*fn)(nb::none(), CodeName(result->status().code()),
-                      std::string(result->status().message()));
+                      std::string(result->status().message()), TracebackOf(result->status()));
               }
             } catch (nb::python_error& e) {
               e.restore();

@@ -1,4 +1,5 @@
 #include "python/ext/extension.h"
+#include "core/error_reason.h"
 
 #include "absl/strings/str_cat.h"
 #include "core/dtype.h"
@@ -26,7 +27,8 @@ bool PythonAlive() {
 
 void RaiseStatus(const absl::Status& status) {
   if (error_factory == nullptr) throw std::runtime_error(status.ToString());
-  nb::object exc = (*error_factory)(CodeName(status.code()), std::string(status.message()));
+  nb::object exc =
+      (*error_factory)(CodeName(status.code()), std::string(status.message()), TracebackOf(status));
   PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
   throw nb::python_error();
 }

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "core/error_reason.h"
 #include "farcall/client.h"
 #include "nanobind/stl/string.h"
 #include "python/ext/extension.h"
@@ -187,7 +188,12 @@ absl::Status CallRemote(const FfiCallAttrs& attrs, const std::vector<HostTensor>
 
 ffi::Error ToFfiError(const absl::Status& s) {
   if (s.ok()) return ffi::Error::Success();
-  return ffi::Error(static_cast<ffi::ErrorCode>(s.code()), std::string(s.message()));
+  // A Python handler's traceback follows the contract's message, as it
+  // would follow a local callback's error.
+  std::string traceback = TracebackOf(s);
+  std::string message(s.message());
+  if (!traceback.empty()) message += "\nRemote traceback (the agent's handler):\n" + traceback;
+  return ffi::Error(static_cast<ffi::ErrorCode>(s.code()), std::move(message));
 }
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(FarcallXlaCpuCall, CpuCall, BindCall(ffi::Ffi::Bind()));

@@ -334,12 +334,12 @@ class Client:
         fut: concurrent.futures.Future = concurrent.futures.Future()
         fut.set_running_or_notify_cancel()
 
-        def done(out, code, message, p=p):  # p keeps the arrays alive
+        def done(out, code, message, traceback, p=p):  # p keeps the arrays alive
             try:
                 if code is None:
                     fut.set_result(p.finish(out[0]))
                 else:
-                    fut.set_exception(_errors.make_error(code, message))
+                    fut.set_exception(_errors.make_error(code, message, traceback))
             except BaseException as e:  # noqa: BLE001: the future must end
                 if not fut.done():
                     fut.set_exception(e)

@@ -15,14 +15,21 @@ class Error(Exception):
 
     code = "UNKNOWN"
 
-    def __init__(self, message: str = "", code: str | None = None):
+    def __init__(self, message: str = "", code: str | None = None,
+                 remote_traceback: str | None = None):
         super().__init__(message)
         if code is not None:
             self.code = code
         self.message = message
+        # A Python handler's traceback on the agent (its last 20 frames, at
+        # most 8 KiB), or None.
+        self.remote_traceback = remote_traceback or None
 
     def __str__(self) -> str:
-        return f"{self.code}: {self.message}"
+        text = f"{self.code}: {self.message}"
+        if self.remote_traceback:
+            text += "\n\nRemote traceback (the agent's handler):\n" + self.remote_traceback
+        return text
 
 
 class CancelledError(Error):
@@ -101,7 +108,9 @@ CODES = {
 _BY_CODE = {cls.code: cls for cls in Error.__subclasses__()}
 
 
-def make_error(code: str, message: str) -> Error:
+def make_error(code: str, message: str, remote_traceback: str | None = None) -> Error:
     """The Error subclass for a gRPC code name."""
     cls = _BY_CODE.get(code, Error)
-    return cls(message) if cls is not Error else Error(message, code)
+    if cls is Error:
+        return Error(message, code, remote_traceback)
+    return cls(message, remote_traceback=remote_traceback)

@@ -24,10 +24,10 @@ import os
 import signal
 import sys
 import threading
+import traceback
+import types
 
 import numpy as np
-
-import types
 
 from farcall import _dtypes, _errors, _farcall, _handlers, _tree
 
@@ -178,8 +178,28 @@ def _text(message) -> str:
     return str(message).encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+_TRACEBACK_FRAMES = 20
+_TRACEBACK_BYTES = 8 << 10
+
+
+def _remote_traceback(e: BaseException) -> str:
+    """The handler's traceback as Python prints it: its last 20 frames (not
+    the agent's own), at most 8 KiB (the end kept)."""
+    try:
+        tb = e.__traceback__.tb_next if e.__traceback__ is not None else None
+        text = "".join(traceback.format_exception(type(e), e, tb, limit=-_TRACEBACK_FRAMES))
+    except Exception:  # noqa: BLE001: a traceback that cannot be formatted is left out
+        return ""
+    text = _text(text)
+    data = text.encode("utf-8")
+    if len(data) > _TRACEBACK_BYTES:
+        text = "...\n" + data[-(_TRACEBACK_BYTES - 4):].decode("utf-8", "ignore")
+    return text
+
+
 def _dispatch(fn, ctx_info, results, args):
-    """Runs one Python handler; None, or (code, message) for a failed call.
+    """Runs one Python handler; None, or (code, message, traceback) for a
+    failed call (traceback: the handler's, or "").
     Called by the native agent on a Python handler thread, with the GIL."""
     platform = ctx_info["platform"]
     dev, stream = ctx_info["device_ordinal"], ctx_info["stream"]
@@ -205,7 +225,14 @@ def _dispatch(fn, ctx_info, results, args):
                     f"{_tree.ATTRIBUTE} holds {_tree.count(structure)} results; the call "
                     f"has {len(out)}.")
             handed = _tree.unflatten(structure, out)
-        ret = fn(ExecutionContext(platform, dev, stream, visible), handed, *ins)
+        try:
+            ret = fn(ExecutionContext(platform, dev, stream, visible), handed, *ins)
+        except BaseException as e:  # noqa: BLE001: the handler's own failure
+            try:
+                e.__farcall_traceback__ = _remote_traceback(e)
+            except AttributeError:
+                pass  # an exception that takes no attributes goes without
+            raise
         if ret is not None:
             raise ValueError(_MUST_NOT_RETURN)
         return None
@@ -213,9 +240,10 @@ def _dispatch(fn, ctx_info, results, args):
         code = _errors.CODES.get(e.code, _errors.CODES["UNKNOWN"])
         if code == 0:  # an "error" with code OK cannot succeed the call
             code = _errors.CODES["INTERNAL"]
-        return (code, _text(e.message))
+        return (code, _text(e.message), getattr(e, "__farcall_traceback__", ""))
     except BaseException as e:  # noqa: BLE001: every failure becomes the call's
-        return (_errors.CODES["INTERNAL"], _text(f"{type(e).__name__}: {e}"))
+        return (_errors.CODES["INTERNAL"], _text(f"{type(e).__name__}: {e}"),
+                getattr(e, "__farcall_traceback__", ""))
     finally:
         for b in out + ins:
             b._live = False
@@ -251,9 +279,29 @@ def _take_flag(argv: list, name: str, default: str) -> tuple[str, list]:
     return value, rest
 
 
+_USAGE = """python -m farcall.agent --handlers=FILE.py[,FILE.py...] [farcall-agent flags]
+
+Serves the built-in and plugin handlers and the Python handlers in FILE.py
+(functions registered with @farcall.handler("name"), called as JAX calls
+buffer callbacks: callback(ctx, out, *args)).
+
+  --handlers=FILES       comma-separated Python files of handlers
+  --python_threads=N     threads that run Python handlers (default 4); native
+                         handlers run on the agent's own workers
+
+Every farcall-agent flag works as well (--platform, --listen, --plugins,
+--tokens_file, ...); they follow.
+"""
+
+
 def main(argv: list | None = None) -> int:
     argv = list(sys.argv if argv is None else argv)
     prog, flags = argv[0], argv[1:]
+    if any(f in ("--help", "-h", "--helpfull") for f in flags):
+        print(_USAGE)
+        sys.stdout.flush()
+        if "-h" in flags:
+            return 0
     paths, flags = _take_flag(flags, "handlers", "")
     threads, flags = _take_flag(flags, "python_threads", "4")
     try:

@@ -1,6 +1,9 @@
 """python -m farcall.agent: Python handlers with JAX's callback signature."""
 
 import concurrent.futures
+import os
+import subprocess
+import sys
 import uuid
 
 import ml_dtypes
@@ -64,6 +67,46 @@ def test_an_array_kept_past_its_call_never_shows_another_calls_bytes(py_agent):
     answers = [client.call("py_keep_array", np.full(n, v, np.uint8), results=spec)[0].tolist()
                for v in (7, 42, 42, 9)]
     assert answers[1:] == [[7, 42], [42, 42], [42, 9]]
+
+
+def test_a_raising_handlers_traceback_reaches_the_caller(client):
+    """The caller sees the handler's traceback, as JAX in-process shows it:
+    in Error.remote_traceback and after the message in str(error); the
+    message itself is the contract's."""
+    with pytest.raises(farcall.InternalError) as e:
+        client.call("py_raises", results=[])
+    assert e.value.message == "KeyError: 'no such key'"
+    tb = e.value.remote_traceback
+    assert tb.startswith("Traceback (most recent call last):"), tb
+    assert 'handlers_for_test.py", line 53, in raises' in tb, tb
+    assert tb.rstrip().endswith("KeyError: 'no such key'"), tb
+    assert "farcall/agent.py" not in tb  # the agent's own frames are left out
+    text = str(e.value)
+    assert text.splitlines()[0] == "INTERNAL: KeyError: 'no such key'"
+    assert tb in text
+    # A farcall.Error a handler raises keeps its code, and gets its traceback.
+    with pytest.raises(farcall.FailedPreconditionError) as e:
+        client.call("py_raises_farcall_error", results=[])
+    assert "in raises_farcall_error" in e.value.remote_traceback
+    # An error that is not a handler's carries none.
+    with pytest.raises(farcall.NotFoundError) as e:
+        client.call("no_such_handler", results=[])
+    assert e.value.remote_traceback is None
+
+
+def test_pip_install_puts_the_binaries_on_path():
+    """`pip install ./python` (scripts/build.sh does it into .venv) puts the
+    CLI, the agent and the router beside the interpreter."""
+    bindir = os.path.dirname(sys.executable)
+    for name in ("farcall", "farcall-agent", "farcall-router"):
+        path = os.path.join(bindir, name)
+        assert os.access(path, os.X_OK), f"{name} is not in {bindir}"
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
+        assert name in out.stdout + out.stderr, (name, out.stdout, out.stderr)
+    out = subprocess.run([sys.executable, "-m", "farcall.agent", "-h"], capture_output=True,
+                         text=True, timeout=30)
+    assert out.returncode == 0
+    assert "--handlers" in out.stdout and "--python_threads" in out.stdout
 
 
 def test_return_value_and_exceptions_fail_the_call_and_the_agent_serves_on(client):

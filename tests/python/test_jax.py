@@ -63,6 +63,15 @@ def test_runtime_errors_carry_code_and_message(agent, path):
     assert "handler 'no_such_handler' is not registered for platform 'cpu'." in str(e.value)
 
 
+def test_a_raising_handlers_traceback_is_in_the_jax_error(py_agent, path):
+    f = fj.buffer_callback("py_raises", [], target=py_agent.address, has_side_effect=True)
+    with pytest.raises(jax.errors.JaxRuntimeError) as e:
+        jax.block_until_ready(jax.jit(f)())
+    text = str(e.value)
+    assert "INTERNAL" in text and "KeyError: 'no such key'" in text
+    assert 'handlers_for_test.py", line 53, in raises' in text, text
+
+
 @pytest.mark.parametrize("method", ["sequential", "expand_dims"])
 def test_vmap(agent, path, method):
     f = fj.buffer_callback("scale", S8, target=agent.address, vmap_method=method,
