@@ -271,6 +271,9 @@ class UnaryCall {
 // channel can double-free (seen under ASan in the conformance suite).
 // Keyed by the target and the TLS files: clients that reach one target the
 // same way share it.
+// The longest wait between attempts to reach a target that went away.
+constexpr absl::Duration kReconnectBackoff = absl::Seconds(1);
+
 absl::StatusOr<std::shared_ptr<grpc::Channel>> SharedChannel(const std::string& target,
                                                              const ClientOptions& options) {
   static absl::Mutex mu(absl::kConstInit);
@@ -290,6 +293,13 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> SharedChannel(const std::string& 
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(-1);
     args.SetMaxSendMessageSize(-1);
+    // A target that went away (an agent restarting) is tried again at most
+    // kReconnectBackoff apart, so that it is reached within that of its
+    // return (gRPC's own back-off grows to 2 minutes).
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
+                static_cast<int>(absl::ToInt64Milliseconds(kReconnectBackoff) / 4));
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
+                static_cast<int>(absl::ToInt64Milliseconds(kReconnectBackoff)));
     if (!options.tls_server_name.empty()) args.SetSslTargetNameOverride(options.tls_server_name);
     c = grpc::CreateCustomChannel(target, *creds, args);
   }

@@ -49,6 +49,9 @@ ABSL_FLAG(std::string, rpc, "auto",
 ABSL_FLAG(bool, via_router, false,
           "call, bench: with a router as --target, send the tensors through it instead of "
           "asking it for an agent and calling that agent directly");
+ABSL_FLAG(bool, wait_for_ready, false,
+          "wait, within --timeout_s, for a target that cannot be reached yet (an agent "
+          "restarting) instead of failing at once");
 ABSL_FLAG(bool, refresh, true, "agents: probe every agent before listing");
 ABSL_FLAG(std::string, handler, "copy",
           "bench: copy, crc32c or sum (sum and crc32c send the bytes one way)");
@@ -164,6 +167,7 @@ int RunCall(const std::vector<char*>& pos) {
   opts.timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
   opts.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
   opts.via_router = absl::GetFlag(FLAGS_via_router);
+  opts.wait_for_ready = absl::GetFlag(FLAGS_wait_for_ready);
   if (absl::Status s = ApplyTransportFlags(opts); !s.ok()) return Fail(s);
 
   const std::string out_dir = absl::GetFlag(FLAGS_out_dir);
@@ -291,6 +295,7 @@ int RunBenchCommand() {
   o.call.timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
   o.call.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
   o.call.via_router = absl::GetFlag(FLAGS_via_router);
+  o.call.wait_for_ready = absl::GetFlag(FLAGS_wait_for_ready);
   if (absl::Status s = ApplyTransportFlags(o.call); !s.ok()) return Fail(s);
   if (o.call.transport == farcall::Transport::kShm) o.shm = true;
   if (o.shm && o.call.transport != farcall::Transport::kAuto &&

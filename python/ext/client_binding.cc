@@ -233,8 +233,11 @@ class PyClient {
   PyClient(const std::string& target, const std::string& tls_ca, const std::string& tls_cert,
            const std::string& tls_key, const std::string& token, bool via_router,
            const std::string& transport, const std::string& tls_server_name,
-           const std::string& agent_tls_server_name, bool allow_insecure_tokens)
-      : via_router_(via_router), transport_(TransportNamed(transport).value_or(Transport::kAuto)) {
+           const std::string& agent_tls_server_name, bool allow_insecure_tokens,
+           bool wait_for_ready)
+      : via_router_(via_router),
+        wait_for_ready_(wait_for_ready),
+        transport_(TransportNamed(transport).value_or(Transport::kAuto)) {
     ClientOptions options;
     options.tls_ca = tls_ca;
     options.tls_cert = tls_cert;
@@ -256,6 +259,7 @@ class PyClient {
     PyCall c = BuildCall(handler, platform, args, results, aliases, attributes, has_side_effect,
                          timeout, rpc, validate, call_id, result_memory);
     c.options.via_router = via_router_;
+    c.options.wait_for_ready = wait_for_ready_;
     c.options.transport = transport_;
     absl::StatusOr<CallResult> r;
     {
@@ -277,6 +281,7 @@ class PyClient {
     PyCall c = BuildCall(handler, platform, args, results, aliases, attributes, has_side_effect,
                          timeout, rpc, validate, call_id, {});
     c.options.via_router = via_router_;
+    c.options.wait_for_ready = wait_for_ready_;
     c.options.transport = transport_;
     // Dropped only with the GIL (run), or leaked once Python is going away
     // (drop): never released on a gRPC thread.
@@ -361,6 +366,7 @@ class PyClient {
  private:
   std::unique_ptr<Client> client_;
   const bool via_router_;      // every call through the router (CallOptions::via_router)
+  const bool wait_for_ready_;  // every call waits for the target (CallOptions::wait_for_ready)
   const Transport transport_;  // CallOptions::transport for every call
 };
 
@@ -370,11 +376,11 @@ void DefineClient(nb::module_& m) {
   nb::class_<PyClient>(m, "Client")
       .def(nb::init<const std::string&, const std::string&, const std::string&, const std::string&,
                     const std::string&, bool, const std::string&, const std::string&,
-                    const std::string&, bool>(),
+                    const std::string&, bool, bool>(),
            nb::arg("target"), nb::arg("tls_ca"), nb::arg("tls_cert"), nb::arg("tls_key"),
            nb::arg("token"), nb::arg("via_router") = false, nb::arg("transport") = "auto",
            nb::arg("tls_server_name") = "", nb::arg("agent_tls_server_name") = "",
-           nb::arg("allow_insecure_tokens") = false)
+           nb::arg("allow_insecure_tokens") = false, nb::arg("wait_for_ready") = false)
       .def("call", &PyClient::Call)
       .def("call_async", &PyClient::CallAsync)
       .def("allocate_shared", &PyClient::AllocateShared)

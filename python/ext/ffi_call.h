@@ -25,6 +25,7 @@ struct FfiCallAttrs {
   std::string_view attributes;  // farcall.jax._encode_attrs
   double timeout = 60;
   bool has_side_effect = false;
+  bool wait_for_ready = false;  // wait for the target within the timeout
 };
 
 // One tensor in host memory. An aliased output's `data` is its input's.
@@ -64,7 +65,8 @@ auto BindCall(Binding&& b) {
       .template Attr<std::string_view>("aliases")
       .template Attr<std::string_view>("attributes")
       .template Attr<double>("timeout")
-      .template Attr<bool>("has_side_effect");
+      .template Attr<bool>("has_side_effect")
+      .template Attr<bool>("wait_for_ready");
 }
 
 // Adds the cuda handler's capsule to `handlers` when built with CUDA.

@@ -105,8 +105,10 @@ absl::Status DecodeAttributes(absl::string_view in, std::map<std::string, Attrib
 
 ffi::Error CpuCall(ffi::RemainingArgs args, ffi::RemainingRets rets, std::string_view target,
                    std::string_view handler, std::string_view platform, std::string_view aliases,
-                   std::string_view attributes, double timeout, bool has_side_effect) {
-  FfiCallAttrs attrs{target, handler, platform, aliases, attributes, timeout, has_side_effect};
+                   std::string_view attributes, double timeout, bool has_side_effect,
+                   bool wait_for_ready) {
+  FfiCallAttrs attrs{target,     handler, platform,        aliases,
+                     attributes, timeout, has_side_effect, wait_for_ready};
   std::vector<HostTensor> in, out;
   for (size_t i = 0; i < args.size(); ++i) {
     ffi::ErrorOr<ffi::AnyBuffer> b = args.get<ffi::AnyBuffer>(i);
@@ -183,6 +185,7 @@ absl::Status CallRemote(const FfiCallAttrs& attrs, const std::vector<HostTensor>
   if (!client.ok()) return client.status();
   CallOptions options;
   options.timeout = absl::Seconds(attrs.timeout);
+  options.wait_for_ready = attrs.wait_for_ready;
   return (*client)->Call(req, options).status();
 }
 

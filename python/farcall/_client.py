@@ -232,6 +232,12 @@ class Client:
     that cannot reach the agents. ``CallInfo.via_router`` says which way a
     call went.
 
+    ``wait_for_ready=True`` makes each call wait, within its timeout, for a
+    target that cannot be reached yet (an agent restarting) instead of
+    failing at once with ``UnavailableError``. Either way a restarted agent
+    is reached again within a second: reconnection is retried at most a
+    second apart.
+
     ``transport`` says how the arrays travel: ``"auto"`` (shared memory to
     an agent on this host that offers it, else UCX for calls of 1 MiB or
     more to an agent that offers it, else gRPC), ``"grpc"``, ``"shm"`` or
@@ -252,7 +258,8 @@ class Client:
                  tls_cert: str | None = None, tls_key: str | None = None,
                  token: str | None = None, via_router: bool = False,
                  transport: str = "auto", tls_server_name: str | None = None,
-                 agent_tls_server_name: str | None = None, allow_insecure_tokens: bool = False):
+                 agent_tls_server_name: str | None = None, allow_insecure_tokens: bool = False,
+                 wait_for_ready: bool = False):
         if transport not in ("auto", "grpc", "shm", "ucx"):
             raise ValueError(
                 f"transport must be 'auto', 'grpc', 'shm' or 'ucx'; got {transport!r}")
@@ -261,7 +268,7 @@ class Client:
         self._native = _farcall.Client(target, tls_ca or "", tls_cert or "", tls_key or "",
                                        token or "", bool(via_router), transport,
                                        tls_server_name or "", agent_tls_server_name or "",
-                                       bool(allow_insecure_tokens))
+                                       bool(allow_insecure_tokens), bool(wait_for_ready))
 
     def __repr__(self) -> str:
         return f"farcall.Client({self.target!r})"

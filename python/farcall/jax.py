@@ -143,7 +143,7 @@ def buffer_callback(handler: str, result_shape_dtypes: object, *, target: str,
                     attributes: Mapping[str, Any] | None = None,
                     timeout: float | None = None, tls_ca: str | None = None,
                     tls_cert: str | None = None, tls_key: str | None = None,
-                    token: str | None = None):
+                    token: str | None = None, wait_for_ready: bool = False):
     """Returns a function that runs ``handler`` on a farcall agent of
     ``platform``, reached at ``target`` (a router or an agent), with TLS and
     a bearer token as farcall.Client takes them (the secrets never enter
@@ -153,6 +153,9 @@ def buffer_callback(handler: str, result_shape_dtypes: object, *, target: str,
     and works eagerly and under ``jax.jit``. ``attributes`` are the
     handler's attributes (int, float, bool or str). Errors from the agent
     surface as JAX runtime errors that contain the gRPC code and message.
+    ``wait_for_ready=True`` makes a call wait, within its timeout, for a
+    target that cannot be reached yet (an agent restarting) instead of
+    failing at once.
     """
     if not isinstance(handler, str) or not handler:
         raise TypeError("farcall.jax.buffer_callback: handler must be a handler name (str)")
@@ -200,6 +203,7 @@ def buffer_callback(handler: str, result_shape_dtypes: object, *, target: str,
             attributes=encoded_attrs,
             raw_attributes=tuple(sorted((attributes or {}).items())),
             timeout=call_timeout,
+            wait_for_ready=bool(wait_for_ready),
             use_ffi=not _PREFER_HOST_CALLBACK,
         )
         return tree_util.tree_unflatten(out_tree, out_flat)
@@ -231,22 +235,25 @@ batching.primitive_batchers[farcall_call_p] = functools.partial(
 
 
 def _ffi_lowering(ctx, *args, handler, target, platform, has_side_effect,
-                  input_output_aliases, attributes, timeout, use_ffi, **params):
+                  input_output_aliases, attributes, timeout, wait_for_ready, use_ffi, **params):
     if not use_ffi:
         return _callback_lowering(
             ctx, *args, handler=handler, target=target, platform=platform,
             has_side_effect=has_side_effect, input_output_aliases=input_output_aliases,
-            attributes=attributes, timeout=timeout, **params)
+            attributes=attributes, timeout=timeout, wait_for_ready=wait_for_ready, **params)
     rule = jax.ffi.ffi_lowering(
         _FFI_TARGET, has_side_effect=has_side_effect,
         operand_output_aliases=dict(input_output_aliases))
     return rule(ctx, *args, target=target, handler=handler, platform=platform,
                 aliases=",".join(f"{i}:{o}" for i, o in input_output_aliases),
                 attributes=attributes, timeout=np.float64(timeout),
-                has_side_effect=bool(has_side_effect))
+                has_side_effect=bool(has_side_effect), wait_for_ready=bool(wait_for_ready))
 
 
-_CLIENTS: dict[str, _client.Client] = {}
+# Host-path clients by (connection key, wait_for_ready), and what a key
+# stands for.
+_CLIENTS: dict[tuple[str, bool], _client.Client] = {}
+_KEY_OPTIONS: dict[str, dict] = {}
 
 
 def _connection(target, tls_ca, tls_cert, tls_key, token) -> str:
@@ -255,30 +262,33 @@ def _connection(target, tls_ca, tls_cert, tls_key, token) -> str:
     traced program."""
     if not (tls_ca or tls_cert or tls_key or token):
         return target
-    client = _client.Client(target, tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key,
-                            token=token)
+    options = dict(target=target, tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key, token=token)
+    client = _client.Client(**options)
     if _FFI_PLATFORMS:
         key = _farcall.ffi_connection(target, tls_ca or "", tls_cert or "", tls_key or "",
                                       token or "")
     else:
         key = f"{target}#py{len(_CLIENTS)}"
-    _CLIENTS[key] = client
+    _CLIENTS[(key, False)] = client
+    _KEY_OPTIONS[key] = options
     return key
 
 
-def _client_for(key: str) -> _client.Client:
-    c = _CLIENTS.get(key)
+def _client_for(key: str, wait_for_ready: bool = False) -> _client.Client:
+    c = _CLIENTS.get((key, bool(wait_for_ready)))
     if c is None:
-        c = _CLIENTS.setdefault(key, _client.Client(key))
+        options = _KEY_OPTIONS.get(key, {"target": key})
+        c = _CLIENTS.setdefault((key, bool(wait_for_ready)),
+                                _client.Client(**options, wait_for_ready=bool(wait_for_ready)))
     return c
 
 
 def _host_call(*args, handler, target, platform, result_avals, input_output_aliases,
-               has_side_effect, raw_attributes, timeout):
+               has_side_effect, raw_attributes, timeout, wait_for_ready=False):
     """The call from a host callback: args are numpy arrays, maybe read-only."""
     aliased = {i for i, _ in input_output_aliases}
     args = [np.array(a) if i in aliased else a for i, a in enumerate(args)]
-    out = _client_for(target).call(
+    out = _client_for(target, wait_for_ready).call(
         handler, *args, results=[_client.Spec(a.shape, a.dtype) for a in result_avals],
         platform=platform, input_output_aliases=dict(input_output_aliases),
         attributes=dict(raw_attributes), has_side_effect=has_side_effect, timeout=timeout)
@@ -296,12 +306,13 @@ def _callback_impl(*args, result_avals, has_side_effect, **params):
 
 
 def _callback_lowering(ctx, *args, handler, target, platform, result_avals,
-                       has_side_effect, input_output_aliases, raw_attributes, timeout, **_):
+                       has_side_effect, input_output_aliases, raw_attributes, timeout,
+                       wait_for_ready=False, **_):
     impl = functools.partial(
         _callback_impl, handler=handler, target=target, platform=platform,
         result_avals=result_avals, has_side_effect=has_side_effect,
         input_output_aliases=input_output_aliases, raw_attributes=raw_attributes,
-        timeout=timeout)
+        timeout=timeout, wait_for_ready=wait_for_ready)
     return mlir.lower_fun(impl, multiple_results=True)(ctx, *args)
 
 

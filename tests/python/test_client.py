@@ -219,3 +219,38 @@ def test_the_client_imports_without_jax():
             "print(farcall.Spec((2,), np.float32))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
+
+
+def test_a_restarted_agent_is_reached_again_within_a_second():
+    """An agent that restarts on its port is reached again within about a
+    second of serving (reconnection is retried at most a second apart, not
+    gRPC's back-off of up to 2 minutes); a call with wait_for_ready=True
+    waits for it within its timeout instead of failing at once."""
+    from conftest import AGENT_BIN, Server, start_agent
+    import concurrent.futures
+    import time
+
+    first = start_agent()
+    port = first.port
+    x = np.arange(4, dtype=np.float32)
+    plain = farcall.Client(first.address, transport="grpc")
+    waiting = farcall.Client(first.address, transport="grpc", wait_for_ready=True)
+    for c in (plain, waiting):
+        np.testing.assert_array_equal(c.call("copy", x, results=[x])[0], x)
+    first.stop()
+    with pytest.raises(farcall.UnavailableError):
+        plain.call("copy", x, results=[x], timeout=10)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        # Issued while the agent is away; it waits instead of failing.
+        pending = pool.submit(waiting.call, "copy", x, results=[x], timeout=60)
+        # The agent is away long enough for gRPC's own back-off to grow past
+        # a second (the outage, not a wait for a condition).
+        time.sleep(6)
+        assert not pending.done()
+        second = Server([AGENT_BIN, f"--listen=127.0.0.1:{port}"])
+        served = time.monotonic()
+        try:
+            np.testing.assert_array_equal(pending.result(timeout=30)[0], x)
+            assert time.monotonic() - served < 2.0
+        finally:
+            second.stop()

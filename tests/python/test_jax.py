@@ -72,6 +72,12 @@ def test_a_raising_handlers_traceback_is_in_the_jax_error(py_agent, path):
     assert 'handlers_for_test.py", line 53, in raises' in text, text
 
 
+def test_wait_for_ready_reaches_the_agent(agent, path):
+    f = fj.buffer_callback("scale", S8, target=agent.address, attributes={"alpha": 3.0},
+                           wait_for_ready=True, timeout=10)
+    np.testing.assert_array_equal(jax.jit(f)(jnp.ones(8, jnp.float32)), np.full(8, 3.0))
+
+
 @pytest.mark.parametrize("method", ["sequential", "expand_dims"])
 def test_vmap(agent, path, method):
     f = fj.buffer_callback("scale", S8, target=agent.address, vmap_method=method,

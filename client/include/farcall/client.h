@@ -128,7 +128,9 @@ struct CallOptions {
   // gRPC (UCX's ready exchange costs more than it saves for them).
   int64_t ucx_min_bytes = int64_t{1} << 20;
   // Wait (within the timeout) for an unreachable target to come up instead
-  // of failing at once with UNAVAILABLE.
+  // of failing at once with UNAVAILABLE. Either way a target that went away
+  // is tried again at most a second apart, so a restarted agent is reached
+  // within about a second of serving again.
   bool wait_for_ready = false;
   // false: send the call without checking it here first, so that the
   // servers' answers to a bad call can be observed (their codes and messages
