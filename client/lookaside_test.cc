@@ -38,5 +38,25 @@ TEST(LookasideAddressTest, TokensTravelInClearOnlyOnThisHostUnlessAllowed) {
   EXPECT_TRUE(TokenMayGo("10.0.0.7:50050", o));
 }
 
+// Connect keeps the promise: a token without TLS to a target beyond this
+// host is refused before anything is sent, unless allowed.
+TEST(LookasideAddressTest, ConnectRefusesATokenInClearToAnotherHost) {
+  ClientOptions o;
+  o.token = "token-0123456789abcdef";
+  absl::StatusOr<std::unique_ptr<Client>> c = Client::Connect("192.0.2.7:50051", o);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(c.status().message(),
+            "the token would travel in clear to 192.0.2.7:50051, which is not this host: use TLS "
+            "(tls_ca), or allow_insecure_tokens (CLI --allow_insecure_tokens) where the network "
+            "is trusted.");
+  EXPECT_EQ(std::string(c.status().message()).find("token-0123"), std::string::npos);
+  EXPECT_TRUE(Client::Connect("127.0.0.1:50051", o).ok());
+  o.allow_insecure_tokens = true;
+  EXPECT_TRUE(Client::Connect("192.0.2.7:50051", o).ok());
+  o.token.clear();
+  o.allow_insecure_tokens = false;
+  EXPECT_TRUE(Client::Connect("192.0.2.7:50051", o).ok());
+}
+
 }  // namespace
 }  // namespace farcall::client_internal

@@ -120,12 +120,17 @@ absl::StatusOr<Capability> CapabilityKey::Verify(absl::string_view encoded, absl
   return c;
 }
 
-absl::Status CheckCapabilityScope(const Capability& c, absl::string_view handler,
-                                  absl::string_view agent_id) {
+absl::Status CheckCapabilityAgent(const Capability& c, absl::string_view agent_id) {
   if (c.agent_id != agent_id) {
     return absl::PermissionDeniedError(
         "the call's capability was minted for another agent; ask the router again.");
   }
+  return absl::OkStatus();
+}
+
+absl::Status CheckCapabilityScope(const Capability& c, absl::string_view handler,
+                                  absl::string_view agent_id) {
+  if (absl::Status s = CheckCapabilityAgent(c, agent_id); !s.ok()) return s;
   if (c.handler != handler) {
     return absl::PermissionDeniedError(
         absl::StrCat("the call's capability does not allow handler '", handler, "'."));

@@ -82,6 +82,8 @@ class CapabilityKey {
 // `agent_id`, PERMISSION_DENIED naming what differs otherwise.
 absl::Status CheckCapabilityScope(const Capability& c, absl::string_view handler,
                                   absl::string_view agent_id);
+// The agent part alone (Describe, which names no handler).
+absl::Status CheckCapabilityAgent(const Capability& c, absl::string_view agent_id);
 
 }  // namespace farcall
 

@@ -51,6 +51,7 @@ std::string PrincipalOfToken(absl::string_view token) {
 
 absl::StatusOr<TokenTable> TokenTable::Parse(absl::string_view text, absl::string_view source) {
   TokenTable t;
+  std::vector<int> lines;  // each entry's line, for the duplicate's message
   int line_no = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     ++line_no;
@@ -72,7 +73,7 @@ absl::StatusOr<TokenTable> TokenTable::Parse(absl::string_view text, absl::strin
     for (size_t i = 0; i < t.entries_.size(); ++i) {
       if (ConstantTimeEqual(t.entries_[i].token, e.token)) {
         return absl::InvalidArgumentError(absl::StrCat(
-            source, " line ", line_no, ": the token repeats the one on line ", t.lines_[i], "."));
+            source, " line ", line_no, ": the token repeats the one on line ", lines[i], "."));
       }
     }
     e.principal = PrincipalOfToken(e.token);
@@ -84,7 +85,7 @@ absl::StatusOr<TokenTable> TokenTable::Parse(absl::string_view text, absl::strin
       }
     }
     t.entries_.push_back(std::move(e));
-    t.lines_.push_back(line_no);
+    lines.push_back(line_no);
   }
   if (t.entries_.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -92,7 +93,6 @@ absl::StatusOr<TokenTable> TokenTable::Parse(absl::string_view text, absl::strin
         " holds no token; a server given --tokens_file never serves without tokens (list at "
         "least one 'TOKEN HANDLER[,HANDLER...]' line, or leave the flag out)."));
   }
-  t.lines_.clear();
   return t;
 }
 

@@ -73,7 +73,6 @@ class TokenTable {
   const Entry* Find(absl::string_view authorization, absl::Status* error) const;
 
   std::vector<Entry> entries_;
-  std::vector<int> lines_;  // while parsing: each entry's line
 };
 
 // The token in a file of its own (the router's --agent_token_file, the

@@ -514,10 +514,7 @@ absl::Status AgentCall::Run(const CancellationToken& cancel) {
     inv.result_owners.push_back(results_[o].memory);
   }
   for (const auto& [name, attr] : header_.attributes()) {
-    // Attributes named "_farcall.*" are farcall's own (the Python agent's
-    // result tree): in-process handlers' dispatch takes them, native
-    // handlers never see them.
-    if (!handler_->invoke && absl::StartsWith(name, "_farcall.")) continue;
+    if (!handler_->invoke && absl::StartsWith(name, kReservedAttributePrefix)) continue;
     switch (attr.value_case()) {
       case v1::Attribute::kI64:
         inv.attrs.push_back(MakeI64Attribute(name, attr.i64()));

@@ -105,24 +105,25 @@ Credentials CredentialsOf(const grpc::ServerContextBase& ctx) {
   return {AuthorizationOf(ctx), CapabilityOf(ctx)};
 }
 
+// The capability the call presents, verified; none when it presents none
+// or this agent takes none (it has no key): then its token decides.
+absl::StatusOr<std::optional<Capability>> VerifiedCapability(const AgentState& state,
+                                                             const Credentials& credentials) {
+  if (!state.capability_key.has_value() || credentials.capability.empty()) return std::nullopt;
+  FARCALL_ASSIGN_OR_RETURN(Capability c,
+                           state.capability_key->Verify(credentials.capability, absl::Now()));
+  return std::optional<Capability>(std::move(c));
+}
+
 // Who may Describe the agent: a caller with a known token, or with a
 // capability for this agent (for any handler: what a client a router sent
 // here asks before its first call).
-absl::Status DescribeCredentials(const AgentState& state, const Credentials& credentials) {
-  if (state.capability_key.has_value() && !credentials.capability.empty()) {
-    absl::StatusOr<Capability> c =
-        state.capability_key->Verify(credentials.capability, absl::Now());
-    if (!c.ok()) return c.status();
-    if (c->agent_id != state.agent_id()) {
-      return CheckCapabilityScope(*c, c->handler, state.agent_id());
-    }
-    return absl::OkStatus();
-  }
-  return state.tokens.Authenticate(credentials.authorization);
-}
-
 absl::Status DescribeAllowed(const AgentState& state, const Credentials& credentials) {
-  return WithReason(DescribeCredentials(state, credentials), ErrorReason::kAuthRefused);
+  absl::StatusOr<std::optional<Capability>> c = VerifiedCapability(state, credentials);
+  absl::Status s = !c.ok()          ? c.status()
+                   : c->has_value() ? CheckCapabilityAgent(**c, state.agent_id())
+                                    : state.tokens.Authenticate(credentials.authorization);
+  return WithReason(std::move(s), ErrorReason::kAuthRefused);
 }
 
 // Checks the caller's capability or token, parses the call's first frame,
@@ -138,14 +139,13 @@ absl::Status Accept(const AgentState& state, const Credentials& credentials,
     call.set_refused("auth");
     return WithReason(std::move(s), ErrorReason::kAuthRefused);
   };
-  std::optional<Capability> capability;
-  if (state.capability_key.has_value() && !credentials.capability.empty()) {
-    absl::StatusOr<Capability> c =
-        state.capability_key->Verify(credentials.capability, absl::Now());
-    if (!c.ok()) return refused(c.status());
-    capability = *std::move(c);
-  } else if (absl::Status s = state.tokens.Authenticate(credentials.authorization); !s.ok()) {
-    return refused(s);
+  absl::StatusOr<std::optional<Capability>> verified = VerifiedCapability(state, credentials);
+  if (!verified.ok()) return refused(verified.status());
+  const std::optional<Capability>& capability = *verified;
+  if (!capability.has_value()) {
+    if (absl::Status s = state.tokens.Authenticate(credentials.authorization); !s.ok()) {
+      return refused(s);
+    }
   }
   auto limit = [&call](absl::Status s) {
     if (s.code() == absl::StatusCode::kResourceExhausted) call.set_refused("limit");

@@ -28,6 +28,10 @@ inline absl::Status MissingHeaderError() {
 // arrived over UCX (the handler did not run): a client that chose UCX by
 // itself sends the call again over gRPC.
 inline constexpr char kUcxInputsFailed[] = "ucx: the call's inputs did not arrive";
+// Attribute names farcall keeps for itself (farcall/_tree.py's result tree):
+// in-process (Python) handlers' dispatch reads them, native handlers never
+// see them.
+inline constexpr char kReservedAttributePrefix[] = "_farcall.";
 
 }  // namespace farcall
 

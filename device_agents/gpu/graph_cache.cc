@@ -1,6 +1,7 @@
 #include "device_agents/gpu/graph_cache.h"
 
 #include <algorithm>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -108,7 +109,11 @@ void GraphCache::Erase(const std::string& key, const Entry& entry) {
 }
 
 bool GraphCache::SeenBefore(const std::string& key) {
-  auto it = seen_.find(key);
+  // A signature holds its attributes' values (a string attribute may be a
+  // MiB): the seen set keeps a hash of it, not the signature. A collision
+  // only captures a signature on its first call.
+  const size_t hash = std::hash<std::string>{}(key);
+  auto it = seen_.find(hash);
   if (it != seen_.end()) {
     seen_.erase(it);
     return true;
@@ -121,7 +126,7 @@ bool GraphCache::SeenBefore(const std::string& key) {
     }
     seen_.erase(oldest);
   }
-  seen_[key] = ++clock_;
+  seen_[hash] = ++clock_;
   return false;
 }
 
@@ -149,7 +154,8 @@ absl::Status GraphCache::Run(const RegisteredHandler& handler, HandlerInvocation
     // Built aside, and kept only whole: a failed allocation leaves no entry
     // half made for the next call of this signature to read past.
     std::vector<std::unique_ptr<DeviceMemory>> args, results;
-    int64_t bytes = kEntryOverheadBytes;
+    // The entry's key (its signature) counts too: attributes may be long.
+    int64_t bytes = kEntryOverheadBytes + static_cast<int64_t>(key.size());
     absl::Status allocated = [&]() -> absl::Status {
       auto allocate = [&](const FarcallBuffer& b) -> absl::StatusOr<std::unique_ptr<DeviceMemory>> {
         bytes += static_cast<int64_t>(b.size_bytes);

@@ -14,13 +14,12 @@
 // signature on one device take turns on its entry.
 //
 // Entries hold device memory, so the cache keeps at most `max_bytes` of
-// them (--graph_cache_bytes, each entry counting kEntryOverheadBytes beyond
-// its buffers) and at most `max_entries` (--graph_cache_entries), dropping
-// the least recently used first; a dropped entry is freed once no call uses
-// it. An entry whose buffers or capture failed is never kept: the next call
-// of its signature starts afresh. The signatures seen once are remembered,
-// least recently used first out, up to 4 x `max_entries`. Hits, misses,
-// evictions and bytes are exported as farcall_agent_graph_cache_* metrics.
+// them (--graph_cache_bytes, each entry counting its signature's bytes and
+// kEntryOverheadBytes beyond its buffers) and at most `max_entries` (--graph_cache_entries),
+// dropping the least recently used first; a dropped entry is freed once no call uses it. An entry
+// whose buffers or capture failed is never kept: the next call of its signature starts afresh. The
+// signatures seen once are remembered, least recently used first out, up to 4 x `max_entries`.
+// Hits, misses, evictions and bytes are exported as farcall_agent_graph_cache_* metrics.
 //
 // Thread safety: thread-safe.
 #ifndef FARCALL_DEVICE_AGENTS_GPU_GRAPH_CACHE_H_
@@ -84,8 +83,8 @@ class GraphCache {
   std::map<std::string, std::shared_ptr<Entry>> entries_ ABSL_GUARDED_BY(mu_);
   int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t clock_ ABSL_GUARDED_BY(mu_) = 0;
-  // Signatures seen once, with the clock when last seen.
-  std::map<std::string, uint64_t> seen_ ABSL_GUARDED_BY(mu_);
+  // Signatures seen once (their hashes), with the clock when last seen.
+  std::map<size_t, uint64_t> seen_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace farcall::agent::FARCALL_GPU_NS
