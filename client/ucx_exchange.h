@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "client/call_codec.h"
+#include "core/ucx/piece_transfers.h"
 #include "core/ucx/transfer_set.h"
 #include "core/ucx/ucx_worker.h"
 
@@ -26,7 +27,8 @@ absl::StatusOr<ucx::Worker*> ProcessUcxWorker(const std::string& transports);
 
 class UcxExchange {
  public:
-  // Names `worker` and a fresh tag in `call`'s header, and posts the
+  // Names `worker`, a fresh tag and a fresh MAC key in `call`'s header
+  // (core/ucx/piece_transfers.h), computes the args' MACs, and posts the
   // receives for the results (at `result_data`, one per result) and for the
   // agent's ready, on which the args go to `agent_address`. When a transfer
   // fails, `on_failure` runs on the worker's thread (to cancel the RPC: the
@@ -44,7 +46,7 @@ class UcxExchange {
 
  private:
   std::shared_ptr<ucx::TransferSet> set_;
-  uint8_t ready_ = 0;
+  ucx::ReadyBytes ready_{};
   std::atomic<bool> args_failed_{false};  // an arg failed to go: nothing ran
 };
 

@@ -19,6 +19,8 @@
 #include "device_agents/agent_metrics.h"
 #include "device_agents/idle_watchdog.h"
 #ifdef FARCALL_WITH_UCX
+#include "core/ucx/piece_mac.h"
+#include "core/ucx/piece_transfers.h"
 #include "core/ucx/transfer_set.h"
 #endif
 
@@ -286,17 +288,27 @@ absl::Status AgentCall::CheckUcx() const {
     return absl::InvalidArgumentError(absl::StrCat(
         "ucx.worker_address must hold 1 to 4096 bytes; it holds ", u.worker_address().size(), "."));
   }
+  if (u.key().size() != kUcxKeyBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ucx.key must hold ", kUcxKeyBytes, " random bytes; it holds ", u.key().size(), "."));
+  }
   return absl::OkStatus();
 }
 
 #ifdef FARCALL_WITH_UCX
 void AgentCall::StartUcxInputs(std::function<void()> progress,
                                std::function<void(const absl::Status&)> done) {
+  static_assert(kUcxKeyBytes == ucx::kMacKeyBytes);
+  static_assert(std::tuple_size_v<decltype(ucx_ready_)> == ucx::kReadyBytes);
   const v1::UcxTensors& u = header_.ucx();
   // The client's endpoint stays open for the whole call (inputs, results).
   ucx_peer_hold_ = agent_.ucx->HoldPeer(u.worker_address());
   std::vector<int64_t> sizes;
-  for (const Tensor& t : args_) sizes.push_back(t.size);
+  std::vector<uint8_t*> places;
+  for (const Tensor& t : args_) {
+    sizes.push_back(t.size);
+    places.push_back(t.host());
+  }
   ucx_set_ = ucx::TransferSet::Create(*agent_.ucx,
                                       [this, sizes, done = std::move(done)](const absl::Status& s) {
                                         if (s.ok()) {
@@ -305,15 +317,15 @@ void AgentCall::StartUcxInputs(std::function<void()> progress,
                                         done(s);
                                       });
   ucx_set_->OnEachEnd(std::move(progress));
-  const std::vector<ucx::Piece> pieces = ucx::PiecesOf(sizes);
-  for (size_t k = 0; k < pieces.size(); ++k) {
-    const ucx::Piece& p = pieces[k];
-    ucx_set_->AddReceive(ucx::TagOf(u.tag(), ucx::Carries::kArg, k),
-                         args_[p.tensor].host() + p.offset, p.size);
-  }
+  // The args come under a tag of this agent's choosing, so that no caller
+  // can post its receives under another call's tag; each piece is checked.
+  const uint64_t tag = ucx::NewCallTag();
+  ucx::ReceivePieces(*ucx_set_, u.key(), tag, ucx::Carries::kArg, ucx::PiecesOf(sizes), places);
   // Only now may the client send: every piece has its receive.
-  static const uint8_t kReady = 1;
-  ucx_set_->AddSend(u.worker_address(), ucx::TagOf(u.tag(), ucx::Carries::kReady, 0), &kReady, 1);
+  const ucx::ReadyBytes ready = ucx::ReadyMessage(u.key(), tag);
+  std::copy(ready.begin(), ready.end(), ucx_ready_.begin());
+  ucx_set_->AddSend(u.worker_address(), ucx::TagOf(u.tag(), ucx::Carries::kReady, 0),
+                    ucx_ready_.data(), ucx::kReadyBytes);
   ucx_set_->Seal();
 }
 
@@ -321,16 +333,18 @@ void AgentCall::StartUcxResults(std::function<void()> progress,
                                 std::function<void(const absl::Status&)> done) {
   const v1::UcxTensors& u = header_.ucx();
   std::vector<int64_t> sizes;
-  for (const Tensor& t : results_) sizes.push_back(t.size);
+  std::vector<const uint8_t*> data;
+  for (const Tensor& t : results_) {
+    sizes.push_back(t.size);
+    data.push_back(t.host());
+    sent_bytes_ += t.size;
+  }
   ucx_set_ = ucx::TransferSet::Create(*agent_.ucx, std::move(done));
   ucx_set_->OnEachEnd(std::move(progress));
   const std::vector<ucx::Piece> pieces = ucx::PiecesOf(sizes);
-  for (size_t k = 0; k < pieces.size(); ++k) {
-    const ucx::Piece& p = pieces[k];
-    ucx_set_->AddSend(u.worker_address(), ucx::TagOf(u.tag(), ucx::Carries::kResult, k),
-                      results_[p.tensor].host() + p.offset, p.size);
-    sent_bytes_ += p.size;
-  }
+  // Each piece's MAC is computed here while the pieces before it go.
+  ucx::SendPieces(*ucx_set_, u.worker_address(), u.tag(), ucx::Carries::kResult, pieces, data,
+                  u.key());
   ucx_set_->Seal();
 }
 

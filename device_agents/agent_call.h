@@ -9,6 +9,7 @@
 #ifndef FARCALL_DEVICE_AGENTS_AGENT_CALL_H_
 #define FARCALL_DEVICE_AGENTS_AGENT_CALL_H_
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -191,6 +192,7 @@ class AgentCall final : private FrameVisitor {
   bool ucx_ = false;                           // tensors travel over UCX: no chunks
   std::shared_ptr<ucx::TransferSet> ucx_set_;  // the UCX transfers of now
   std::shared_ptr<void> ucx_peer_hold_;        // the client's endpoint, kept open
+  std::array<uint8_t, 24> ucx_ready_{};        // the ready message, while it is sent
   int64_t ucx_received_bytes_ = 0;
 
   // Response cursor.

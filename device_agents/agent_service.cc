@@ -32,11 +32,22 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #ifdef FARCALL_WITH_UCX
+#include "core/ucx/piece_transfers.h"
 #include "core/ucx/ucx_worker.h"
 #endif
 
 namespace farcall::agent {
 namespace {
+
+// Whether a UCX phase ended because a piece failed its check.
+bool UcxIntegrityFailure(const absl::Status& s) {
+#ifdef FARCALL_WITH_UCX
+  return ucx::IsIntegrityFailure(s);
+#else
+  (void)s;
+  return false;
+#endif
+}
 
 struct Shared {
   AgentState state;
@@ -481,7 +492,9 @@ class CallReactor final : public AgentReactor<grpc::ServerUnaryReactor> {
         [this] { AwaitClient(Wait::kSend); },
         [this](const absl::Status& s) {
           absl::Status why = s;
-          if (!s.ok() && absl::IsUnavailable(s)) {
+          // Bytes that failed their check were not the client's: its args
+          // did not arrive, and it may send them again another way.
+          if (!s.ok() && (absl::IsUnavailable(s) || UcxIntegrityFailure(s))) {
             why =
                 WithReason(absl::UnavailableError(absl::StrCat(kUcxInputsFailed, " (", s.message(),
                                                                "); the handler did not run.")),

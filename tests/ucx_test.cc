@@ -11,6 +11,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/ucx_exchange.h"
+#include "core/ucx/piece_mac.h"
+#include "core/ucx/piece_transfers.h"
 #include "core/ucx/transfer_set.h"
 #include "core/ucx/ucx_worker.h"
 #include "farcall/client.h"
@@ -101,6 +103,7 @@ v1::ExecuteRequest UcxCopy(int64_t n, const std::string& worker_address) {
   }
   h->mutable_ucx()->set_worker_address(worker_address);
   h->mutable_ucx()->set_tag(ucx::NewCallTag());
+  h->mutable_ucx()->set_key(ucx::NewMacKey());
   return r;
 }
 
@@ -243,6 +246,12 @@ TEST(UcxTest, UcxHeadersGetTheContractsAnswers) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(s.error_message(), "ucx.worker_address must hold 1 to 4096 bytes; it holds 0.");
 
+  v1::ExecuteRequest keyless = UcxCopy(4, worker->address());
+  keyless.mutable_header()->mutable_ucx()->clear_key();
+  s = RawCall(*agent, keyless);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(), "ucx.key must hold 16 random bytes; it holds 0.");
+
   // Execute carries tensors in its own messages.
   auto channel = grpc::CreateChannel(agent->address(), grpc::InsecureChannelCredentials());
   grpc::ClientContext ctx;
@@ -292,17 +301,20 @@ TEST(UcxTest, ShortPiecesAreDataLossNotAnotherCallersBytes) {
   ASSERT_TRUE(attacker);
   v1::ExecuteRequest req = UcxCopy(kBytes, attacker->address());
   const uint64_t tag = req.header().ucx().tag();
-  uint8_t ready = 0;
-  auto told = attacker->StartReceive(ucx::TagOf(tag, ucx::Carries::kReady, 0), &ready, 1);
+  ucx::ReadyBytes ready{};
+  auto told =
+      attacker->StartReceive(ucx::TagOf(tag, ucx::Carries::kReady, 0), ready.data(), ready.size());
   std::vector<uint8_t> result(kBytes, 0);
   auto results = attacker->StartReceive(ucx::TagOf(tag, ucx::Carries::kResult, 0), result.data(),
                                         ucx::kPieceBytes);
   std::future<grpc::Status> answer =
       std::async(std::launch::async, [&] { return RawCall(*agent, req); });
   ASSERT_TRUE(told->Wait(absl::Now() + absl::Seconds(20)).ok());
+  absl::StatusOr<uint64_t> agent_tag = ucx::ReadReady(req.header().ucx().key(), ready);
+  ASSERT_TRUE(agent_tag.ok()) << agent_tag.status();
   const uint8_t one = 1;
   for (uint64_t k = 0; k < kBytes / ucx::kPieceBytes; ++k) {
-    attacker->StartSend(info.ucx_address(), ucx::TagOf(tag, ucx::Carries::kArg, k), &one, 1);
+    attacker->StartSend(info.ucx_address(), ucx::TagOf(*agent_tag, ucx::Carries::kArg, k), &one, 1);
   }
   grpc::Status s = answer.get();
   EXPECT_EQ(s.error_code(), grpc::StatusCode::DATA_LOSS) << s.error_message();
@@ -310,6 +322,53 @@ TEST(UcxTest, ShortPiecesAreDataLossNotAnotherCallersBytes) {
   results->Cancel();
   results->Wait(absl::InfiniteFuture()).IgnoreError();
   EXPECT_NE(std::memcmp(result.data(), secret.data(), 64), 0) << "the victim's bytes came back";
+  EXPECT_EQ(InflightCalls(*agent), 0);
+}
+
+// A third UCX worker that knows a call's tags (here: it watches the ready
+// message go by) sends a piece of its own before the client's. The agent
+// finds it out by its MAC: the handler never sees it, the call ends as one
+// whose args did not arrive (so that the client may send them again by
+// gRPC), and the client's own piece is thrown away.
+TEST(UcxTest, AThirdWorkersForgedPieceNeverReachesTheHandler) {
+  auto agent = Start({});
+  ASSERT_TRUE(agent);
+  auto channel = grpc::CreateChannel(agent->address(), grpc::InsecureChannelCredentials());
+  grpc::ClientContext info_ctx;
+  v1::AgentInfo info;
+  ASSERT_TRUE(v1::Agent::NewStub(channel)->Describe(&info_ctx, {}, &info).ok());
+  auto client = TestWorker(), forger = TestWorker();
+  ASSERT_TRUE(client && forger);
+  constexpr int64_t kBytes = ucx::kPieceBytes;  // one piece, sent by rendezvous
+  v1::ExecuteRequest req = UcxCopy(kBytes, client->address());
+  const v1::UcxTensors& u = req.header().ucx();
+  ucx::ReadyBytes ready{};
+  auto told = client->StartReceive(ucx::TagOf(u.tag(), ucx::Carries::kReady, 0), ready.data(),
+                                   ready.size());
+  std::future<grpc::Status> answer =
+      std::async(std::launch::async, [&] { return RawCall(*agent, req); });
+  ASSERT_TRUE(told->Wait(absl::Now() + absl::Seconds(20)).ok());
+  absl::StatusOr<uint64_t> agent_tag = ucx::ReadReady(u.key(), ready);
+  ASSERT_TRUE(agent_tag.ok()) << agent_tag.status();
+  // The forger's piece lands first: its rendezvous send ends once taken.
+  std::vector<uint8_t> forged(kBytes, 0xEE);
+  auto f = forger->StartSend(info.ucx_address(), ucx::TagOf(*agent_tag, ucx::Carries::kArg, 0),
+                             forged.data(), forged.size());
+  ASSERT_TRUE(f->Wait(absl::Now() + absl::Seconds(20)).ok());
+  // Then the client's, and its MACs.
+  std::vector<uint8_t> mine = Pattern(kBytes, 5);
+  const std::vector<ucx::Piece> pieces = ucx::PiecesOf({kBytes});
+  auto sends = ucx::TransferSet::Create(*client, nullptr);
+  ucx::SendPieces(*sends, info.ucx_address(), *agent_tag, ucx::Carries::kArg, pieces, {mine.data()},
+                  u.key());
+  sends->Seal();
+  grpc::Status s = answer.get();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+  EXPECT_EQ(s.error_message(),
+            "ucx: the call's inputs did not arrive (ucx: piece 0 of the call's args failed its "
+            "integrity check: bytes the other side did not send reached this call (another UCX "
+            "peer that knows its tag), and none of them is used.); the handler did not run.");
+  sends->Wait(absl::Now() + absl::Seconds(20)).IgnoreError();
   EXPECT_EQ(InflightCalls(*agent), 0);
 }
 

@@ -1,18 +1,20 @@
 #include "core/ucx/transfer_set.h"
 
 #include <algorithm>
-#include <random>
+#include <cstdlib>
 #include <utility>
+
+#include "openssl/rand.h"
 
 namespace farcall::ucx {
 
 uint64_t NewCallTag() {
-  thread_local std::mt19937_64 gen([] {
-    std::random_device rd;
-    return (static_cast<uint64_t>(rd()) << 32) ^ rd();
-  }());
+  // Not a seeded generator: its next tags could be told from a few seen.
   uint64_t tag = 0;
-  while (tag == 0) tag = gen() & kCallTagMask;
+  while (tag == 0) {
+    if (RAND_bytes(reinterpret_cast<unsigned char*>(&tag), sizeof(tag)) != 1) std::abort();
+    tag &= kCallTagMask;
+  }
   return tag;
 }
 
@@ -76,22 +78,25 @@ void TransferSet::AddReceive(uint64_t tag, void* data, int64_t size,
   if (cancelled) t->Cancel();
 }
 
-void TransferSet::End(const absl::Status& s) {
+void TransferSet::Fail(const absl::Status& why) {
   std::vector<std::shared_ptr<Transfer>> rest;
   {
     absl::MutexLock l(&mu_);
-    if (!s.ok() && status_.ok()) {
-      status_ = s;
-      // One piece failed: the call failed; end the others now.
-      if (!cancelled_) {
-        cancelled_ = true;
-        rest = transfers_;
-      }
+    if (why.ok() || !status_.ok()) return;
+    status_ = why;
+    // One piece failed: the call failed; end the others now.
+    if (!cancelled_) {
+      cancelled_ = true;
+      rest = transfers_;
     }
   }
   for (const auto& t : rest) {
     if (!t->done()) t->Cancel();
   }
+}
+
+void TransferSet::End(const absl::Status& s) {
+  Fail(s);
   if (on_each_) on_each_();
   mu_.Lock();
   --pending_;

@@ -4,7 +4,7 @@
 // A call's tensors move in pieces of at most kPieceBytes, each its own
 // tagged message, so that several are in flight at once. Tags are
 //   [63..24] the call's 40 random bits (CallHeader.ucx.tag)
-//   [23..22] what it carries: kReady, kArg or kResult
+//   [23..22] what it carries: kReady, kArg, kResult or kMacs
 //   [21..0]  the piece's number among the call's args (or results), in
 //            order: tensor 0's pieces, then tensor 1's, ...
 // The exchange, which never lets a message arrive before its receive is
@@ -35,7 +35,8 @@
 
 namespace farcall::ucx {
 
-enum class Carries : uint64_t { kReady = 0, kArg = 1, kResult = 2 };
+// kMacs: the MAC of the piece of the same number (piece_mac.h).
+enum class Carries : uint64_t { kReady = 0, kArg = 1, kResult = 2, kMacs = 3 };
 
 inline constexpr int64_t kPieceBytes = int64_t{4} << 20;
 inline constexpr uint64_t kCallTagMask = ~((uint64_t{1} << 24) - 1);
@@ -46,7 +47,8 @@ inline uint64_t TagOf(uint64_t call_tag, Carries what, uint64_t piece) {
   return (call_tag & kCallTagMask) | (static_cast<uint64_t>(what) << 22) | piece;
 }
 
-// A fresh call tag: 40 random bits in the top of the word.
+// A fresh call tag: 40 bits from the operating system's random source in
+// the top of the word (never zero).
 uint64_t NewCallTag();
 
 // Pieces of `sizes` (bytes of each tensor), in tag order.
@@ -79,6 +81,10 @@ class TransferSet : public std::enable_shared_from_this<TransferSet> {
   // Ends what is in flight (CANCELLED) and seals the set: later Adds start
   // nothing.
   void Cancel();
+  // Ends the set with `why` (unless it failed already): what is in flight is
+  // cancelled, later Adds start nothing. For a `then` that finds its
+  // transfer's bytes wrong.
+  void Fail(const absl::Status& why);
   // Blocks until the set ended and `on_end` returned; at `deadline` cancels
   // it first. Not on the worker's thread.
   absl::Status Wait(absl::Time deadline);

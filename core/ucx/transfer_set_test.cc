@@ -4,21 +4,11 @@
 #include <vector>
 
 #include "absl/synchronization/notification.h"
+#include "core/ucx/test_workers.h"
 #include "gtest/gtest.h"
 
 namespace farcall::ucx {
 namespace {
-
-std::unique_ptr<Worker> Make() {
-  Worker::Options o;
-  o.transports = "tcp";  // as between hosts
-  o.discard_unexpected = true;
-  auto w = Worker::Create(o);
-  EXPECT_TRUE(w.ok()) << w.status();
-  return w.ok() ? *std::move(w) : nullptr;
-}
-
-absl::Time Soon() { return absl::Now() + absl::Seconds(30); }
 
 TEST(PiecesTest, CutEachTensorInOrderAndSkipEmptyOnes) {
   const int64_t p = kPieceBytes;
@@ -42,7 +32,7 @@ TEST(TagsTest, CallTagsAreRandomAndLeaveRoomForPieces) {
 // The exchange of transfer_set.h: the receiver posts, says ready, and only
 // then do the pieces go.
 TEST(TransferSetTest, PiecesArriveAfterReadyAndTheSetsEndOnce) {
-  auto a = Make(), b = Make();
+  auto a = TcpWorker(), b = TcpWorker();
   ASSERT_TRUE(a && b);
   const uint64_t call = NewCallTag();
   const std::vector<int64_t> sizes = {kPieceBytes * 3 + 17, 1, 0};
@@ -82,7 +72,7 @@ TEST(TransferSetTest, PiecesArriveAfterReadyAndTheSetsEndOnce) {
 }
 
 TEST(TransferSetTest, CancelEndsEverythingAndLetsGoOfTheMemory) {
-  auto a = Make();
+  auto a = TcpWorker();
   ASSERT_TRUE(a);
   std::vector<uint8_t> buf(1 << 20);
   absl::Notification ended;
@@ -100,7 +90,7 @@ TEST(TransferSetTest, CancelEndsEverythingAndLetsGoOfTheMemory) {
 }
 
 TEST(TransferSetTest, AWaitPastItsDeadlineCancels) {
-  auto a = Make();
+  auto a = TcpWorker();
   ASSERT_TRUE(a);
   uint8_t byte = 0;
   auto set = TransferSet::Create(*a, nullptr);
@@ -114,7 +104,7 @@ TEST(TransferSetTest, AWaitPastItsDeadlineCancels) {
 // Whatever a peer sends unasked is thrown away, large or small, and the
 // sender is let go.
 TEST(TransferSetTest, UnaskedMessagesAreDiscarded) {
-  auto a = Make(), b = Make();
+  auto a = TcpWorker(), b = TcpWorker();
   ASSERT_TRUE(a && b);
   std::vector<uint8_t> big(8 << 20, 1), small(100, 2);
   auto t1 = a->StartSend(b->address(), NewCallTag(), big.data(), big.size());

@@ -27,6 +27,8 @@ inline absl::Status MissingHeaderError() {
 // How an agent's UNAVAILABLE answer begins when a UCX call's inputs never
 // arrived over UCX (the handler did not run): a client that chose UCX by
 // itself sends the call again over gRPC.
+// The bytes of a UCX call's MAC key (UcxTensors.key).
+inline constexpr size_t kUcxKeyBytes = 16;
 inline constexpr char kUcxInputsFailed[] = "ucx: the call's inputs did not arrive";
 // Attribute names farcall keeps for itself (farcall/_tree.py's result tree):
 // in-process (Python) handlers' dispatch reads them, native handlers never
