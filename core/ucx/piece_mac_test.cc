@@ -1,5 +1,6 @@
 #include "core/ucx/piece_mac.h"
 
+#include <atomic>
 #include <cstring>
 #include <vector>
 
@@ -105,6 +106,11 @@ TEST(PieceTransfersTest, AThirdWorkersPieceUnderTheCallsTagFailsItsCheck) {
   // One piece sent by rendezvous: its send ends once the receiver took it.
   Tensors t({kPieceBytes});
   auto rx = TransferSet::Create(*b, nullptr);
+  absl::Notification landed;  // the first receive to end: the forged piece
+  std::atomic<bool> once{false};
+  rx->OnEachEnd([&] {
+    if (!once.exchange(true)) landed.Notify();
+  });
   ReceivePieces(*rx, key, tag, Carries::kArg, t.pieces, t.Into());
   rx->Seal();
   b->Flush();
@@ -112,6 +118,7 @@ TEST(PieceTransfersTest, AThirdWorkersPieceUnderTheCallsTagFailsItsCheck) {
   auto f =
       forger->StartSend(b->address(), TagOf(tag, Carries::kArg, 0), forged.data(), forged.size());
   ASSERT_TRUE(f->Wait(Soon()).ok());
+  ASSERT_TRUE(landed.WaitForNotificationWithTimeout(absl::Seconds(30)));
   ASSERT_EQ(t.dst[0], forged) << "the forged piece did not land first";
   auto tx = TransferSet::Create(*a, nullptr);
   SendPieces(*tx, b->address(), tag, Carries::kArg, t.pieces, t.From(), key);
