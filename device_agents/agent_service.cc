@@ -60,6 +60,13 @@ struct Shared {
     WorkerPool* own = call.handler_pool();
     return own != nullptr ? *own : *pool;
   }
+  // Runs `work` (a call's handler) where PoolFor says; past the call's
+  // deadline it counts as stuck there (an elastic pool then starts another
+  // thread for the calls behind it).
+  void RunHandler(const AgentCall& call, const CancellationToken& cancel,
+                  std::function<void()> work) {
+    PoolFor(call).Submit(std::move(work), cancel.deadline());
+  }
   // Runs work on the shared workers: what a gRPC thread must not do (a call
   // admitted when another freed the budget; a call whose end waits for its
   // device).
@@ -199,7 +206,13 @@ class AgentReactor : public GrpcReactor, public WatchedCall {
       : shared_(shared),
         call_(std::make_unique<AgentCall>(shared.state, ctx->peer())),
         entered_(shared.gate.Enter()) {
-    if (entered_) cancel_.SetDeadline(absl::Now() + shared.state.config.max_call_time);
+    if (!entered_) return;
+    // The caller's deadline, when sooner than --max_call_seconds: a handler
+    // still running past it is stuck (ctx.deadline in Python handlers).
+    cancel_.SetDeadline(absl::Now() + shared.state.config.max_call_time);
+    if (ctx->deadline() != std::chrono::system_clock::time_point::max()) {
+      cancel_.SetCallerDeadline(absl::FromChrono(ctx->deadline()));
+    }
   }
   // Ends the call with `s`: records it, frees its memory, finishes the RPC.
   virtual void FinishWith(const absl::Status& s) = 0;
@@ -289,7 +302,7 @@ class ExecuteReactor final
       absl::Status s = call_->EndOfInputs();
       if (!s.ok()) return FinishWith(s);
       Ref();
-      shared_.PoolFor(*call_).Submit([this] {
+      shared_.RunHandler(*call_, cancel_, [this] {
         absl::Status run = call_->Run(cancel_);
         if (run.ok()) {
           WriteNext();
@@ -465,7 +478,7 @@ class CallReactor final : public AgentReactor<grpc::ServerUnaryReactor> {
     // and back would.
     if (call_->RunsInline()) return RunAndAnswer();
     Ref();
-    shared_.PoolFor(*call_).Submit([this] {
+    shared_.RunHandler(*call_, cancel_, [this] {
       RunAndAnswer();
       Unref();
     });
@@ -507,7 +520,7 @@ class CallReactor final : public AgentReactor<grpc::ServerUnaryReactor> {
             // it would on the gRPC thread.
             if (call_->RunsInline()) return RunAndAnswer();
             Ref();
-            shared_.PoolFor(*call_).Submit([this] {
+            shared_.RunHandler(*call_, cancel_, [this] {
               RunAndAnswer();
               Unref();
             });
@@ -680,6 +693,13 @@ struct AgentServer::Impl {
   int scrape_hook = 0;  // sets the device memory gauges from shared.state
   ~Impl() {
     if (scrape_hook != 0) metrics::RemoveScrapeHook(scrape_hook);
+    // The server and its streams go first; then the watchdog, whose thread
+    // asks `shared` (the admission queue) whether others wait: it must stop
+    // before `shared` goes (it used to outlive it, and read freed memory at
+    // every shutdown that raced its next turn).
+    server.reset();
+    service.reset();
+    watchdog.reset();
   }
 };
 

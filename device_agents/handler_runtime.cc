@@ -60,7 +60,7 @@ void CancellationToken::SetDeadline(absl::Time deadline) {
 
 bool CancellationToken::cancelled() const {
   absl::MutexLock l(&mu_);
-  return cancelled_ || absl::Now() >= deadline_;
+  return cancelled_ || absl::Now() >= std::min(deadline_, caller_deadline_);
 }
 
 bool CancellationToken::deadline_passed() const {
@@ -68,10 +68,21 @@ bool CancellationToken::deadline_passed() const {
   return absl::Now() >= deadline_;
 }
 
+void CancellationToken::SetCallerDeadline(absl::Time deadline) {
+  absl::MutexLock l(&mu_);
+  caller_deadline_ = deadline;
+}
+
+absl::Time CancellationToken::deadline() const {
+  absl::MutexLock l(&mu_);
+  return std::min(deadline_, caller_deadline_);
+}
+
 bool CancellationToken::WaitFor(absl::Duration timeout) const {
   absl::MutexLock l(&mu_);
-  mu_.AwaitWithDeadline(absl::Condition(&cancelled_), std::min(absl::Now() + timeout, deadline_));
-  return cancelled_ || absl::Now() >= deadline_;
+  const absl::Time end = std::min(deadline_, caller_deadline_);
+  mu_.AwaitWithDeadline(absl::Condition(&cancelled_), std::min(absl::Now() + timeout, end));
+  return cancelled_ || absl::Now() >= end;
 }
 
 const FarcallApi* HandlerApi() { return &kApi; }

@@ -29,6 +29,12 @@ class CancellationToken {
   bool cancelled() const;
   // Whether the SetDeadline deadline has passed.
   bool deadline_passed() const;
+  // The caller's own deadline, when it set one: the token counts as
+  // cancelled from then on too (gRPC cancels the call then anyway), but
+  // deadline_passed() still means only SetDeadline's.
+  void SetCallerDeadline(absl::Time deadline);
+  // The sooner of both (InfiniteFuture when none): what a handler has.
+  absl::Time deadline() const;
   // Waits up to `timeout`; true as soon as the token is cancelled.
   bool WaitFor(absl::Duration timeout) const;
 
@@ -36,6 +42,7 @@ class CancellationToken {
   mutable absl::Mutex mu_;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time deadline_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  absl::Time caller_deadline_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
 };
 
 // The services table handed to every handler. Static; never null.

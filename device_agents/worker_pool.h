@@ -1,37 +1,84 @@
-// A fixed pool of threads that run handlers, so that no handler ever runs on
-// one of gRPC's threads.
+// A pool of threads that run handlers, so that no handler ever runs on one
+// of gRPC's threads.
+//
+// A pool made with `max_threads` above `threads` is elastic: work still
+// running past the deadline it was submitted with is "stuck", and counts no
+// more against `threads`. While work waits and fewer than `threads` threads
+// are free of stuck work, the pool starts another thread, up to
+// `max_threads` in all; once the stuck work ends, threads beyond `threads`
+// leave as they finish. So handlers that never return on time (a Python
+// handler asleep past its call's deadline) cannot hold up the calls behind
+// them, while the pool stays bounded.
+//
+//   WorkerPool pool(4, /*max_threads=*/16, [](int stuck) { gauge.Set(stuck); });
+//   pool.Submit(work, call_deadline);
 //
 // Thread safety: Submit() from any thread. The destructor runs the queued
-// work, then joins.
+// work, then joins (stuck work too: handlers must return).
 #ifndef FARCALL_DEVICE_AGENTS_WORKER_POOL_H_
 #define FARCALL_DEVICE_AGENTS_WORKER_POOL_H_
 
 #include <deque>
 #include <functional>
+#include <list>
 #include <thread>
-#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 
 namespace farcall::agent {
 
 class WorkerPool {
  public:
-  explicit WorkerPool(int threads);
+  // `max_threads` <= `threads`: a fixed pool. `on_stuck`, if given, is told
+  // the number of stuck works whenever it changes (from the pool's
+  // threads; it must not block or Submit).
+  explicit WorkerPool(int threads, int max_threads = 0,
+                      std::function<void(int)> on_stuck = nullptr);
   ~WorkerPool();
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
 
-  void Submit(std::function<void()> work);
+  // `deadline`: when the work counts as stuck if it still runs (elastic
+  // pools only).
+  void Submit(std::function<void()> work, absl::Time deadline = absl::InfiniteFuture());
+
+  // Threads now, and works running past their deadline now (as the pool
+  // last counted them).
+  int threads() const;
+  int stuck() const;
 
  private:
-  void Loop();
+  struct Work {
+    std::function<void()> fn;
+    absl::Time deadline;
+  };
+  struct Slot {
+    std::thread thread;
+    bool busy = false;
+    absl::Time deadline = absl::InfiniteFuture();
+    bool done = false;  // its thread left (to be joined)
+  };
+  void StartThread() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Loop(Slot* slot);
+  // Elastic pools: counts stuck work and starts threads as needed, until
+  // the pool stops.
+  void Watch();
+  // Counts the stuck works at `now` (and tells on_stuck of a change).
+  int CountStuck(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  absl::Mutex mu_;
-  std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
+  const int base_;
+  const int max_;
+  const std::function<void(int)> on_stuck_;
+  mutable absl::Mutex mu_;
+  std::deque<Work> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<std::thread> threads_;
+  bool changed_ ABSL_GUARDED_BY(mu_) = false;  // wakes the watcher
+  std::list<Slot> slots_ ABSL_GUARDED_BY(mu_);
+  int live_ ABSL_GUARDED_BY(mu_) = 0;  // slots whose thread has not left
+  int stuck_ ABSL_GUARDED_BY(mu_) = 0;
+  std::thread watcher_;
 };
 
 }  // namespace farcall::agent

@@ -5,6 +5,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 
 namespace farcall::agent {
@@ -40,6 +42,50 @@ TEST(WorkerPoolTest, WorkMaySubmitMoreWork) {
     }
   }
   EXPECT_EQ(ran.load(), 200);
+}
+
+// Eight works stuck past their deadline (they wait for a release that comes
+// only at the end) hold a fixed pool of 2; an elastic one starts threads
+// for the work behind them, counts them as stuck, and shrinks back once
+// they end.
+TEST(WorkerPoolTest, StuckWorkCountsNoMoreAgainstAnElasticPool) {
+  absl::Notification release;
+  std::atomic<int> last_stuck{-1};
+  WorkerPool pool(2, 12, [&](int n) { last_stuck = n; });
+  const absl::Time soon = absl::Now() + absl::Milliseconds(100);
+  for (int i = 0; i < 8; ++i) pool.Submit([&] { release.WaitForNotification(); }, soon);
+  absl::Notification quick;
+  pool.Submit([&] { quick.Notify(); });
+  // Past the deadline: 8 stuck, so threads start for the quick work.
+  EXPECT_TRUE(quick.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_EQ(pool.stuck(), 8);
+  EXPECT_EQ(last_stuck.load(), 8);
+  EXPECT_LE(pool.threads(), 12);
+  EXPECT_GE(pool.threads(), 9);  // 8 stuck, and the one that ran the quick work
+  release.Notify();
+  // The stuck ones end; the pool goes back to its 2.
+  const absl::Time end = absl::Now() + absl::Seconds(10);
+  while ((pool.threads() > 2 || pool.stuck() > 0) && absl::Now() < end) {
+    absl::Notification n;  // a round trip through the pool
+    pool.Submit([&] { n.Notify(); });
+    n.WaitForNotification();
+  }
+  EXPECT_EQ(pool.threads(), 2);
+  EXPECT_EQ(pool.stuck(), 0);
+}
+
+TEST(WorkerPoolTest, AFixedPoolNeverGrows) {
+  absl::Notification release;
+  {
+    WorkerPool pool(2);
+    for (int i = 0; i < 4; ++i) pool.Submit([&] { release.WaitForNotification(); }, absl::Now());
+    absl::Notification quick;
+    pool.Submit([&] { quick.Notify(); });
+    EXPECT_FALSE(quick.WaitForNotificationWithTimeout(absl::Milliseconds(300)));
+    EXPECT_EQ(pool.threads(), 2);
+    release.Notify();
+    EXPECT_TRUE(quick.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  }
 }
 
 }  // namespace

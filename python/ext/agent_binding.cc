@@ -2,6 +2,7 @@
 // built-ins, plugins and Python handlers. Python handlers run on their own
 // threads (a WorkerPool of --python_threads), which take the GIL to call
 // farcall.agent's dispatcher; native handlers never wait for Python.
+#include <chrono>
 #include <memory>
 #include <string>
 #include <utility>
@@ -12,6 +13,7 @@
 #include "core/dtype.h"
 #include "core/error_reason.h"
 #include "core/log.h"
+#include "core/metrics.h"
 #include "device_agents/agent_flags.h"
 #include "device_agents/agent_service.h"
 #include "device_agents/worker_pool.h"
@@ -28,6 +30,7 @@ namespace farcall::python {
 namespace {
 
 using agent::AgentServer;
+using agent::CancellationToken;
 using agent::HandlerInvocation;
 
 // A Python object that may be dropped from any thread.
@@ -42,6 +45,20 @@ struct HeldObject {
     obj.reset();
   }
 };
+
+// ctx.cancelled() of one call: whether the call was cancelled or its
+// deadline passed; true once the call has ended.
+struct CallCancel {
+  const CancellationToken* token = nullptr;  // null once the call ended
+  bool cancelled() const { return token == nullptr || token->cancelled(); }
+};
+
+// `t` as a time.monotonic() value (CLOCK_MONOTONIC, as steady_clock).
+double MonotonicSeconds(absl::Time t) {
+  const double now =
+      std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  return now + absl::ToDoubleSeconds(t - absl::Now());
+}
 
 // A Python handle on the memory of a handler's buffer (farcall.agent.Buffer
 // keeps it): while any view of the buffer lives, so does the memory, and the
@@ -99,6 +116,16 @@ absl::Status CallPython(const HeldObject& dispatch, const HeldObject& fn,
     ctx["platform"] = inv.platform;
     ctx["device_ordinal"] = inv.device_ordinal;
     ctx["stream"] = reinterpret_cast<uintptr_t>(inv.stream);
+    const absl::Time deadline =
+        inv.cancel != nullptr ? inv.cancel->deadline() : absl::InfiniteFuture();
+    ctx["deadline"] =
+        deadline == absl::InfiniteFuture() ? nb::none() : nb::cast(MonotonicSeconds(deadline));
+    nb::object cancel = nb::cast(CallCancel{inv.cancel});
+    ctx["cancel"] = cancel;
+    struct EndCancel {  // whichever way the dispatch ends
+      nb::object& c;
+      ~EndCancel() { nb::cast<CallCancel&>(c).token = nullptr; }
+    } end{cancel};
     nb::object out = dispatch.obj(fn.obj, ctx, results, args);
     if (out.is_none()) return absl::OkStatus();
     auto [code, message, traceback] = nb::cast<std::tuple<int, std::string, std::string>>(out);
@@ -137,7 +164,8 @@ class PyAgent {
 // agent, or an exit code (--list_devices, bad flags, failed start).
 nb::object StartAgent(std::vector<std::string> argv,
                       std::vector<std::tuple<std::string, nb::object>> handlers,
-                      nb::object dispatch, int python_threads, const std::string& source) {
+                      nb::object dispatch, int python_threads, int python_max_threads,
+                      const std::string& source) {
   static bool parsed = false;
   if (parsed) {
     RaiseStatus(absl::FailedPreconditionError("an agent was already started in this process."));
@@ -158,7 +186,17 @@ nb::object StartAgent(std::vector<std::string> argv,
   }
   if (std::optional<int> code = agent::ListDevicesIfAsked(*options)) return nb::int_(*code);
 
-  auto pool = std::make_shared<agent::WorkerPool>(python_threads > 0 ? python_threads : 1);
+  // Handlers still running past their call's deadline ("stuck") count no
+  // more against --python_threads: the pool starts others, up to
+  // --python_max_threads, so that the calls behind them are served.
+  static metrics::GaugeFamily* stuck_family =
+      new metrics::GaugeFamily("farcall_agent_python_stuck_handlers",
+                               "Python handlers still running past their call's deadline.", {});
+  metrics::Gauge stuck = stuck_family->With({});
+  stuck.Set(0);
+  auto pool = std::make_shared<agent::WorkerPool>(python_threads > 0 ? python_threads : 1,
+                                                  python_max_threads,
+                                                  [stuck](int n) mutable { stuck.Set(n); });
   auto held_dispatch = std::make_shared<HeldObject>();
   held_dispatch->obj = std::move(dispatch);
   const std::string platform(PlatformName(options->config.platform));
@@ -265,12 +303,13 @@ nb::object DlpackView(uintptr_t ptr, std::vector<size_t> shape, int dtype, bool 
 void DefineAgent(nb::module_& m) {
   m.def("dlpack_view", &DlpackView);
   nb::class_<MemoryLease>(m, "MemoryLease");
+  nb::class_<CallCancel>(m, "CallCancel").def("cancelled", &CallCancel::cancelled);
   nb::class_<PyAgent>(m, "Agent")
       .def_prop_ro("port", &PyAgent::port)
       .def_prop_ro("agent_id", &PyAgent::agent_id)
       .def("shutdown", &PyAgent::Shutdown);
   m.def("start_agent", &StartAgent, nb::arg("argv"), nb::arg("handlers"), nb::arg("dispatch"),
-        nb::arg("python_threads"), nb::arg("source"));
+        nb::arg("python_threads"), nb::arg("python_max_threads"), nb::arg("source"));
 }
 
 }  // namespace farcall::python

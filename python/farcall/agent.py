@@ -4,8 +4,10 @@ Starts an agent that serves the built-in and plugin handlers plus every
 function in FILE.py (several files: comma-separated) registered with
 ``@farcall.handler("name")``. Every farcall-agent flag works (``--platform``,
 ``--listen``, ``--plugins``, ``--ready_fd``, ...), and
-``--python_threads=N`` (default 4) sets how many threads run Python handlers;
-native handlers run on the agent's own workers and never wait for Python.
+``--python_threads=N`` (default 4) sets how many threads run Python handlers,
+and ``--python_max_threads=N`` (default 64) how many may run while handlers
+are stuck past their calls' deadlines; native handlers run on the agent's
+own workers and never wait for Python.
 
 Handlers are called as JAX calls buffer callbacks, ``callback(ctx, out,
 *args)``. A handler that returns a value fails its call with INTERNAL ("ValueError:
@@ -51,18 +53,29 @@ _NO_ATTRIBUTES = types.MappingProxyType({})
 class ExecutionContext:
     """What JAX's ExecutionContext offers: ``stage``, and ``stream`` (the
     platform stream as an int, on GPU agents; 0 on cpu). Also ``platform``,
-    ``device_ordinal``, and ``attributes``: the call's attributes (int,
-    float, bool or str by name), a read-only mapping."""
+    ``device_ordinal``, ``attributes`` (the call's attributes, int, float,
+    bool or str by name, a read-only mapping), ``deadline`` (when the call
+    ends, as a ``time.monotonic()`` value: the caller's timeout or the
+    agent's ``--max_call_seconds``, whichever is sooner; None when neither
+    is set) and ``cancelled()`` (whether the caller gave up or the deadline
+    passed; True once the call has ended), so that a long handler can stop
+    early."""
 
-    __slots__ = ("stage", "stream", "platform", "device_ordinal", "attributes")
+    __slots__ = ("stage", "stream", "platform", "device_ordinal", "attributes", "deadline",
+                 "_cancel")
 
     def __init__(self, platform: str, device_ordinal: int, stream: int,
-                 attributes=_NO_ATTRIBUTES):
+                 attributes=_NO_ATTRIBUTES, deadline=None, cancel=None):
         self.stage = ExecutionStage.EXECUTE
         self.stream = stream
         self.platform = platform
         self.device_ordinal = device_ordinal
         self.attributes = attributes
+        self.deadline = deadline
+        self._cancel = cancel
+
+    def cancelled(self) -> bool:
+        return self._cancel is not None and self._cancel.cancelled()
 
     def __repr__(self) -> str:
         return (f"ExecutionContext(platform={self.platform!r}, "
@@ -226,7 +239,9 @@ def _dispatch(fn, ctx_info, results, args):
                     f"has {len(out)}.")
             handed = _tree.unflatten(structure, out)
         try:
-            ret = fn(ExecutionContext(platform, dev, stream, visible), handed, *ins)
+            ctx = ExecutionContext(platform, dev, stream, visible, ctx_info.get("deadline"),
+                                   ctx_info.get("cancel"))
+            ret = fn(ctx, handed, *ins)
         except BaseException as e:  # noqa: BLE001: the handler's own failure
             try:
                 e.__farcall_traceback__ = _remote_traceback(e)
@@ -288,6 +303,10 @@ buffer callbacks: callback(ctx, out, *args)).
   --handlers=FILES       comma-separated Python files of handlers
   --python_threads=N     threads that run Python handlers (default 4); native
                          handlers run on the agent's own workers
+  --python_max_threads=N threads at most (default 64): a handler still running
+                         past its call's deadline is "stuck" and counts no more
+                         against --python_threads, so another thread serves the
+                         calls behind it (farcall_agent_python_stuck_handlers)
 
 Every farcall-agent flag works as well (--platform, --listen, --plugins,
 --tokens_file, ...); they follow.
@@ -304,9 +323,13 @@ def main(argv: list | None = None) -> int:
             return 0
     paths, flags = _take_flag(flags, "handlers", "")
     threads, flags = _take_flag(flags, "python_threads", "4")
+    max_threads, flags = _take_flag(flags, "python_max_threads", "64")
     try:
         handlers = load_handlers(paths)
-        n_threads = int(threads)
+        n_threads, n_max = int(threads), int(max_threads)
+        if n_threads < 1 or n_max < n_threads:
+            raise ValueError(f"--python_threads must be at least 1 and --python_max_threads at "
+                             f"least --python_threads; got {n_threads} and {n_max}")
     except Exception as e:  # noqa: BLE001: a start-up error, printed plainly
         print(f"farcall-agent: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
@@ -314,7 +337,7 @@ def main(argv: list | None = None) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda signum, frame: stop.set())
     agent = _farcall.start_agent(
-        [prog] + flags, sorted(handlers.items()), _dispatch, n_threads,
+        [prog] + flags, sorted(handlers.items()), _dispatch, n_threads, n_max,
         "python:" + paths)
     if isinstance(agent, int):
         return agent

@@ -59,7 +59,9 @@ class Server:
         if not line.strip():
             self.proc.wait()
             raise RuntimeError(f"{cmd[0]} failed to start:\n{self.output()}")
-        self.port = int(line.split()[0])
+        words = line.split()
+        self.port = int(words[0])
+        self.metrics_port = int(words[1]) if len(words) > 1 else 0
         self.address = f"127.0.0.1:{self.port}"
 
     def output(self) -> str:

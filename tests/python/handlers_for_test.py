@@ -71,6 +71,35 @@ def gate(ctx, out):
         s.recv(1)
 
 
+@farcall.handler("py_deadline_left")
+def deadline_left(ctx, out):
+    """The seconds left until the call's deadline (ctx.deadline), and
+    whether it counts as cancelled yet."""
+    np.asarray(out[0])[...] = ctx.deadline - time.monotonic()
+    np.asarray(out[1])[...] = ctx.cancelled()
+
+
+_CANCEL_WAITS = []
+
+
+@farcall.handler("py_until_cancelled")
+def until_cancelled(ctx, out):
+    """Waits (up to 60 s) for ctx.cancelled(), and records how long."""
+    start = time.monotonic()
+    while not ctx.cancelled() and time.monotonic() - start < 60:
+        time.sleep(0.01)
+    _CANCEL_WAITS.append(time.monotonic() - start)
+
+
+@farcall.handler("py_cancel_waits")
+def cancel_waits(ctx, out):
+    """How long each py_until_cancelled call waited, in order (-1: none)."""
+    a = np.asarray(out[0])
+    a[...] = -1
+    n = min(len(_CANCEL_WAITS), a.size)
+    a[:n] = _CANCEL_WAITS[:n]
+
+
 @farcall.handler("py_raises_odd_errors")
 def raises_odd_errors(ctx, out, which):
     """farcall.Error with a non-str message, or with code OK."""

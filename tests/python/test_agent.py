@@ -4,6 +4,8 @@ import concurrent.futures
 import os
 import subprocess
 import sys
+import time
+import urllib.request
 import uuid
 
 import ml_dtypes
@@ -138,6 +140,55 @@ def test_a_held_python_handler_blocks_no_native_handler(gate):
         assert not held.done()
         gate.release_all()
         assert held.result(timeout=30) == []
+    finally:
+        gate.release_all()
+        assert s.stop() == 0, s.output()
+
+
+def test_handlers_see_their_deadline_and_stop_when_cancelled(client):
+    left, cancelled = client.call("py_deadline_left", timeout=5,
+                                  results=[farcall.Spec((), np.float64), farcall.Spec((), np.bool_)])
+    # gRPC sends the timeout, which the agent counts from the call's arrival.
+    assert 3 < left <= 5.5
+    assert not cancelled
+    # A handler that waits for ctx.cancelled() stops once the caller's 0.5 s
+    # timeout passes, not at its own 60 s limit.
+    with pytest.raises(farcall.DeadlineExceededError):
+        client.call("py_until_cancelled", timeout=0.5, results=[])
+    deadline = time.monotonic() + 30
+    while True:
+        (waits,) = client.call("py_cancel_waits", results=[farcall.Spec((4,), np.float64)])
+        if waits[0] >= 0 or time.monotonic() > deadline:
+            break
+    assert 0.3 < waits[0] < 5, waits
+
+
+def _scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        return r.read().decode()
+
+
+def test_a_quick_call_is_served_behind_eight_stuck_handlers(gate):
+    # Two Python threads; eight calls hold them past their 1 s deadline.
+    s = start_python_agent("--python_threads=2", "--python_max_threads=16",
+                           "--metrics_listen=127.0.0.1:0")
+    try:
+        client = farcall.Client(s.address)
+        stuck = [client.call_async("py_gate", results=[], timeout=1) for _ in range(8)]
+        gate.wait_entered()
+        gate.wait_entered()
+        for f in stuck:
+            with pytest.raises(farcall.DeadlineExceededError):
+                f.result(timeout=30)
+        start = time.monotonic()
+        (out,) = client.call("py_affine", np.zeros(2, F32), results=[farcall.Spec((2,), F32)])
+        assert time.monotonic() - start < 2
+        np.testing.assert_array_equal(out, [1, 1])
+        metrics = _scrape(s.metrics_port)
+        held = [line for line in metrics.splitlines()
+                if line.startswith("farcall_agent_python_stuck_handlers ")]
+        assert held and float(held[0].split()[1]) >= 2, held
+        gate.release_all()
     finally:
         gate.release_all()
         assert s.stop() == 0, s.output()
