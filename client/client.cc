@@ -30,6 +30,28 @@
 namespace farcall {
 namespace {
 
+// A call's args and results in bytes, summed without overflow (sizes come
+// from the caller's specs).
+int64_t TensorBytes(const client_internal::PreparedCall& call) {
+  int64_t total = 0;
+  for (const std::vector<int64_t>* v : {&call.validated.arg_bytes, &call.validated.result_bytes}) {
+    for (int64_t b : *v) total = b > INT64_MAX - total ? INT64_MAX : total + b;
+  }
+  return total;
+}
+
+// Whether any of a call's args lies in the caller's shared buffers.
+bool ArgsInSharedBuffers(const client_internal::PreparedCall& call,
+                         client_internal::ShmChannel& channel) {
+  for (size_t i = 0; i < call.args.size(); ++i) {
+    uint64_t offset = 0;
+    if (channel.Locate(call.args[i].data(), call.validated.arg_bytes[i], &offset) != nullptr) {
+      return true;
+    }
+  }
+  return false;
+}
+
 using client_internal::Completion;
 using client_internal::PreparedCall;
 using client_internal::RequestWriter;
@@ -430,12 +452,7 @@ struct Client::Impl {
     const bool forced = o.transport == Transport::kUcx;
     if (!forced) {
       if (o.transport != Transport::kAuto || o.rpc != Rpc::kAuto) return UcxRoute{};
-      int64_t total = 0;
-      for (const std::vector<int64_t>* v :
-           {&call.validated.arg_bytes, &call.validated.result_bytes}) {
-        for (int64_t b : *v) total = b > INT64_MAX - total ? INT64_MAX : total + b;
-      }
-      if (total < o.ucx_min_bytes) return UcxRoute{};
+      if (TensorBytes(call) < o.ucx_min_bytes) return UcxRoute{};
     }
 #ifdef FARCALL_WITH_UCX
     UcxRoute route;
@@ -614,6 +631,13 @@ absl::StatusOr<Client::Plan> Client::MakePlan(Impl& impl, const CallRequest& req
       options.transport == Transport::kShm ||
       (options.transport == Transport::kAuto && options.allow_shm && options.rpc == Rpc::kAuto);
   std::shared_ptr<client_internal::ShmChannel> shm = want_shm ? impl.SharedMemory() : nullptr;
+  // Small calls stay on gRPC: staging and the region's bookkeeping cost
+  // more than one message each way saves for them. Not those with an arg in
+  // the caller's shared buffers, which go by reference.
+  if (shm != nullptr && options.transport == Transport::kAuto &&
+      TensorBytes(*prepared) < options.shm_min_bytes && !ArgsInSharedBuffers(*prepared, *shm)) {
+    shm = nullptr;
+  }
   if (options.transport == Transport::kShm && shm == nullptr) {
     return absl::FailedPreconditionError(
         "transport shm: the target is not an agent on this host that offers shared memory "

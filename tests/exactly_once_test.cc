@@ -29,6 +29,7 @@ absl::StatusOr<int64_t> CountOn(Client& client, const std::string& call_id, bool
   o.rpc = t;
   o.timeout = absl::Seconds(20);
   o.via_router = via_router;
+  o.shm_min_bytes = 0;  // kAuto takes shared memory however small the call
   absl::StatusOr<CallResult> r = client.Call(req, o);
   if (!r.ok()) return r.status();
   return r->results[0].as<int64_t>()[0];

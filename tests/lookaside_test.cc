@@ -80,7 +80,7 @@ TEST_F(LookasideTest, CallsGoStraightToTheAgentsTheRouterNames) {
   EXPECT_LE(
       RouterMetric("farcall_router_calls_total{code=\"OK\",handler=\"copy\",platform=\"cpu\"}"), 0);
   // Same-host agents found through the router offer shared memory too.
-  absl::StatusOr<CallResult> shm = CallOnFour(*client_);
+  absl::StatusOr<CallResult> shm = CallOnFour(*client_, "copy", testing::SharedMemoryAtAnySize());
   ASSERT_TRUE(shm.ok()) << shm.status();
   EXPECT_EQ(shm->transport, Transport::kShm);
 

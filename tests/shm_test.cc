@@ -22,6 +22,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tests/process_harness.h"
+#include "tests/test_calls.h"
 
 namespace farcall {
 namespace {
@@ -94,6 +95,28 @@ TEST_F(ShmTest, SmallResultsOfLargeCallsAreCopiedOutOfTheRegion) {
   EXPECT_EQ(r->results[0].data[0], static_cast<uint8_t>(n));  // sum wraps in uint8
 }
 
+// Below CallOptions::shm_min_bytes (64 KiB of args and results), kAuto
+// keeps a same-host call on gRPC, which is as fast or faster for it;
+// from there on it takes shared memory.
+TEST_F(ShmTest, AutoKeepsSmallCallsOnGrpcAndLargeOnesOnSharedMemory) {
+  auto client = AgentClient();
+  std::vector<uint8_t> in(32 << 10, 5);
+  // One byte under the bar, with its result: gRPC.
+  auto r = client->Call(CopyRequest(TensorSpec{DType::kU8, {(32 << 10) - 1}}, in.data()));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->transport, Transport::kGrpc);
+  EXPECT_EQ(r->results[0].data[100], 5);
+  // At the bar: shared memory.
+  r = client->Call(CopyRequest(TensorSpec{DType::kU8, {32 << 10}}, in.data()));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->transport, Transport::kShm);
+  CallOptions higher;
+  higher.shm_min_bytes = 1 << 20;
+  r = client->Call(CopyRequest(TensorSpec{DType::kU8, {32 << 10}}, in.data()), higher);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->transport, Transport::kGrpc);
+}
+
 TEST_F(ShmTest, AliasedResultIsWrittenBackInPlace) {
   auto client = AgentClient();
   TensorSpec spec{DType::kF32, {1000}};
@@ -108,7 +131,7 @@ TEST_F(ShmTest, AliasedResultIsWrittenBackInPlace) {
   req.results = {spec};
   req.aliases = {{1, 0}};
   req.attributes["alpha"] = 3.0;
-  auto r = client->Call(req);
+  auto r = client->Call(req, testing::SharedMemoryAtAnySize());
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->transport, Transport::kShm);
   EXPECT_EQ(r->results[0].data, reinterpret_cast<uint8_t*>(y.data()));
@@ -119,7 +142,7 @@ TEST_F(ShmTest, AsyncCallsUseItToo) {
   auto client = AgentClient();
   TensorSpec spec{DType::kS32, {4}};
   std::vector<int32_t> x = {1, 2, 3, 4};
-  auto f = client->CallFuture(CopyRequest(spec, x.data()));
+  auto f = client->CallFuture(CopyRequest(spec, x.data()), testing::SharedMemoryAtAnySize());
   auto r = f.get();
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->transport, Transport::kShm);
@@ -137,7 +160,7 @@ TEST_F(ShmTest, FallsBackToGrpcWhenNotOfferedOrNotWanted) {
   auto r = router_client->Call(CopyRequest(spec, x.data()), through);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_NE(r->transport, Transport::kShm);
-  r = router_client->Call(CopyRequest(spec, x.data()));
+  r = router_client->Call(CopyRequest(spec, x.data()), testing::SharedMemoryAtAnySize());
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->transport, Transport::kShm);
   EXPECT_FALSE(r->via_router);
@@ -330,7 +353,8 @@ TEST(ShmBudgetTest, SharedMemoryCallsCountAgainstTheBudget) {
   EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
   EXPECT_THAT(r.status().message(), HasSubstr("over the agent's budget of 1048576 bytes"));
   std::vector<uint8_t> small(1000, 1);
-  r = (*client)->Call(CopyRequest(TensorSpec{DType::kU8, {1000}}, small.data()));
+  r = (*client)->Call(CopyRequest(TensorSpec{DType::kU8, {1000}}, small.data()),
+                      testing::SharedMemoryAtAnySize());
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->transport, Transport::kShm);
 }
@@ -461,14 +485,14 @@ TEST(ShmRestartTest, ClientsUseSharedMemoryAgainAfterTheAgentRestarts) {
   ASSERT_TRUE(client.ok());
   std::vector<uint8_t> in(4096, 7);
   const CallRequest req = CopyRequest(TensorSpec{DType::kU8, {4096}}, in.data());
-  auto r = (*client)->Call(req);
+  auto r = (*client)->Call(req, testing::SharedMemoryAtAnySize());
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->transport, Transport::kShm);
   (*agent)->Kill();
   // The same address, a new process: the old regions and socket are gone.
   agent = ChildProcess::Start(FARCALL_AGENT_BIN, {absl::StrCat("--listen=127.0.0.1:", port)});
   ASSERT_TRUE(agent.ok()) << agent.status();
-  CallOptions o;
+  CallOptions o = testing::SharedMemoryAtAnySize();
   o.wait_for_ready = true;
   o.timeout = absl::Seconds(20);
   // The client is back on shared memory within a few calls. The first may

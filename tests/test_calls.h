@@ -22,6 +22,14 @@ inline CallRequest RequestOnFour(const std::string& handler, const std::vector<f
   return req;
 }
 
+// Options with which kAuto takes shared memory (for a same-host agent that
+// offers it) however small the call: for tests of that path.
+inline CallOptions SharedMemoryAtAnySize() {
+  CallOptions o;
+  o.shm_min_bytes = 0;
+  return o;
+}
+
 // `handler` (copy by default) on float32[4] {1, 2, 3, 4}, one result of the
 // same spec, on `platform`.
 inline absl::StatusOr<CallResult> CallOnFour(Client& client, const std::string& handler = "copy",

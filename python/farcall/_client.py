@@ -239,8 +239,9 @@ class Client:
     second apart.
 
     ``transport`` says how the arrays travel: ``"auto"`` (shared memory to
-    an agent on this host that offers it, else UCX for calls of 1 MiB or
-    more to an agent that offers it, else gRPC), ``"grpc"``, ``"shm"`` or
+    an agent on this host that offers it, for calls of 64 KiB or more of
+    arrays or with an arg in a ``shared_array``, else UCX for calls of 1 MiB
+    or more to an agent that offers it, else gRPC), ``"grpc"``, ``"shm"`` or
     ``"ucx"`` (UCX straight between the arrays and the agent's tensors;
     the ``UCX_TLS`` environment variable picks UCX's transports). ``shm``
     and ``ucx`` are refused with ``FailedPreconditionError`` where they

@@ -89,9 +89,10 @@ struct CallRequest {
 
 // How a call's tensors travel; the call itself always goes over gRPC.
 //   kAuto  when the call asks for no RPC shape (Rpc::kAuto): shared memory
-//          when the agent (the target, or the one a router names) is on
-//          this host and offers it; else UCX for calls of at least
-//          ucx_min_bytes to an agent that offers it; else gRPC (see below);
+//          for calls of at least shm_min_bytes when the agent (the target,
+//          or the one a router names) is on this host and offers it; else
+//          UCX for calls of at least ucx_min_bytes to an agent that offers
+//          it; else gRPC (see below);
 //   kGrpc  in the gRPC messages;
 //   kShm   staged in a memfd region shared with a same-host agent, only the
 //          header crossing gRPC; FAILED_PRECONDITION when the agent is not
@@ -124,6 +125,10 @@ struct CallOptions {
   Rpc rpc = Rpc::kAuto;
   // false: with kAuto, never shared memory.
   bool allow_shm = true;
+  // With kAuto: calls whose args and results add up to fewer bytes stay on
+  // gRPC, which is as fast or faster for them on one host (measured
+  // crossover: docs/performance.md).
+  int64_t shm_min_bytes = int64_t{64} << 10;
   // With kAuto: calls whose args and results add up to fewer bytes stay on
   // gRPC (UCX's ready exchange costs more than it saves for them).
   int64_t ucx_min_bytes = int64_t{1} << 20;
