@@ -141,6 +141,29 @@ absl::StatusOr<Route> RouteCall(const Shared& shared, const grpc::ByteBuffer& fi
   return r;
 }
 
+// The answer once no agent is left to try for `route` after `last` (the
+// last agent's answer): what the pool says now, which knows that agents
+// went away (a live agent of the platform without the handler: the
+// contract's NOT_FOUND with the handlers there are), or else `last`. Never
+// "no live agent" while one is live.
+grpc::Status NothingLeftToTry(const Shared& shared, const Route& route, const grpc::Status& last) {
+  absl::StatusOr<std::vector<std::shared_ptr<AgentHandle>>> now =
+      shared.pool->Candidates(route.platform, route.handler);
+  if (!now.ok()) return ToGrpcStatus(now.status());
+  if (!last.ok()) return last;
+  return ToGrpcStatus(NoLiveAgentError(PlatformName(route.platform)));
+}
+
+// An agent's answer as the caller gets it: CANCELLED means the caller
+// cancelled, so an agent that ended the call by going away (its drain ran
+// out, it crashed) is UNAVAILABLE to a caller that did not.
+grpc::Status AsCallerSees(const grpc::Status& s, bool caller_cancelled) {
+  if (s.error_code() != grpc::StatusCode::CANCELLED || caller_cancelled) return s;
+  return ToGrpcStatus(absl::UnavailableError(
+      "the agent ended the call without an answer (it shut down or went away); the caller did "
+      "not cancel it."));
+}
+
 // Takes the next agent to try out of `route`, by the balancer's choice.
 std::shared_ptr<AgentHandle> TakeAgent(Route& route) {
   if (route.candidates.empty()) return nullptr;
@@ -259,7 +282,7 @@ class ForwardingExecute final : public grpc::ServerBidiReactor<grpc::ByteBuffer,
     std::shared_ptr<AgentHandle> agent = TakeAgent(route_);
     if (agent == nullptr) {
       record_.Refused("no_agent");
-      return FinishUp(ToGrpcStatus(NoLiveAgentError(PlatformName(route_.platform))));
+      return FinishUp(NothingLeftToTry(shared_, route_, last_attempt_));
     }
     agent->inflight.fetch_add(1);
     agent->calls_total.fetch_add(1);
@@ -365,6 +388,7 @@ class ForwardingExecute final : public grpc::ServerBidiReactor<grpc::ByteBuffer,
     if (retry) {
       shared_.pool->MarkDown(*agent, absl::StrCat("unreachable: ", s.error_message()));
       record_.Retried();
+      last_attempt_ = s;
       StartAttempt();
     } else {
       MaybeFinish();
@@ -378,7 +402,7 @@ class ForwardingExecute final : public grpc::ServerBidiReactor<grpc::ByteBuffer,
       absl::MutexLock l(&mu_);
       if (!down_done_ || up_write_pending_ || finished_) return;
       finished_ = true;
-      s = final_;
+      s = AsCallerSees(final_, cancelled_);
     }
     record_.Finished(s);
     Finish(s);
@@ -400,6 +424,7 @@ class ForwardingExecute final : public grpc::ServerBidiReactor<grpc::ByteBuffer,
   CallRecord record_;
   bool routed_ = false;  // only touched by the upstream read chain
   Route route_;
+  grpc::Status last_attempt_;  // the last agent's answer, when it was retried
   grpc::ByteBuffer up_in_;
   grpc::ByteBuffer down_in_;
 
@@ -463,7 +488,7 @@ class ForwardingCall final : public grpc::ServerUnaryReactor, public RefCounted 
     std::shared_ptr<AgentHandle> agent = TakeAgent(route_);
     if (agent == nullptr) {
       record_.Refused("no_agent");
-      FinishAndRecord(ToGrpcStatus(NoLiveAgentError(PlatformName(route_.platform))));
+      FinishAndRecord(NothingLeftToTry(shared_, route_, last_attempt_));
       return;
     }
     agent->inflight.fetch_add(1);
@@ -492,11 +517,17 @@ class ForwardingCall final : public grpc::ServerUnaryReactor, public RefCounted 
             shared_.pool->MarkDown(*agent, absl::StrCat("unreachable: ", s.error_message()));
             response_->Clear();
             record_.Retried();
+            last_attempt_ = s;
             StartAttempt();
           } else {
             record_.Received(request_->Length());
             if (s.ok()) record_.Sent(response_->Length());
-            FinishAndRecord(s);
+            bool caller_cancelled;
+            {
+              absl::MutexLock l(&mu_);
+              caller_cancelled = cancelled_;
+            }
+            FinishAndRecord(AsCallerSees(s, caller_cancelled));
           }
           Unref();
         });
@@ -514,6 +545,7 @@ class ForwardingCall final : public grpc::ServerUnaryReactor, public RefCounted 
   const grpc::ByteBuffer* request_;
   grpc::ByteBuffer* response_;
   Route route_;
+  grpc::Status last_attempt_;  // the last agent's answer, when it was retried
   absl::Mutex mu_;
   std::unique_ptr<grpc::ClientContext> client_ctx_ ABSL_GUARDED_BY(mu_);
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;

@@ -123,6 +123,35 @@ TEST(DrainTest, CallsStillRunningWhenTheDrainEndsAreCancelled) {
   EXPECT_FALSE(b->held.get().ok());
 }
 
+// Through a router, a call the agent's shutdown cut short is UNAVAILABLE:
+// CANCELLED would say that the caller cancelled it. (A call with side
+// effects, which the agent accepts at once: the router never sends it
+// elsewhere.)
+TEST(DrainTest, ThroughARouterACallCutShortByTheDrainIsUnavailableNotCancelled) {
+  auto agent = ChildProcess::Start(
+      FARCALL_AGENT_BIN,
+      {"--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0", "--drain_seconds=0.5"});
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  auto router = ChildProcess::Start(
+      FARCALL_ROUTER_BIN, {"--listen=127.0.0.1:0", absl::StrCat("--agents=", (*agent)->address())});
+  ASSERT_TRUE(router.ok()) << router.status();
+  auto client = Client::Connect((*router)->address());
+  ASSERT_TRUE(client.ok());
+  CallOptions o;
+  o.timeout = absl::Seconds(60);
+  o.via_router = true;
+  CallRequest sleep = Sleep(50000);
+  sleep.has_side_effect = true;
+  auto held = (*client)->CallFuture(sleep, o);
+  ASSERT_TRUE(HoldsCalls(**agent, 1));
+  EXPECT_EQ((*agent)->Terminate(), 0);
+  absl::StatusOr<CallResult> r = held.get();
+  // gRPC's own "Cancelling all calls" when the agent's server ended it; the
+  // router's "the agent ended the call without an answer ..." when the
+  // connection broke first. Never CANCELLED.
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
+}
+
 TEST(DrainTest, TheRouterSendsNewCallsToTheAgentsThatRemain) {
   std::vector<std::unique_ptr<ChildProcess>> agents;
   for (int i = 0; i < 2; ++i) {
@@ -163,6 +192,54 @@ TEST(DrainTest, TheRouterSendsNewCallsToTheAgentsThatRemain) {
   }
   absl::StatusOr<CallResult> r = held.get();
   EXPECT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(exit_code.get(), 0);
+}
+
+// The only agent with a handler drains; the live one lacks it. Calls for
+// the handler get the contract's NOT_FOUND naming what the live agent has,
+// whether the router still sent them to the draining agent (its refusal is
+// retried) or already knew: never "no live agent" while one is live.
+TEST(DrainTest, WhenTheOnlyAgentWithAHandlerDrainsTheAnswerIsNotFound) {
+  auto with = ChildProcess::Start(
+      FARCALL_AGENT_BIN,
+      {"--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0", "--drain_seconds=20",
+       absl::StrCat("--plugins=", FARCALL_SIDE_EFFECT_PLUGIN)});
+  ASSERT_TRUE(with.ok()) << with.status();
+  auto without = ChildProcess::Start(FARCALL_AGENT_BIN, {"--listen=127.0.0.1:0"});
+  ASSERT_TRUE(without.ok()) << without.status();
+  auto router = ChildProcess::Start(
+      FARCALL_ROUTER_BIN,
+      {"--listen=127.0.0.1:0", "--probe_interval_ms=100",
+       absl::StrCat("--agents=", (*with)->address(), ",", (*without)->address())});
+  ASSERT_TRUE(router.ok()) << router.status();
+  auto client = Client::Connect((*router)->address());
+  ASSERT_TRUE(client.ok());
+  CallRequest count;
+  count.handler = "test.count";
+  count.results = {TensorSpec{DType::kS64, {1}}};
+  CallOptions o;
+  o.timeout = absl::Seconds(20);
+  o.wait_for_ready = true;
+  ASSERT_TRUE((*client)->Call(count, o).ok());
+  // A call held on it keeps it draining once told to stop.
+  auto direct = Client::Connect((*with)->address());
+  ASSERT_TRUE(direct.ok());
+  auto held = SleepInBackground(**direct, 3000);
+  ASSERT_TRUE(HoldsCalls(**with, 1));
+  auto exit_code = std::async(std::launch::async, [&] { return (*with)->Terminate(); });
+  // Until the drain ends: NOT_FOUND, with what the live agent has.
+  int not_found = 0;
+  while (held.wait_for(std::chrono::milliseconds(0)) != std::future_status::ready) {
+    absl::StatusOr<CallResult> r = (*client)->Call(count, o);
+    if (r.ok()) continue;  // before it heard of the signal
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound) << r.status();
+    EXPECT_THAT(r.status().message(),
+                ::testing::HasSubstr("handler 'test.count' is not registered for platform 'cpu'"));
+    EXPECT_THAT(r.status().message(), ::testing::HasSubstr("copy"));
+    ++not_found;
+  }
+  EXPECT_GT(not_found, 0);
+  EXPECT_TRUE(held.get().ok());
   EXPECT_EQ(exit_code.get(), 0);
 }
 
