@@ -30,6 +30,23 @@ ErrorReason ReasonOf(const absl::Status& s) {
   return static_cast<ErrorReason>(n);
 }
 
+bool DidNotRun(const absl::Status& s) {
+  switch (ReasonOf(s)) {
+    case ErrorReason::kAgentDraining:
+    case ErrorReason::kRouterDraining:
+    case ErrorReason::kInputsNotDelivered:
+    case ErrorReason::kNoLiveAgent:
+      return !s.ok();
+    default:
+      return false;
+  }
+}
+
+bool MaySendAgain(const absl::Status& s, bool has_side_effect) {
+  if (DidNotRun(s)) return true;
+  return !has_side_effect && absl::IsUnavailable(s) && ReasonOf(s) != ErrorReason::kHandlerError;
+}
+
 absl::Status WithTraceback(absl::Status s, absl::string_view traceback) {
   if (s.ok() || traceback.empty()) return s;
   if (traceback.size() > kMaxTracebackBytes) {

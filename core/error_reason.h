@@ -33,6 +33,15 @@ enum class ErrorReason : int {
 absl::Status WithReason(absl::Status s, ErrorReason reason);
 // The mark on `s`; kUnspecified when it has none.
 ErrorReason ReasonOf(const absl::Status& s);
+// Whether `s` says that no handler ran the call (an agent or router
+// draining, its inputs not delivered, no live agent): sending it again, with
+// its call_id, is safe even with side effects.
+bool DidNotRun(const absl::Status& s);
+// Whether a caller may send a failed call again: when it did not run, or,
+// for a call without side effects, on any UNAVAILABLE that no handler
+// raised (the target unreachable, a connection broken: running a pure call
+// twice is harmless).
+bool MaySendAgain(const absl::Status& s, bool has_side_effect);
 
 // The traceback of a handler that raised, as Python prints it, bounded to
 // kMaxTracebackBytes (its end kept); "" for none.

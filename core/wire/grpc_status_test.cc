@@ -27,6 +27,27 @@ TEST(GrpcStatusTest, AReasonCrossesTheWireInTheStatusDetails) {
   EXPECT_EQ(ReasonOf(back), ErrorReason::kAgentDraining);
 }
 
+// What a caller may send again, decided from the reason that crossed the
+// wire, never from the message.
+TEST(GrpcStatusTest, WhatMaySendAgainFollowsTheReason) {
+  auto across = [](absl::Status s) { return FromGrpcStatus(ToGrpcStatus(s)); };
+  for (ErrorReason r : {ErrorReason::kAgentDraining, ErrorReason::kRouterDraining,
+                        ErrorReason::kInputsNotDelivered, ErrorReason::kNoLiveAgent}) {
+    absl::Status s = across(WithReason(absl::UnavailableError("x"), r));
+    EXPECT_TRUE(DidNotRun(s)) << s;
+    EXPECT_TRUE(MaySendAgain(s, /*has_side_effect=*/true)) << s;
+  }
+  const absl::Status broken = across(absl::UnavailableError("connection reset"));
+  EXPECT_FALSE(DidNotRun(broken));
+  EXPECT_TRUE(MaySendAgain(broken, false));
+  EXPECT_FALSE(MaySendAgain(broken, true));  // it may have run
+  const absl::Status raised =
+      across(WithReason(absl::UnavailableError("my own"), ErrorReason::kHandlerError));
+  EXPECT_FALSE(MaySendAgain(raised, false));
+  EXPECT_FALSE(MaySendAgain(across(absl::InternalError("boom")), false));
+  EXPECT_FALSE(MaySendAgain(absl::OkStatus(), false));
+}
+
 TEST(GrpcStatusTest, AHandlersTracebackCrossesTheWireBounded) {
   const std::string tb = "Traceback (most recent call last):\n  File \"h.py\", line 3, in f\n";
   absl::Status s = WithTraceback(

@@ -26,6 +26,7 @@ struct FfiCallAttrs {
   double timeout = 60;
   bool has_side_effect = false;
   bool wait_for_ready = false;  // wait for the target within the timeout
+  int64_t retries = 2;          // sends again a call that did not run (MaySendAgain)
 };
 
 // One tensor in host memory. An aliased output's `data` is its input's.
@@ -66,7 +67,8 @@ auto BindCall(Binding&& b) {
       .template Attr<std::string_view>("attributes")
       .template Attr<double>("timeout")
       .template Attr<bool>("has_side_effect")
-      .template Attr<bool>("wait_for_ready");
+      .template Attr<bool>("wait_for_ready")
+      .template Attr<int64_t>("retries");
 }
 
 // Adds the cuda handler's capsule to `handlers` when built with CUDA.

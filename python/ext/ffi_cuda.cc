@@ -98,9 +98,9 @@ absl::Status RunOnHost(cudaStream_t stream, ffi::RemainingArgs& args, ffi::Remai
 ffi::Error CudaCall(cudaStream_t stream, ffi::RemainingArgs args, ffi::RemainingRets rets,
                     std::string_view target, std::string_view handler, std::string_view platform,
                     std::string_view aliases, std::string_view attributes, double timeout,
-                    bool has_side_effect, bool wait_for_ready) {
-  FfiCallAttrs attrs{target,     handler, platform,        aliases,
-                     attributes, timeout, has_side_effect, wait_for_ready};
+                    bool has_side_effect, bool wait_for_ready, int64_t retries) {
+  FfiCallAttrs attrs{target,  handler,         platform,       aliases, attributes,
+                     timeout, has_side_effect, wait_for_ready, retries};
   std::vector<std::unique_ptr<PinnedBuffer>> memory;
   absl::Status s = RunOnHost(stream, args, rets, attrs, memory);
   if (!s.ok()) {

@@ -1,16 +1,20 @@
 // The XLA FFI handler behind farcall.jax.buffer_callback on the CPU backend:
 // XLA's own buffers go to the agent through the C++ client, with no Python
 // and no GIL on the path. Built only when jaxlib's FFI headers were found.
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <random>
 #include <string>
 #include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "core/error_reason.h"
 #include "farcall/client.h"
 #include "nanobind/stl/string.h"
@@ -34,6 +38,15 @@ absl::string_view Absl(std::string_view s) { return absl::string_view(s.data(), 
 absl::Mutex clients_mu(absl::kConstInit);
 std::map<std::string, std::unique_ptr<Client>, std::less<>>* clients ABSL_GUARDED_BY(clients_mu) =
     new std::map<std::string, std::unique_ptr<Client>, std::less<>>();
+
+// A fresh call id: 128 random bits in hex.
+std::string FreshId() {
+  thread_local std::mt19937_64 gen([] {
+    std::random_device rd;
+    return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  }());
+  return absl::StrFormat("%016x%016x", gen(), gen());
+}
 
 absl::StatusOr<Client*> ClientFor(std::string_view key) {
   absl::MutexLock l(&clients_mu);
@@ -106,9 +119,9 @@ absl::Status DecodeAttributes(absl::string_view in, std::map<std::string, Attrib
 ffi::Error CpuCall(ffi::RemainingArgs args, ffi::RemainingRets rets, std::string_view target,
                    std::string_view handler, std::string_view platform, std::string_view aliases,
                    std::string_view attributes, double timeout, bool has_side_effect,
-                   bool wait_for_ready) {
-  FfiCallAttrs attrs{target,     handler, platform,        aliases,
-                     attributes, timeout, has_side_effect, wait_for_ready};
+                   bool wait_for_ready, int64_t retries) {
+  FfiCallAttrs attrs{target,  handler,         platform,       aliases, attributes,
+                     timeout, has_side_effect, wait_for_ready, retries};
   std::vector<HostTensor> in, out;
   for (size_t i = 0; i < args.size(); ++i) {
     ffi::ErrorOr<ffi::AnyBuffer> b = args.get<ffi::AnyBuffer>(i);
@@ -184,9 +197,24 @@ absl::Status CallRemote(const FfiCallAttrs& attrs, const std::vector<HostTensor>
   absl::StatusOr<Client*> client = ClientFor(attrs.target);
   if (!client.ok()) return client.status();
   CallOptions options;
-  options.timeout = absl::Seconds(attrs.timeout);
   options.wait_for_ready = attrs.wait_for_ready;
-  return (*client)->Call(req, options).status();
+  // One id for every attempt: an agent's ledger runs a call with side
+  // effects once however often it is sent.
+  options.call_id = FreshId();
+  const absl::Time deadline = absl::Now() + absl::Seconds(attrs.timeout);
+  absl::Duration pause = absl::Milliseconds(50);
+  for (int64_t attempt = 0;; ++attempt) {
+    options.timeout = deadline - absl::Now();
+    absl::Status s = (*client)->Call(req, options).status();
+    // A failed call loses nothing of XLA's (its buffers, donated or not,
+    // are untouched until it succeeds), so the step goes on if a retry does.
+    if (s.ok() || attempt >= attrs.retries || !MaySendAgain(s, attrs.has_side_effect) ||
+        absl::Now() + pause >= deadline) {
+      return s;
+    }
+    absl::SleepFor(pause);  // a restarting agent, a router's next probe
+    pause = std::min(pause * 2, absl::Seconds(1));
+  }
 }
 
 ffi::Error ToFfiError(const absl::Status& s) {

@@ -16,7 +16,8 @@ class Error(Exception):
     code = "UNKNOWN"
 
     def __init__(self, message: str = "", code: str | None = None,
-                 remote_traceback: str | None = None):
+                 remote_traceback: str | None = None, did_not_run: bool = False,
+                 from_handler: bool = False):
         super().__init__(message)
         if code is not None:
             self.code = code
@@ -24,6 +25,12 @@ class Error(Exception):
         # A Python handler's traceback on the agent (its last 20 frames, at
         # most 8 KiB), or None.
         self.remote_traceback = remote_traceback or None
+        # The call failed before any handler could run it (target
+        # unreachable, agent or router draining, inputs not delivered, no
+        # live agent): sending it again is safe (with its call_id).
+        self.did_not_run = bool(did_not_run)
+        # A handler raised it (not farcall's own refusal or a broken link).
+        self.from_handler = bool(from_handler)
 
     def __str__(self) -> str:
         text = f"{self.code}: {self.message}"
@@ -108,9 +115,11 @@ CODES = {
 _BY_CODE = {cls.code: cls for cls in Error.__subclasses__()}
 
 
-def make_error(code: str, message: str, remote_traceback: str | None = None) -> Error:
+def make_error(code: str, message: str, remote_traceback: str | None = None,
+               did_not_run: bool = False, from_handler: bool = False) -> Error:
     """The Error subclass for a gRPC code name."""
     cls = _BY_CODE.get(code, Error)
     if cls is Error:
-        return Error(message, code, remote_traceback)
-    return cls(message, remote_traceback=remote_traceback)
+        return Error(message, code, remote_traceback, did_not_run, from_handler)
+    return cls(message, remote_traceback=remote_traceback, did_not_run=did_not_run,
+               from_handler=from_handler)

@@ -28,6 +28,8 @@ How a call runs depends on the backend the JAX program is lowered for:
 from __future__ import annotations
 
 import functools
+import time
+import uuid
 from typing import Any, Mapping
 
 import jax
@@ -39,7 +41,7 @@ from jax._src import effects
 from jax._src import ffi as _jax_ffi
 from jax.interpreters import ad, batching, mlir
 
-from farcall import _client, _farcall, _tree
+from farcall import _client, _errors, _farcall, _tree
 
 _PLATFORMS = ("cpu", "cuda", "rocm", "oneapi")
 _FFI_TARGET = "farcall_buffer_call"
@@ -143,7 +145,8 @@ def buffer_callback(handler: str, result_shape_dtypes: object, *, target: str,
                     attributes: Mapping[str, Any] | None = None,
                     timeout: float | None = None, tls_ca: str | None = None,
                     tls_cert: str | None = None, tls_key: str | None = None,
-                    token: str | None = None, wait_for_ready: bool = False):
+                    token: str | None = None, wait_for_ready: bool = False,
+                    retries: int = 2):
     """Returns a function that runs ``handler`` on a farcall agent of
     ``platform``, reached at ``target`` (a router or an agent), with TLS and
     a bearer token as farcall.Client takes them (the secrets never enter
@@ -155,8 +158,17 @@ def buffer_callback(handler: str, result_shape_dtypes: object, *, target: str,
     surface as JAX runtime errors that contain the gRPC code and message.
     ``wait_for_ready=True`` makes a call wait, within its timeout, for a
     target that cannot be reached yet (an agent restarting) instead of
-    failing at once.
+    failing at once. ``retries`` (default 2) sends a failed call again, up
+    to that many times within its timeout, when it did not run: an agent or
+    router draining, inputs not delivered, no live agent, and, for calls
+    without side effects, a target unreachable or a connection broken (any
+    UNAVAILABLE no handler raised). A call with side effects keeps one
+    ``call_id`` across its attempts, so an agent runs it once. Through a
+    router each attempt goes to the agent the router names then.
     """
+    if not isinstance(retries, int) or retries < 0:
+        raise ValueError(f"farcall.jax.buffer_callback: retries must be an int >= 0; "
+                         f"got {retries!r}")
     if not isinstance(handler, str) or not handler:
         raise TypeError("farcall.jax.buffer_callback: handler must be a handler name (str)")
     flat_shape_dtypes, out_tree = tree_util.tree_flatten(result_shape_dtypes)
@@ -204,6 +216,7 @@ def buffer_callback(handler: str, result_shape_dtypes: object, *, target: str,
             raw_attributes=tuple(sorted((attributes or {}).items())),
             timeout=call_timeout,
             wait_for_ready=bool(wait_for_ready),
+            retries=int(retries),
             use_ffi=not _PREFER_HOST_CALLBACK,
         )
         return tree_util.tree_unflatten(out_tree, out_flat)
@@ -235,19 +248,22 @@ batching.primitive_batchers[farcall_call_p] = functools.partial(
 
 
 def _ffi_lowering(ctx, *args, handler, target, platform, has_side_effect,
-                  input_output_aliases, attributes, timeout, wait_for_ready, use_ffi, **params):
+                  input_output_aliases, attributes, timeout, wait_for_ready, retries, use_ffi,
+                  **params):
     if not use_ffi:
         return _callback_lowering(
             ctx, *args, handler=handler, target=target, platform=platform,
             has_side_effect=has_side_effect, input_output_aliases=input_output_aliases,
-            attributes=attributes, timeout=timeout, wait_for_ready=wait_for_ready, **params)
+            attributes=attributes, timeout=timeout, wait_for_ready=wait_for_ready,
+            retries=retries, **params)
     rule = jax.ffi.ffi_lowering(
         _FFI_TARGET, has_side_effect=has_side_effect,
         operand_output_aliases=dict(input_output_aliases))
     return rule(ctx, *args, target=target, handler=handler, platform=platform,
                 aliases=",".join(f"{i}:{o}" for i, o in input_output_aliases),
                 attributes=attributes, timeout=np.float64(timeout),
-                has_side_effect=bool(has_side_effect), wait_for_ready=bool(wait_for_ready))
+                has_side_effect=bool(has_side_effect), wait_for_ready=bool(wait_for_ready),
+                retries=np.int64(retries))
 
 
 # Host-path clients by (connection key, wait_for_ready), and what a key
@@ -283,16 +299,37 @@ def _client_for(key: str, wait_for_ready: bool = False) -> _client.Client:
     return c
 
 
+def _may_send_again(e: _errors.Error, has_side_effect: bool) -> bool:
+    """As the FFI path decides (core/error_reason.h, MaySendAgain)."""
+    if e.did_not_run:
+        return True
+    return (not has_side_effect and isinstance(e, _errors.UnavailableError)
+            and not e.from_handler)
+
+
 def _host_call(*args, handler, target, platform, result_avals, input_output_aliases,
-               has_side_effect, raw_attributes, timeout, wait_for_ready=False):
+               has_side_effect, raw_attributes, timeout, wait_for_ready=False, retries=2):
     """The call from a host callback: args are numpy arrays, maybe read-only."""
     aliased = {i for i, _ in input_output_aliases}
-    args = [np.array(a) if i in aliased else a for i, a in enumerate(args)]
-    out = _client_for(target, wait_for_ready).call(
-        handler, *args, results=[_client.Spec(a.shape, a.dtype) for a in result_avals],
-        platform=platform, input_output_aliases=dict(input_output_aliases),
-        attributes=dict(raw_attributes), has_side_effect=has_side_effect, timeout=timeout)
-    return tuple(out)
+    call_id = uuid.uuid4().hex  # one for every attempt
+    deadline = time.monotonic() + timeout
+    pause = 0.05
+    for attempt in range(retries + 1):
+        # Aliased args are copied afresh: a failed attempt may have written.
+        fresh = [np.array(a) if i in aliased else a for i, a in enumerate(args)]
+        try:
+            out = _client_for(target, wait_for_ready).call(
+                handler, *fresh, results=[_client.Spec(a.shape, a.dtype) for a in result_avals],
+                platform=platform, input_output_aliases=dict(input_output_aliases),
+                attributes=dict(raw_attributes), has_side_effect=has_side_effect,
+                timeout=max(deadline - time.monotonic(), 0.001), call_id=call_id)
+            return tuple(out)
+        except _errors.Error as e:
+            if (attempt >= retries or not _may_send_again(e, has_side_effect)
+                    or time.monotonic() + pause >= deadline):
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 1.0)
 
 
 def _callback_impl(*args, result_avals, has_side_effect, **params):
@@ -307,12 +344,12 @@ def _callback_impl(*args, result_avals, has_side_effect, **params):
 
 def _callback_lowering(ctx, *args, handler, target, platform, result_avals,
                        has_side_effect, input_output_aliases, raw_attributes, timeout,
-                       wait_for_ready=False, **_):
+                       wait_for_ready=False, retries=2, **_):
     impl = functools.partial(
         _callback_impl, handler=handler, target=target, platform=platform,
         result_avals=result_avals, has_side_effect=has_side_effect,
         input_output_aliases=input_output_aliases, raw_attributes=raw_attributes,
-        timeout=timeout, wait_for_ready=wait_for_ready)
+        timeout=timeout, wait_for_ready=wait_for_ready, retries=retries)
     return mlir.lower_fun(impl, multiple_results=True)(ctx, *args)
 
 

@@ -1,6 +1,8 @@
 """farcall.jax.buffer_callback: eager, jit, vmap, the FFI and host-callback
 paths, and JAX's own checks and messages."""
 
+import concurrent.futures
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -8,6 +10,7 @@ import pytest
 from jax.experimental.buffer_callback import buffer_callback as jax_buffer_callback
 
 import farcall.jax as fj
+from conftest import start_agent
 
 S8 = jax.ShapeDtypeStruct((8,), jnp.float32)
 
@@ -76,6 +79,43 @@ def test_wait_for_ready_reaches_the_agent(agent, path):
     f = fj.buffer_callback("scale", S8, target=agent.address, attributes={"alpha": 3.0},
                            wait_for_ready=True, timeout=10)
     np.testing.assert_array_equal(jax.jit(f)(jnp.ones(8, jnp.float32)), np.full(8, 3.0))
+
+
+def test_a_donated_step_survives_an_agent_restart_with_retries(path):
+    # The training step donates its state to an in-place remote update. The
+    # agent goes away between two steps and comes back on the same port
+    # while the next step runs: its retries reach the new agent, and the
+    # state (donated, so the failed attempts must not have consumed it)
+    # carries on.
+    first = start_agent()
+    port = first.port
+    update = fj.buffer_callback("scale", S8, target=first.address, input_output_aliases={0: 0},
+                                attributes={"alpha": 2.0}, retries=12, timeout=60)
+    step = jax.jit(update, donate_argnums=0)
+    x = step(jnp.ones(8, jnp.float32))
+    np.testing.assert_array_equal(x, np.full(8, 2.0))
+    assert first.stop() == 0
+    # Without retries the call fails at once: nothing listens.
+    lone = jax.jit(fj.buffer_callback("scale", S8, target=first.address,
+                                      attributes={"alpha": 2.0}, retries=0, timeout=60))
+    with pytest.raises(jax.errors.JaxRuntimeError) as e:
+        jax.block_until_ready(lone(jnp.ones(8, jnp.float32)))
+    assert "UNAVAILABLE" in str(e.value)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        # The step starts while nothing listens; the agent comes back meanwhile.
+        later = pool.submit(start_agent, f"--listen=127.0.0.1:{port}")
+        x = step(x)
+        second = later.result(timeout=60)
+    try:
+        np.testing.assert_array_equal(x, np.full(8, 4.0))
+        np.testing.assert_array_equal(step(x), np.full(8, 8.0))
+    finally:
+        assert second.stop() == 0
+
+
+def test_retries_must_be_a_count():
+    with pytest.raises(ValueError, match="retries must be an int >= 0"):
+        fj.buffer_callback("copy", S8, target="127.0.0.1:1", retries=-1)
 
 
 @pytest.mark.parametrize("method", ["sequential", "expand_dims"])
