@@ -344,6 +344,8 @@ AgentDescription DescriptionFromProto(const v1::AgentInfo& info) {
   d.shm_socket = info.shm_socket();
   d.shm_regions = info.shm_regions();
   d.offers_ucx = !info.ucx_address().empty();
+  d.calls_total = info.calls_total();
+  d.failed_calls_total = info.failed_calls_total();
   return d;
 }
 

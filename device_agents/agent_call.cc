@@ -129,6 +129,8 @@ void AgentCall::RecordOutcome(const absl::Status& status, const grpc::ByteBuffer
   // the label set without bound.
   const std::string handler = handler_ != nullptr ? handler_->name : "-";
   m.calls.With({platform, handler, absl::StatusCodeToString(status.code())}).Increment();
+  agent_.calls_ended.fetch_add(1, std::memory_order_relaxed);
+  if (!status.ok()) agent_.calls_failed.fetch_add(1, std::memory_order_relaxed);
   if (refused_ != nullptr) m.refused.With({refused_}).Increment();
   if (!status.ok() || log::DebugEnabled()) {
     const std::string line = absl::StrCat(

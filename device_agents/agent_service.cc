@@ -613,6 +613,8 @@ class AgentService final
     int64_t inflight = 0;
     for (const auto& d : s.backend.devices) inflight += d->active_calls.load();
     info->set_inflight_calls(inflight);
+    info->set_calls_total(s.calls_ended.load(std::memory_order_relaxed));
+    info->set_failed_calls_total(s.calls_failed.load(std::memory_order_relaxed));
     if (s.shm != nullptr) {
       info->set_shm_socket(s.shm->address());
       info->set_shm_regions(s.shm->region_count());

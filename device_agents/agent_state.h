@@ -7,6 +7,7 @@
 #ifndef FARCALL_DEVICE_AGENTS_AGENT_STATE_H_
 #define FARCALL_DEVICE_AGENTS_AGENT_STATE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -77,7 +78,10 @@ struct AgentState {
   // call_ids of calls with side effects, so that none runs twice (null: not
   // recorded).
   std::unique_ptr<CallLedger> ledger;
-  TokenTable tokens;                            // empty: calls need no token
+  TokenTable tokens;  // empty: calls need no token
+  // Calls ended, and those that failed (AgentInfo.calls_total).
+  std::atomic<uint64_t> calls_ended{0};
+  std::atomic<uint64_t> calls_failed{0};
   std::optional<CapabilityKey> capability_key;  // none: capabilities ignored
 
   // The id is final only once the port is bound, after serving has begun,

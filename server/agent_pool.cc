@@ -241,11 +241,25 @@ void AgentHandle::RecordError(absl::string_view error) {
   last_call_error_time = absl::Now();
 }
 
+// An agent's calls and failed calls: as the agent counts them (every call,
+// however it came: with lookaside none pass the router) at its last probe,
+// or the calls the router forwarded to it, whichever is more (those since
+// the probe, a restarted agent's earlier ones).
+std::pair<uint64_t, uint64_t> AgentPool::CallCounts(const Entry& e) {
+  const uint64_t forwarded = e.handle->calls_total.load(), failed = e.handle->errors_total.load();
+  if (!e.described) return {forwarded, failed};
+  return {std::max<uint64_t>(e.info.calls_total(), forwarded),
+          std::max<uint64_t>(e.info.failed_calls_total(), failed)};
+}
+
 void AgentPool::SampleRates() {
   const absl::Time now = absl::Now();
   absl::MutexLock l(&mu_);
   for (Entry& e : entries_) {
-    e.samples.push_back({now, e.handle->calls_total.load(), e.handle->errors_total.load()});
+    const auto [calls, errors] = CallCounts(e);
+    // A restarted agent counts from 0 again: its rates start afresh.
+    if (!e.samples.empty() && calls < e.samples.back().calls) e.samples.clear();
+    e.samples.push_back({now, calls, errors});
     while (e.samples.size() > 2 && now - e.samples.front().time > absl::Minutes(1)) {
       e.samples.pop_front();
     }
@@ -264,8 +278,7 @@ std::vector<AgentStatus> AgentPool::Status() const {
     a.health = v1::AgentEntry::Health_Name(e.health);
     a.probe_error = e.last_error;
     a.inflight = e.handle->inflight.load();
-    a.calls_total = e.handle->calls_total.load();
-    a.errors_total = e.handle->errors_total.load();
+    std::tie(a.calls_total, a.errors_total) = CallCounts(e);
     if (!e.samples.empty()) {
       const double seconds = absl::ToDoubleSeconds(now - e.samples.front().time);
       if (seconds > 0.5) {
@@ -336,7 +349,7 @@ v1::ListAgentsResponse AgentPool::List() const {
     *a->mutable_info() = e.info;
     a->set_health(e.health);
     a->set_inflight_calls(e.handle->inflight.load());
-    a->set_calls_total(e.handle->calls_total.load());
+    a->set_calls_total(CallCounts(e).first);
     a->set_last_error(e.last_error);
   }
   return r;

@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -132,6 +133,9 @@ class AgentPool {
   };
   // Takes a rate sample of every agent (each probe round).
   void SampleRates();
+  // The calls an agent ended and those that failed: its own count at the
+  // last probe, or the calls forwarded to it, whichever is more.
+  static std::pair<uint64_t, uint64_t> CallCounts(const Entry& e);
   struct Probe;
   // Health, then Describe when needed, asynchronously; `done` runs after
   // the outcome is recorded.

@@ -79,6 +79,16 @@ TEST_F(LookasideTest, CallsGoStraightToTheAgentsTheRouterNames) {
   // No call passed through it: the series is not there yet (-1).
   EXPECT_LE(
       RouterMetric("farcall_router_calls_total{code=\"OK\",handler=\"copy\",platform=\"cpu\"}"), 0);
+  // Yet its list (and status page) shows the calls, as the agents count them.
+  absl::StatusOr<std::vector<AgentStatus>> listed = client_->ListAgents(/*refresh=*/true);
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  uint64_t total = 0;
+  for (const AgentStatus& a : *listed) {
+    EXPECT_EQ(a.calls_total, a.info.calls_total);
+    EXPECT_EQ(a.info.failed_calls_total, 0u);
+    total += a.calls_total;
+  }
+  EXPECT_GE(total, 40u);
   // Same-host agents found through the router offer shared memory too.
   absl::StatusOr<CallResult> shm = CallOnFour(*client_, "copy", testing::SharedMemoryAtAnySize());
   ASSERT_TRUE(shm.ok()) << shm.status();

@@ -144,6 +144,8 @@ nb::dict AgentInfoToDict(const AgentDescription& a) {
   d["max_call_bytes"] = a.max_call_bytes;
   d["shm_socket"] = a.shm_socket;
   d["offers_ucx"] = a.offers_ucx;
+  d["calls_total"] = a.calls_total;
+  d["failed_calls_total"] = a.failed_calls_total;
   return d;
 }
 

@@ -67,14 +67,18 @@ class HandlerInfo:
 
 @dataclasses.dataclass(frozen=True)
 class AgentInfo:
-    agent_id: str
-    platform: str
-    version: str
-    devices: list
-    handlers: list
-    max_call_bytes: int
-    shm_socket: str
+    """An agent's description (``Client.describe()``, ``AgentEntry.info``)."""
+
+    agent_id: str  # "cpu-agent-PORT" unless --agent_id says otherwise
+    platform: str  # "cpu", "cuda", "rocm" or "oneapi"
+    version: str  # the agent's farcall version
+    devices: list  # DeviceInfo: ordinal, name, memory_bytes
+    handlers: list  # HandlerInfo: name, command_buffer_compatible, source
+    max_call_bytes: int  # larger calls are refused (RESOURCE_EXHAUSTED)
+    shm_socket: str  # where same-host clients register shared memory; "": none
     offers_ucx: bool  # the agent moves arrays over UCX for calls that ask
+    calls_total: int  # calls it ended since it started, however they came
+    failed_calls_total: int  # of those, the ones that ended with a code other than OK
 
     @classmethod
     def _from(cls, d: dict) -> "AgentInfo":
@@ -86,14 +90,14 @@ class AgentInfo:
 
 @dataclasses.dataclass(frozen=True)
 class AgentEntry:
-    """One agent as a router sees it."""
+    """One agent as a router sees it (``Client.agents()``)."""
 
-    address: str
-    info: AgentInfo
+    address: str  # HOST:PORT, as the router reaches it
+    info: AgentInfo  # its answer to the router's last probe
     health: str  # "SERVING", "NOT_SERVING", "DOWN" or "UNKNOWN"
-    inflight_calls: int
-    last_error: str
-    calls_total: int
+    inflight_calls: int  # calls it holds now, from every client
+    last_error: str  # why it is not serving, when it is not
+    calls_total: int  # calls it ended: info.calls_total, or those the router forwarded if more
 
 
 def _native(d: np.dtype) -> np.dtype:

@@ -255,6 +255,10 @@ struct AgentDescription {
   std::string shm_socket;      // where same-host clients register shared memory; empty: none
   int64_t shm_regions = 0;     // shared-memory regions mapped now
   bool offers_ucx = false;     // the agent moves tensors over UCX for calls that ask
+  // Calls the agent ended since it started, however they came, and those
+  // that failed (its own counts: with lookaside none pass a router).
+  uint64_t calls_total = 0;
+  uint64_t failed_calls_total = 0;
 };
 
 // One agent as a router sees it (Client::ListAgents).
@@ -265,6 +269,9 @@ struct AgentStatus {
   Health health = Health::kUnknown;
   int64_t inflight_calls = 0;
   std::string last_error;  // why it is not serving, when it is not
+  // The calls the agent ended: its own count at the router's last probe
+  // (info.calls_total: every call, however it came), or the calls the router
+  // forwarded to it, whichever is more.
   uint64_t calls_total = 0;
 };
 
