@@ -2,8 +2,10 @@
 # The main job: installs what is missing, builds, starts a CPU agent and a
 # router on localhost, makes an example axpy call that updates y in place
 # ({1: 0} aliasing), then runs a jax.jit training loop whose update step
-# runs on the agent (examples/jax_training_step.py). The processes stop when
-# the script ends, unless FARCALL_KEEP_RUNNING=1.
+# runs on the agent (examples/jax_training_step.py), and a small MLP whose
+# optimizer step runs on a Python agent that is killed and restarted
+# mid-run (examples/jax_mlp.py). The processes stop when the script ends,
+# unless FARCALL_KEEP_RUNNING=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install_deps.sh
@@ -54,6 +56,10 @@ build/client/farcall call axpy 'float32[8]:iota' 'float32[8]:ones' \
 echo
 echo '== from Python: a jax.jit training loop whose SGD update runs on the agent'
 .venv/bin/python examples/jax_training_step.py --target=127.0.0.1:$router_port
+echo
+echo '== a jitted MLP whose optimizer step (a JAX-style callback) runs on a Python agent,'
+echo '   which is killed and restarted halfway: the step waits for it and goes on'
+.venv/bin/python examples/jax_mlp.py
 if [ "${FARCALL_KEEP_RUNNING:-0}" = 1 ]; then
   echo "router: 127.0.0.1:$router_port  agent: 127.0.0.1:$agent_port (still running)"
 fi
