@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "core/call_validation.h"
+#include "core/log.h"
 #include "core/metrics.h"
 #include "core/tokens.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -86,10 +87,23 @@ void AgentPool::Resolve() {
   for (const std::string& source : sources_) {
     if (!IsMultiAgentSource(source)) continue;
     absl::StatusOr<std::vector<std::string>> addrs = ExpandAgentSource(source);
+    absl::MutexLock l(&mu_);
+    // Said once when an entry starts to name no agent (a mistyped name, a
+    // Service with no ready pods), and once when it names some again.
+    if (!addrs.ok() || addrs->empty()) {
+      if (empty_sources_.insert(source).second) {
+        log::Warning(
+            absl::StrCat("--agents entry '", source, "' names no agent",
+                         addrs.ok() ? "" : absl::StrCat(" (", addrs.status().message(), ")"),
+                         "; calls it should serve get UNAVAILABLE until it does."));
+      }
+    } else if (empty_sources_.erase(source) > 0) {
+      log::Info(
+          absl::StrCat("--agents entry '", source, "' names ", addrs->size(), " agent(s) again."));
+    }
     // A failed lookup keeps the agents already known: a DNS blip must not
     // empty the pool. Their own probes still tell whether they are live.
     if (!addrs.ok()) continue;
-    absl::MutexLock l(&mu_);
     std::erase_if(entries_, [&](const Entry& e) {
       const bool gone = e.source == source &&
                         std::find(addrs->begin(), addrs->end(), e.handle->address) == addrs->end();

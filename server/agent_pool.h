@@ -10,6 +10,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -131,6 +132,8 @@ class AgentPool {
     };
     std::deque<Sample> samples;
   };
+  // --agents entries that named no agent at their last lookup.
+  std::set<std::string> empty_sources_ ABSL_GUARDED_BY(mu_);
   // Takes a rate sample of every agent (each probe round).
   void SampleRates();
   // The calls an agent ended and those that failed: its own count at the

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import farcall
+from conftest import ROUTER_BIN, Server
 
 F32 = np.float32
 ALL_DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
@@ -254,3 +255,20 @@ def test_a_restarted_agent_is_reached_again_within_a_second():
             assert time.monotonic() - served < 2.0
         finally:
             second.stop()
+
+
+def test_a_router_says_when_an_agents_entry_names_no_agent():
+    # A mistyped name: the router serves, says so in its log, and its
+    # callers get the contract's UNAVAILABLE.
+    s = Server([ROUTER_BIN, "--listen=127.0.0.1:0",
+                "--agents=dns:///no-such-agent.invalid:50051"])
+    try:
+        with pytest.raises(farcall.UnavailableError) as e:
+            farcall.Client(s.address).call("copy", np.ones(4, F32),
+                                           results=[farcall.Spec((4,), F32)],
+                                           rpc="unary", timeout=10)
+        assert e.value.message == "no live agent serves platform 'cpu'."
+    finally:
+        assert s.stop() == 0
+    assert ("--agents entry 'dns:///no-such-agent.invalid:50051' names no agent" in s.output()), \
+        s.output()
