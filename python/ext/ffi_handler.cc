@@ -200,7 +200,7 @@ absl::Status CallRemote(const FfiCallAttrs& attrs, const std::vector<HostTensor>
   options.wait_for_ready = attrs.wait_for_ready;
   // One id for every attempt: an agent's ledger runs a call with side
   // effects once however often it is sent.
-  options.call_id = FreshId();
+  if (attrs.has_side_effect) options.call_id = FreshId();
   const absl::Time deadline = absl::Now() + absl::Seconds(attrs.timeout);
   absl::Duration pause = absl::Milliseconds(50);
   for (int64_t attempt = 0;; ++attempt) {
