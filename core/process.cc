@@ -16,6 +16,7 @@ sigset_t TerminationSet() {
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
   return set;
 }
 }  // namespace
@@ -27,11 +28,18 @@ void BlockTerminationSignals() {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 
-std::string WaitForTerminationSignal() {
+std::string WaitForTerminationSignal(const std::function<void(bool hangup)>& tick,
+                                     absl::Duration period) {
   sigset_t set = TerminationSet();
-  int sig = 0;
-  sigwait(&set, &sig);
-  return sig == SIGINT ? "SIGINT" : "SIGTERM";
+  for (;;) {
+    const int64_t ns = absl::ToInt64Nanoseconds(period);
+    timespec t{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+    const int sig = sigtimedwait(&set, nullptr, &t);
+    if (sig == SIGINT) return "SIGINT";
+    if (sig == SIGTERM) return "SIGTERM";
+    // SIGHUP, or the period ran out (sig < 0: EAGAIN, or EINTR).
+    if (tick) tick(sig == SIGHUP);
+  }
 }
 
 void ReportReady(int fd, int port, int metrics_port) {

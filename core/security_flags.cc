@@ -3,6 +3,9 @@
 #include <string>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "core/log.h"
+#include "core/metrics.h"
 
 ABSL_FLAG(std::string, tls_cert, "", "serve TLS with this PEM certificate chain");
 ABSL_FLAG(std::string, tls_key, "", "the PEM private key of --tls_cert");
@@ -41,6 +44,36 @@ absl::StatusOr<ServerSecurity> ServerSecurityFromFlags() {
     s.capability_key = *std::move(k);
   }
   return s;
+}
+
+namespace {
+
+metrics::Counter ReloadFailures() {
+  static auto* family = new metrics::CounterFamily(
+      "farcall_config_reload_failures_total",
+      "Reloads of a configuration file (SIGHUP, or the file changed) that failed; the process "
+      "kept what it had.",
+      {"file"});
+  return family->With({"tokens"});
+}
+
+}  // namespace
+
+void ExportReloadMetrics() { ReloadFailures().Increment(0); }
+
+void ReloadTokens(const TokenTable& tokens, bool force) {
+  if (tokens.path().empty()) return;
+  absl::StatusOr<bool> r = tokens.Reload(force);
+  if (!r.ok()) {
+    ReloadFailures().Increment();
+    log::Error(absl::StrCat("reloading the tokens failed; the ", tokens.size(),
+                            " token(s) loaded before stay in use: ", r.status().message()));
+    return;
+  }
+  if (*r) {
+    log::Info(absl::StrCat("tokens reloaded from ", tokens.path(), ": ", tokens.size(), " token(s)",
+                           force ? " (SIGHUP)" : " (the file changed)"));
+  }
 }
 
 }  // namespace farcall

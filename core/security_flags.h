@@ -31,6 +31,17 @@ struct ServerSecurity {
 // What the flags ask for; the files' errors name the flag and the path.
 absl::StatusOr<ServerSecurity> ServerSecurityFromFlags();
 
+// Rotation without restarts: reloads `tokens` from their --tokens_file when
+// the file changed (Kubernetes updates a mounted Secret in place), or, with
+// `force` (SIGHUP), whatever it holds, and logs that it did (never a token).
+// A reload that fails keeps the tokens there were, logs why, and counts
+// farcall_config_reload_failures_total{file="tokens"}. Does nothing for
+// tokens that came from no file. Call it from WaitForTerminationSignal's
+// tick.
+void ReloadTokens(const TokenTable& tokens, bool force);
+// farcall_config_reload_failures_total{file="tokens"} at 0 from start-up.
+void ExportReloadMetrics();
+
 }  // namespace farcall
 
 #endif  // FARCALL_CORE_SECURITY_FLAGS_H_

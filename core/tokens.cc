@@ -24,6 +24,13 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, absl::string_view 
   return ss.str();
 }
 
+// The SHA-256 of `bytes` (raw), to tell whether a file changed.
+std::string Sha256(absl::string_view bytes) {
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), digest);
+  return std::string(reinterpret_cast<const char*>(digest), sizeof(digest));
+}
+
 }  // namespace
 
 bool ConstantTimeEqual(absl::string_view a, absl::string_view b) {
@@ -50,7 +57,7 @@ std::string PrincipalOfToken(absl::string_view token) {
 }
 
 absl::StatusOr<TokenTable> TokenTable::Parse(absl::string_view text, absl::string_view source) {
-  TokenTable t;
+  auto entries = std::make_shared<Entries>();
   std::vector<int> lines;  // each entry's line, for the duplicate's message
   int line_no = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
@@ -70,8 +77,8 @@ absl::StatusOr<TokenTable> TokenTable::Parse(absl::string_view text, absl::strin
                                                      ": the token is shorter than ", kMinTokenBytes,
                                                      " bytes; use a long random one."));
     }
-    for (size_t i = 0; i < t.entries_.size(); ++i) {
-      if (ConstantTimeEqual(t.entries_[i].token, e.token)) {
+    for (size_t i = 0; i < entries->size(); ++i) {
+      if (ConstantTimeEqual((*entries)[i].token, e.token)) {
         return absl::InvalidArgumentError(absl::StrCat(
             source, " line ", line_no, ": the token repeats the one on line ", lines[i], "."));
       }
@@ -84,26 +91,74 @@ absl::StatusOr<TokenTable> TokenTable::Parse(absl::string_view text, absl::strin
         e.handlers.emplace_back(h);
       }
     }
-    t.entries_.push_back(std::move(e));
+    entries->push_back(std::move(e));
     lines.push_back(line_no);
   }
-  if (t.entries_.empty()) {
+  if (entries->empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the tokens file ", source,
         " holds no token; a server given --tokens_file never serves without tokens (list at "
         "least one 'TOKEN HANDLER[,HANDLER...]' line, or leave the flag out)."));
   }
+  TokenTable t;
+  t.shared_ = std::make_shared<Shared>();
+  absl::MutexLock l(&t.shared_->mu);
+  t.shared_->entries = std::move(entries);
   return t;
 }
 
 absl::StatusOr<TokenTable> TokenTable::Load(const std::string& path) {
   absl::StatusOr<std::string> text = ReadFile(path, "tokens file");
   if (!text.ok()) return text.status();
-  return Parse(*text, path);
+  absl::StatusOr<TokenTable> t = Parse(*text, path);
+  if (!t.ok()) return t.status();
+  t->shared_->path = path;
+  absl::MutexLock l(&t->shared_->mu);
+  t->shared_->loaded_digest = Sha256(*text);
+  return t;
 }
 
-const TokenTable::Entry* TokenTable::Find(absl::string_view authorization,
-                                          absl::Status* error) const {
+absl::StatusOr<bool> TokenTable::Reload(bool force) const {
+  if (shared_ == nullptr || shared_->path.empty()) {
+    return absl::FailedPreconditionError("these tokens were not loaded from a file.");
+  }
+  absl::StatusOr<std::string> text = ReadFile(shared_->path, "tokens file");
+  const std::string digest = text.ok() ? Sha256(*text) : std::string();
+  {
+    absl::MutexLock l(&shared_->mu);
+    if (!force && text.ok() &&
+        (digest == shared_->loaded_digest || digest == shared_->failed_digest)) {
+      return false;
+    }
+  }
+  absl::StatusOr<TokenTable> fresh =
+      text.ok() ? Parse(*text, shared_->path) : absl::StatusOr<TokenTable>(text.status());
+  absl::MutexLock l(&shared_->mu);
+  if (!fresh.ok()) {
+    shared_->failed_digest = digest;
+    return fresh.status();
+  }
+  shared_->entries = fresh->Snapshot();
+  shared_->loaded_digest = digest;
+  shared_->failed_digest.clear();
+  return true;
+}
+
+std::string TokenTable::path() const { return shared_ == nullptr ? "" : shared_->path; }
+
+std::shared_ptr<const TokenTable::Entries> TokenTable::Snapshot() const {
+  if (shared_ == nullptr) return nullptr;
+  absl::MutexLock l(&shared_->mu);
+  return shared_->entries;
+}
+
+size_t TokenTable::size() const {
+  std::shared_ptr<const Entries> e = Snapshot();
+  return e == nullptr ? 0 : e->size();
+}
+
+const TokenTable::Entry* TokenTable::Find(const Entries& entries, absl::string_view authorization,
+                                          absl::Status* error) {
   if (!absl::StartsWith(authorization, kBearerPrefix)) {
     *error = absl::UnauthenticatedError(
         "this server needs a bearer token: send 'authorization: Bearer TOKEN'.");
@@ -111,7 +166,7 @@ const TokenTable::Entry* TokenTable::Find(absl::string_view authorization,
   }
   absl::string_view token = authorization.substr(sizeof(kBearerPrefix) - 1);
   const Entry* found = nullptr;
-  for (const Entry& e : entries_) {
+  for (const Entry& e : entries) {
     // No early exit: every entry is compared whatever matched before.
     const bool eq = ConstantTimeEqual(e.token, token);
     if (eq && found == nullptr) found = &e;
@@ -123,17 +178,19 @@ const TokenTable::Entry* TokenTable::Find(absl::string_view authorization,
 }
 
 absl::Status TokenTable::Authenticate(absl::string_view authorization) const {
-  if (!required()) return absl::OkStatus();
+  std::shared_ptr<const Entries> entries = Snapshot();
+  if (entries == nullptr || entries->empty()) return absl::OkStatus();
   absl::Status error;
-  return Find(authorization, &error) != nullptr ? absl::OkStatus() : error;
+  return Find(*entries, authorization, &error) != nullptr ? absl::OkStatus() : error;
 }
 
 absl::Status TokenTable::Authorize(absl::string_view authorization, absl::string_view handler,
                                    std::string* principal) const {
   if (principal != nullptr) principal->clear();
-  if (!required()) return absl::OkStatus();
+  std::shared_ptr<const Entries> entries = Snapshot();  // held while `e` is used
+  if (entries == nullptr || entries->empty()) return absl::OkStatus();
   absl::Status error;
-  const Entry* e = Find(authorization, &error);
+  const Entry* e = Find(*entries, authorization, &error);
   if (e == nullptr) return error;
   bool allowed = e->all;
   for (const std::string& h : e->handlers) allowed = allowed || h == handler;

@@ -16,18 +16,26 @@
 //   absl::StatusOr<TokenTable> t = TokenTable::Load("/etc/farcall/tokens");
 //   absl::Status s = t->Authorize(authorization_value, "axpy");
 //
+// A table loaded from a file can be reloaded from it (SIGHUP, or the file
+// changed on disk: Reload), without a restart: calls in flight keep the
+// tokens they were checked against, later ones see the new file. A reload
+// that fails (the file unreadable, empty, with a short or repeated token)
+// keeps the tokens there were. Copies of a table share its tokens and
+// reloads.
+//
 // Tokens are compared in constant time (against every entry, whatever
-// matches), and no message or error ever contains one. Thread-safe after
-// construction.
+// matches), and no message or error ever contains one. Thread-safe.
 #ifndef FARCALL_CORE_TOKENS_H_
 #define FARCALL_CORE_TOKENS_H_
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 
 namespace farcall {
 
@@ -47,9 +55,18 @@ class TokenTable {
   static absl::StatusOr<TokenTable> Load(const std::string& path);
 
   // Whether calls need a token at all.
-  bool required() const { return !entries_.empty(); }
+  bool required() const { return size() > 0; }
   // How many tokens the table holds.
-  size_t size() const { return entries_.size(); }
+  size_t size() const;
+
+  // For a table Load made: reads its file again and, when its bytes changed
+  // since the last load (or `force`), replaces the tokens. True when it
+  // replaced them; the file's error (the tokens stay) when it could not. A
+  // file that failed is not tried again until it changes, or `force`.
+  // FAILED_PRECONDITION for a table with no file.
+  absl::StatusOr<bool> Reload(bool force) const;
+  // The file it was loaded from ("" for none).
+  std::string path() const;
 
   // For a call with the `authorization` metadata value `authorization`
   // (empty when absent): OK when no token is required, or the token is
@@ -68,11 +85,23 @@ class TokenTable {
     bool all = false;
     std::vector<std::string> handlers;
   };
-  // The entry whose token equals the presented one, or null; every entry is
-  // compared, in time that does not depend on where they differ.
-  const Entry* Find(absl::string_view authorization, absl::Status* error) const;
+  using Entries = std::vector<Entry>;
+  // The entry of `entries` whose token equals the presented one, or null;
+  // every entry is compared, in time that does not depend on where they
+  // differ.
+  static const Entry* Find(const Entries& entries, absl::string_view authorization,
+                           absl::Status* error);
+  // The tokens now (empty for a table with none).
+  std::shared_ptr<const Entries> Snapshot() const;
 
-  std::vector<Entry> entries_;
+  struct Shared {
+    mutable absl::Mutex mu;
+    std::shared_ptr<const Entries> entries ABSL_GUARDED_BY(mu);
+    std::string path;                               // "" unless loaded from a file
+    std::string loaded_digest ABSL_GUARDED_BY(mu);  // SHA-256 of the bytes in use
+    std::string failed_digest ABSL_GUARDED_BY(mu);  // of the last bytes that failed
+  };
+  std::shared_ptr<Shared> shared_;  // null: no tokens
 };
 
 // The token in a file of its own (the router's --agent_token_file, the

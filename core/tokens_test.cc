@@ -1,5 +1,9 @@
 #include "core/tokens.h"
 
+#include <cstdio>
+#include <fstream>
+#include <string>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -101,6 +105,45 @@ TEST(TokenTableTest, EachTokenIsAPrincipalNamedByItsDigest) {
   none = "stale";
   EXPECT_TRUE(TokenTable().Authorize("", "copy", &none).ok());
   EXPECT_EQ(none, "");
+}
+
+}  // namespace
+}  // namespace farcall
+
+namespace farcall {
+namespace {
+
+void Write(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+TEST(TokenTableReloadTest, AChangedFileReplacesTheTokensAndABadOneKeepsThem) {
+  const std::string path = ::testing::TempDir() + "/tokens_reload_test";
+  const std::string a(20, 'a'), b(20, 'b');
+  Write(path, a + " *\n");
+  absl::StatusOr<TokenTable> t = TokenTable::Load(path);
+  ASSERT_TRUE(t.ok()) << t.status();
+  const TokenTable copy = *t;                         // copies share the tokens and their reloads
+  EXPECT_EQ(t->Reload(false).value_or(true), false);  // unchanged
+  Write(path, b + " copy\n" + a + " *\n");
+  EXPECT_EQ(t->Reload(false).value_or(false), true);
+  EXPECT_EQ(copy.size(), 2u);
+  EXPECT_TRUE(copy.Authorize("Bearer " + b, "copy").ok());
+  // A file that would leave the server open is refused, and not read again
+  // until it changes (or is forced).
+  Write(path, "# none\n");
+  absl::StatusOr<bool> bad = t->Reload(false);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()), ::testing::HasSubstr("holds no token"));
+  EXPECT_EQ(t->Reload(false).value_or(true), false);
+  EXPECT_FALSE(t->Reload(true).ok());
+  EXPECT_EQ(copy.size(), 2u);
+  EXPECT_TRUE(copy.Authenticate("Bearer " + a).ok());
+  std::remove(path.c_str());
+  EXPECT_EQ(t->Reload(true).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(copy.Authenticate("Bearer " + b).ok());
+  // A table parsed from text has no file to reload.
+  absl::StatusOr<TokenTable> text = TokenTable::Parse(a + " *\n", "text");
+  ASSERT_TRUE(text.ok());
+  EXPECT_EQ(text->Reload(true).status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
 }  // namespace

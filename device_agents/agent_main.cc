@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/log.h"
 #include "core/process.h"
+#include "core/security_flags.h"
 #include "device_agents/agent_flags.h"
 #include "device_agents/agent_service.h"
 
@@ -28,6 +29,9 @@ int main(int argc, char** argv) {
   if (std::optional<int> code = farcall::agent::ListDevicesIfAsked(*options)) {
     std::_Exit(*code);
   }
+  // Shares its tokens with the server's: a reload here is the server's too.
+  const farcall::TokenTable tokens = options->tokens;
+  farcall::ExportReloadMetrics();
   auto server = farcall::agent::AgentServer::Start(*std::move(options));
   if (!server.ok()) {
     farcall::log::Error(server.status().ToString());
@@ -35,7 +39,8 @@ int main(int argc, char** argv) {
   }
   farcall::agent::AnnounceServing(**server);
 
-  std::string sig = farcall::WaitForTerminationSignal();
+  std::string sig = farcall::WaitForTerminationSignal(
+      [&tokens](bool hangup) { farcall::ReloadTokens(tokens, hangup); });
   farcall::log::Info(absl::StrCat(sig,
                                   " received: draining (NOT_SERVING, no new calls), "
                                   "then shutting down"));

@@ -60,7 +60,7 @@ void CancellationToken::SetDeadline(absl::Time deadline) {
 
 bool CancellationToken::cancelled() const {
   absl::MutexLock l(&mu_);
-  return cancelled_ || absl::Now() >= std::min(deadline_, caller_deadline_);
+  return cancelled_ || absl::Now() >= deadline_;
 }
 
 bool CancellationToken::deadline_passed() const {
@@ -80,9 +80,8 @@ absl::Time CancellationToken::deadline() const {
 
 bool CancellationToken::WaitFor(absl::Duration timeout) const {
   absl::MutexLock l(&mu_);
-  const absl::Time end = std::min(deadline_, caller_deadline_);
-  mu_.AwaitWithDeadline(absl::Condition(&cancelled_), std::min(absl::Now() + timeout, end));
-  return cancelled_ || absl::Now() >= end;
+  mu_.AwaitWithDeadline(absl::Condition(&cancelled_), std::min(absl::Now() + timeout, deadline_));
+  return cancelled_ || absl::Now() >= deadline_;
 }
 
 const FarcallApi* HandlerApi() { return &kApi; }

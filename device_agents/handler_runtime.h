@@ -29,9 +29,10 @@ class CancellationToken {
   bool cancelled() const;
   // Whether the SetDeadline deadline has passed.
   bool deadline_passed() const;
-  // The caller's own deadline, when it set one: the token counts as
-  // cancelled from then on too (gRPC cancels the call then anyway), but
-  // deadline_passed() still means only SetDeadline's.
+  // The caller's own deadline, when it set one. Only deadline() tells it:
+  // the token is cancelled when gRPC cancels the call at that deadline (the
+  // agent answering first would turn the caller's DEADLINE_EXCEEDED into
+  // the handler's CANCELLED).
   void SetCallerDeadline(absl::Time deadline);
   // The sooner of both (InfiniteFuture when none): what a handler has.
   absl::Time deadline() const;

@@ -83,6 +83,7 @@ int main(int argc, char** argv) {
     farcall::log::Error(bad.ToString());
     return 2;
   }
+  farcall::ExportReloadMetrics();
   auto router = farcall::router::RouterServer::Start(options);
   if (!router.ok()) {
     farcall::log::Error(router.status().ToString());
@@ -104,7 +105,10 @@ int main(int argc, char** argv) {
       "; flags: ", farcall::log::NonDefaultFlags()));
   farcall::ReportReady(absl::GetFlag(FLAGS_ready_fd), (*router)->port(), (*router)->metrics_port());
 
-  std::string sig = farcall::WaitForTerminationSignal();
+  // options.tokens shares its tokens with the router's: a reload here is
+  // the router's too.
+  std::string sig = farcall::WaitForTerminationSignal(
+      [&options](bool hangup) { farcall::ReloadTokens(options.tokens, hangup); });
   farcall::log::Info(absl::StrCat(sig,
                                   " received: draining (NOT_SERVING, no new calls), "
                                   "then shutting down"));

@@ -111,6 +111,8 @@ double MetricValue(const std::string& page, const std::string& name) {
   return std::stod(page.substr(at + name.size() + 2));
 }
 
+void ChildProcess::Signal(int sig) const { kill(pid_, sig); }
+
 void ChildProcess::Kill() {
   if (pid_ <= 0) return;
   kill(pid_, SIGKILL);

@@ -32,6 +32,8 @@ class ChildProcess {
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
   // SIGKILL, as if the host died; reaps the child.
   void Kill();
+  // Sends `sig` (SIGHUP: reload) and returns at once.
+  void Signal(int sig) const;
   // SIGTERM, then waits for the child to exit; its exit code (128 + the
   // signal if a signal ended it).
   int Terminate();

@@ -14,6 +14,7 @@
 #include "core/error_reason.h"
 #include "core/log.h"
 #include "core/metrics.h"
+#include "core/security_flags.h"
 #include "device_agents/agent_flags.h"
 #include "device_agents/agent_service.h"
 #include "device_agents/worker_pool.h"
@@ -143,11 +144,18 @@ absl::Status CallPython(const HeldObject& dispatch, const HeldObject& fn,
 
 class PyAgent {
  public:
-  explicit PyAgent(std::unique_ptr<AgentServer> server) : server_(std::move(server)) {}
+  PyAgent(std::unique_ptr<AgentServer> server, TokenTable tokens)
+      : server_(std::move(server)), tokens_(std::move(tokens)) {}
   ~PyAgent() { Shutdown(); }
 
   int port() const { return server_ ? server_->port() : 0; }
   std::string agent_id() const { return server_ ? server_->state().agent_id() : ""; }
+  // Reloads what may change without a restart (the tokens file): at SIGHUP
+  // (`force`), and every couple of seconds in case the file changed.
+  void ReloadConfig(bool force) {
+    nb::gil_scoped_release release;
+    ReloadTokens(tokens_, force);
+  }
   void Shutdown() {
     if (server_ == nullptr) return;
     std::unique_ptr<AgentServer> s = std::move(server_);
@@ -158,6 +166,7 @@ class PyAgent {
 
  private:
   std::unique_ptr<AgentServer> server_;
+  TokenTable tokens_;  // shares its tokens with the server's
 };
 
 // Parses `argv` as farcall-agent's flags and starts serving. Returns the
@@ -213,6 +222,8 @@ nb::object StartAgent(std::vector<std::string> argv,
     };
     options->in_process_handlers.push_back(std::move(h));
   }
+  const TokenTable tokens = options->tokens;
+  ExportReloadMetrics();
   absl::StatusOr<std::unique_ptr<AgentServer>> server;
   {
     nb::gil_scoped_release release;
@@ -223,7 +234,7 @@ nb::object StartAgent(std::vector<std::string> argv,
     return nb::int_(1);
   }
   agent::AnnounceServing(**server);
-  return nb::cast(std::make_unique<PyAgent>(*std::move(server)));
+  return nb::cast(std::make_unique<PyAgent>(*std::move(server), tokens));
 }
 
 // DLPack's code for a wire dtype; false for none.
@@ -307,6 +318,7 @@ void DefineAgent(nb::module_& m) {
   nb::class_<PyAgent>(m, "Agent")
       .def_prop_ro("port", &PyAgent::port)
       .def_prop_ro("agent_id", &PyAgent::agent_id)
+      .def("reload_config", &PyAgent::ReloadConfig, nb::arg("force"))
       .def("shutdown", &PyAgent::Shutdown);
   m.def("start_agent", &StartAgent, nb::arg("argv"), nb::arg("handlers"), nb::arg("dispatch"),
         nb::arg("python_threads"), nb::arg("python_max_threads"), nb::arg("source"));

@@ -334,16 +334,21 @@ def main(argv: list | None = None) -> int:
         print(f"farcall-agent: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
     stop = threading.Event()
+    hangup = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda signum, frame: stop.set())
+    # SIGHUP reloads the tokens file (as farcall-agent's does), never stops.
+    signal.signal(signal.SIGHUP, lambda signum, frame: hangup.set())
     agent = _farcall.start_agent(
         [prog] + flags, sorted(handlers.items()), _dispatch, n_threads, n_max,
         "python:" + paths)
     if isinstance(agent, int):
         return agent
     try:
-        while not stop.wait(3600):
-            pass
+        # Every 2 s: a tokens file that changed on disk is reloaded.
+        while not stop.wait(2):
+            agent.reload_config(hangup.is_set())
+            hangup.clear()
         print("farcall-agent: signal received, shutting down", file=sys.stderr)
     finally:
         agent.shutdown()

@@ -2,6 +2,7 @@
 
 import concurrent.futures
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -245,3 +246,30 @@ def test_a_call_with_side_effects_runs_once_per_call_id(client):
     with pytest.raises(farcall.AlreadyExistsError, match="already ran on this agent"):
         count(f"streamed-{unique}", rpc="stream")
     assert count(None) == n + 1
+
+
+def test_the_python_agent_reloads_its_tokens_on_sighup(tmp_path):
+    old, new = "o" * 32, "n" * 32
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"{old} *\n")
+    s = start_python_agent(f"--tokens_file={tokens}")
+    try:
+        def call(token):
+            return farcall.Client(s.address, token=token).call(
+                "py_affine", np.zeros(2, F32), results=[farcall.Spec((2,), F32)])
+        call(old)
+        (tmp_path / "tokens.new").write_text(f"{new} *\n")
+        os.rename(tmp_path / "tokens.new", tokens)
+        s.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                call(new)
+                break
+            except farcall.UnauthenticatedError:
+                assert time.monotonic() < deadline, "the new token was not taken within 10 s"
+        with pytest.raises(farcall.UnauthenticatedError):
+            call(old)
+    finally:
+        assert s.stop() == 0, s.output()
+    assert "tokens reloaded" in s.output()
