@@ -41,7 +41,8 @@ enum class Server { kAgent, kRouter };
 class ReloadTest : public ::testing::TestWithParam<Server> {
  protected:
   void SetUp() override {
-    path_ = absl::StrCat(::testing::TempDir(), "/tokens-", getpid(), "-", static_cast<int>(GetParam()));
+    path_ =
+        absl::StrCat(::testing::TempDir(), "/tokens-", getpid(), "-", static_cast<int>(GetParam()));
     WriteTokens(path_, absl::StrCat(kA, " *\n", kC, " *\n"));
     if (GetParam() == Server::kAgent) {
       auto a = ChildProcess::Start(FARCALL_AGENT_BIN,
@@ -54,9 +55,9 @@ class ReloadTest : public ::testing::TestWithParam<Server> {
       ASSERT_TRUE(a.ok()) << a.status();
       agent_ = *std::move(a);
       auto r = ChildProcess::Start(
-          FARCALL_ROUTER_BIN, {"--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0",
-                               absl::StrCat("--agents=", agent_->address()),
-                               absl::StrCat("--tokens_file=", path_)});
+          FARCALL_ROUTER_BIN,
+          {"--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0",
+           absl::StrCat("--agents=", agent_->address()), absl::StrCat("--tokens_file=", path_)});
       ASSERT_TRUE(r.ok()) << r.status();
       server_ = *std::move(r);
     }
