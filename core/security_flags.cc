@@ -1,9 +1,16 @@
 #include "core/security_flags.h"
 
+#include <ctime>
 #include <string>
+
+#include "openssl/bio.h"
+#include "openssl/pem.h"
+#include "openssl/x509.h"
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "core/log.h"
 #include "core/metrics.h"
 
@@ -20,6 +27,52 @@ ABSL_FLAG(std::string, capability_key_file, "",
           "agents verify them");
 
 namespace farcall {
+namespace {
+
+// When the first certificate in the PEM file at `path` stops being valid.
+absl::StatusOr<absl::Time> CertificateNotAfter(const std::string& path) {
+  BIO* bio = BIO_new_file(path.c_str(), "r");
+  if (bio == nullptr) return absl::NotFoundError(absl::StrCat("cannot read ", path, "."));
+  X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr);
+  BIO_free(bio);
+  if (cert == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " holds no PEM certificate."));
+  }
+  std::tm tm{};
+  const int ok = ASN1_TIME_to_tm(X509_get0_notAfter(cert), &tm);
+  X509_free(cert);
+  if (ok != 1) return absl::InvalidArgumentError(absl::StrCat(path, ": unreadable notAfter."));
+  return absl::FromTimeT(timegm(&tm));
+}
+
+// farcall_tls_certificate_expiry_timestamp_seconds for --tls_cert, and a
+// word in the log when it has expired or will within 14 days.
+void ExportCertificateExpiry(const std::string& path) {
+  absl::StatusOr<absl::Time> not_after = CertificateNotAfter(path);
+  if (!not_after.ok()) {
+    log::Warning(
+        absl::StrCat("--tls_cert: cannot tell when it expires: ", not_after.status().message()));
+    return;
+  }
+  static auto* family = new metrics::GaugeFamily(
+      "farcall_tls_certificate_expiry_timestamp_seconds",
+      "When the certificate this process serves TLS with (--tls_cert) expires, in seconds "
+      "since the epoch.",
+      {"certificate"});
+  family->With({"tls_cert"}).Set(static_cast<double>(absl::ToUnixSeconds(*not_after)));
+  const std::string when =
+      absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", *not_after, absl::UTCTimeZone());
+  const absl::Duration left = *not_after - absl::Now();
+  if (left <= absl::ZeroDuration()) {
+    log::Error(absl::StrCat("the certificate in --tls_cert (", path, ") expired on ", when,
+                            ": TLS clients will refuse this server until it is renewed."));
+  } else if (left < absl::Hours(24 * 14)) {
+    log::Warning(absl::StrCat("the certificate in --tls_cert (", path, ") expires on ", when,
+                              ", in less than 14 days: renew it."));
+  }
+}
+
+}  // namespace
 
 absl::StatusOr<ServerSecurity> ServerSecurityFromFlags() {
   ServerSecurity s;
@@ -31,6 +84,7 @@ absl::StatusOr<ServerSecurity> ServerSecurityFromFlags() {
   if (!creds.ok()) return creds.status();
   s.credentials = *std::move(creds);
   s.tls = !tls.files.cert.empty();
+  if (s.tls) ExportCertificateExpiry(tls.files.cert);
   const std::string tokens = absl::GetFlag(FLAGS_tokens_file);
   if (!tokens.empty()) {
     absl::StatusOr<TokenTable> t = TokenTable::Load(tokens);

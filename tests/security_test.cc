@@ -93,12 +93,20 @@ ClientOptions Tls(bool with_client_cert = false, std::string token = "") {
 
 TEST(SecurityTest, TlsAgentRefusesPlaintextAndServesTls) {
   const Pki& p = Certificates();
-  auto agent =
-      Start(FARCALL_AGENT_BIN, {"--tls_cert=" + p.server_cert, "--tls_key=" + p.server_key});
+  auto agent = Start(FARCALL_AGENT_BIN, {"--tls_cert=" + p.server_cert, "--tls_key=" + p.server_key,
+                                         "--metrics_listen=127.0.0.1:0"});
   ASSERT_NE(agent, nullptr);
   absl::Status plain = Copy(agent->address(), {});
   EXPECT_EQ(plain.code(), absl::StatusCode::kUnavailable) << plain;
   EXPECT_TRUE(Copy(agent->address(), Tls()).ok());
+  // Its certificate's expiry, for the alert 14 days ahead (the test's
+  // certificates last 2 days).
+  const double expiry = ::farcall::testing::MetricValue(
+      ::farcall::testing::HttpGet(agent->metrics_port(), "/metrics"),
+      "farcall_tls_certificate_expiry_timestamp_seconds{certificate=\"tls_cert\"}");
+  const double now = absl::ToUnixSeconds(absl::Now());
+  EXPECT_GT(expiry, now + 86400);
+  EXPECT_LT(expiry, now + 3 * 86400);
 }
 
 TEST(SecurityTest, MutualTlsNeedsAClientCertificate) {
