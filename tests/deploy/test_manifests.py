@@ -375,6 +375,37 @@ def test_agent_resources_devices_and_budget(rendered, rel):
             assert int(workers) <= _bytes(str(lim["cpu"]).rstrip("m")), name
 
 
+def test_network_policies_fence_agents_and_routers(rendered):
+    docs = rendered[""]
+    policies = {p["metadata"]["name"]: p["spec"] for p in _by_kind(docs, "NetworkPolicy")}
+    assert set(policies) == {"farcall-agents", "farcall-router"}
+    agents, router = policies["farcall-agents"], policies["farcall-router"]
+    # Every agent Deployment (cpu and the devices) is selected.
+    selector = agents["podSelector"]["matchLabels"]
+    for a in _agents(docs):
+        labels = a["spec"]["template"]["metadata"]["labels"]
+        assert selector.items() <= labels.items(), a["metadata"]["name"]
+    assert agents["policyTypes"] == ["Ingress"] and router["policyTypes"] == ["Ingress"]
+    client = {"namespaceSelector": {}, "podSelector": {"matchLabels": {"farcall.dev/client": "true"}}}
+    routers = {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "farcall-router"}}}
+    monitoring = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    # Agents: any TCP port (gRPC and UCX) from routers and labelled clients
+    # only; metrics from Prometheus's namespace only.
+    (calls, metrics) = agents["ingress"]
+    assert calls["from"] == [routers, client] and "ports" not in calls
+    assert metrics == {"from": [monitoring], "ports": [{"protocol": "TCP", "port": "metrics"}]}
+    # The router: gRPC from labelled clients; metrics and status page from
+    # Prometheus's namespace.
+    (calls, metrics) = router["ingress"]
+    assert calls == {"from": [client], "ports": [{"protocol": "TCP", "port": "grpc"}]}
+    assert metrics == {"from": [monitoring], "ports": [{"protocol": "TCP", "port": "metrics"}]}
+    # The named ports exist on the pods they fence.
+    for d in _by_kind(docs, "Deployment"):
+        ports = {p["name"] for c in d["spec"]["template"]["spec"]["containers"]
+                 for p in c.get("ports", [])}
+        assert {"grpc", "metrics"} <= ports, d["metadata"]["name"]
+
+
 def test_service_monitor_scrapes_every_metrics_port(rendered):
     docs = rendered[""]
     (sm,) = _by_kind(docs, "ServiceMonitor")
