@@ -32,12 +32,13 @@ namespace {
 
 // A call's args and results in bytes, summed without overflow (sizes come
 // from the caller's specs).
-int64_t TensorBytes(const client_internal::PreparedCall& call) {
-  int64_t total = 0;
-  for (const std::vector<int64_t>* v : {&call.validated.arg_bytes, &call.validated.result_bytes}) {
-    for (int64_t b : *v) total = b > INT64_MAX - total ? INT64_MAX : total + b;
-  }
+// `total` plus `sizes`, saturating: sizes come from the caller's specs.
+int64_t SaturatingSum(const std::vector<int64_t>& sizes, int64_t total = 0) {
+  for (int64_t b : sizes) total = b > INT64_MAX - total ? INT64_MAX : total + b;
   return total;
+}
+int64_t TensorBytes(const client_internal::PreparedCall& call) {
+  return SaturatingSum(call.validated.result_bytes, SaturatingSum(call.validated.arg_bytes));
 }
 
 // Whether any of a call's args lies in the caller's shared buffers.
@@ -618,16 +619,10 @@ absl::StatusOr<Client::Plan> Client::MakePlan(Impl& impl, const CallRequest& req
   }
   plan.unary = options.rpc == Rpc::kUnary;
   if (options.rpc == Rpc::kAuto) {
-    // Saturating sums: sizes come from the caller's specs.
-    auto total = [](const std::vector<int64_t>& sizes) {
-      int64_t t = 0;
-      for (int64_t b : sizes) t = b > INT64_MAX - t ? INT64_MAX : t + b;
-      return t;
-    };
     // Well under the servers' 64 MiB message limit, whatever chunk_bytes is.
     const int64_t unary_limit = std::min<int64_t>(options.chunk_bytes, int64_t{32} << 20);
-    plan.unary = total(prepared->validated.arg_bytes) <= unary_limit &&
-                 total(prepared->validated.result_bytes) <= unary_limit;
+    plan.unary = SaturatingSum(prepared->validated.arg_bytes) <= unary_limit &&
+                 SaturatingSum(prepared->validated.result_bytes) <= unary_limit;
   }
   const bool want_shm =
       options.transport == Transport::kShm ||
@@ -815,6 +810,8 @@ absl::StatusOr<SharedBuffer> Client::AllocateShared(size_t bytes) {
   b.region_ = *std::move(region);
   return b;
 }
+
+std::string NewCallId() { return client_internal::FreshCallId(); }
 
 const char* HealthName(AgentStatus::Health health) {
   switch (health) {

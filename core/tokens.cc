@@ -123,11 +123,13 @@ absl::StatusOr<bool> TokenTable::Reload(bool force) const {
     return absl::FailedPreconditionError("these tokens were not loaded from a file.");
   }
   absl::StatusOr<std::string> text = ReadFile(shared_->path, "tokens file");
-  const std::string digest = text.ok() ? Sha256(*text) : std::string();
+  // An unreadable file is "failed" like a bad one: not tried (and counted)
+  // again every tick until it changes, or `force`.
+  const std::string digest =
+      text.ok() ? Sha256(*text) : absl::StrCat("unreadable: ", text.status().message());
   {
     absl::MutexLock l(&shared_->mu);
-    if (!force && text.ok() &&
-        (digest == shared_->loaded_digest || digest == shared_->failed_digest)) {
+    if (!force && (digest == shared_->loaded_digest || digest == shared_->failed_digest)) {
       return false;
     }
   }

@@ -139,6 +139,7 @@ TEST(TokenTableReloadTest, AChangedFileReplacesTheTokensAndABadOneKeepsThem) {
   EXPECT_TRUE(copy.Authenticate("Bearer " + a).ok());
   std::remove(path.c_str());
   EXPECT_EQ(t->Reload(true).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(t->Reload(false).value_or(true), false);  // not again every tick
   EXPECT_TRUE(copy.Authenticate("Bearer " + b).ok());
   // A table parsed from text has no file to reload.
   absl::StatusOr<TokenTable> text = TokenTable::Parse(a + " *\n", "text");

@@ -5,13 +5,11 @@
 #include <cstring>
 #include <map>
 #include <memory>
-#include <random>
 #include <string>
 #include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -38,15 +36,6 @@ absl::string_view Absl(std::string_view s) { return absl::string_view(s.data(), 
 absl::Mutex clients_mu(absl::kConstInit);
 std::map<std::string, std::unique_ptr<Client>, std::less<>>* clients ABSL_GUARDED_BY(clients_mu) =
     new std::map<std::string, std::unique_ptr<Client>, std::less<>>();
-
-// A fresh call id: 128 random bits in hex.
-std::string FreshId() {
-  thread_local std::mt19937_64 gen([] {
-    std::random_device rd;
-    return (static_cast<uint64_t>(rd()) << 32) ^ rd();
-  }());
-  return absl::StrFormat("%016x%016x", gen(), gen());
-}
 
 absl::StatusOr<Client*> ClientFor(std::string_view key) {
   absl::MutexLock l(&clients_mu);
@@ -200,7 +189,7 @@ absl::Status CallRemote(const FfiCallAttrs& attrs, const std::vector<HostTensor>
   options.wait_for_ready = attrs.wait_for_ready;
   // One id for every attempt: an agent's ledger runs a call with side
   // effects once however often it is sent.
-  if (attrs.has_side_effect) options.call_id = FreshId();
+  if (attrs.has_side_effect) options.call_id = NewCallId();
   const absl::Time deadline = absl::Now() + absl::Seconds(attrs.timeout);
   absl::Duration pause = absl::Milliseconds(50);
   for (int64_t attempt = 0;; ++attempt) {

@@ -275,6 +275,10 @@ struct AgentStatus {
   uint64_t calls_total = 0;
 };
 
+// A fresh call id (128 random bits in hex), for a caller that sends one
+// logical call several times (CallOptions::call_id).
+std::string NewCallId();
+
 // "UNKNOWN", "SERVING", "NOT_SERVING" or "DOWN", as the wire names them.
 const char* HealthName(AgentStatus::Health health);
 
