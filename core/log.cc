@@ -1,6 +1,9 @@
 #include "core/log.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -12,12 +15,18 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "grpc/support/log.h"
 #include "spdlog/sinks/stdout_sinks.h"
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, log_level, "info",
           "least severe log lines written: debug (one per call), info, warning (failed "
           "calls) or error");
+ABSL_FLAG(std::string, log_format, "text",
+          "text (one readable line per event) or json (one JSON object per line, UTC times, "
+          "with the call id, handler and caller's principal on a call's lines)");
 
 namespace farcall::log {
 namespace {
@@ -28,8 +37,89 @@ std::shared_ptr<spdlog::logger>& Logger() {
   return *logger;
 }
 
-void Write(spdlog::level::level_enum level, absl::string_view message) {
-  Logger()->log(level, spdlog::string_view_t(message.data(), message.size()));
+std::atomic<bool> json{false};
+// The binary's name, for JSON lines (set once, before threads log).
+std::string& Binary() {
+  static auto* binary = new std::string("farcall");
+  return *binary;
+}
+
+spdlog::level::level_enum SpdLevel(Level level) {
+  switch (level) {
+    case Level::kDebug:
+      return spdlog::level::debug;
+    case Level::kInfo:
+      return spdlog::level::info;
+    case Level::kWarning:
+      return spdlog::level::warn;
+    case Level::kError:
+      break;
+  }
+  return spdlog::level::err;
+}
+
+const char* LevelName(Level level) {
+  switch (level) {
+    case Level::kDebug:
+      return "debug";
+    case Level::kInfo:
+      return "info";
+    case Level::kWarning:
+      return "warning";
+    case Level::kError:
+      break;
+  }
+  return "error";
+}
+
+void AddField(std::string& line, absl::string_view name, absl::string_view value) {
+  if (value.empty()) return;
+  absl::StrAppend(&line, ",\"", name, "\":\"", JsonEscape(value), "\"");
+}
+
+// One JSON object; `extra` is more fields, already written (",\"k\":v").
+std::string JsonLine(Level level, absl::string_view message, const CallFields& call,
+                     absl::string_view extra = "") {
+  std::string line = absl::StrCat(
+      "{\"time\":\"", absl::FormatTime("%Y-%m-%dT%H:%M:%E6SZ", absl::Now(), absl::UTCTimeZone()),
+      "\",\"level\":\"", LevelName(level), "\",\"binary\":\"", JsonEscape(Binary()), "\"");
+  AddField(line, "message", message);
+  AddField(line, "call_id", call.call_id);
+  AddField(line, "handler", call.handler);
+  AddField(line, "principal", call.principal);
+  AddField(line, "peer", call.peer);
+  AddField(line, "code", call.code);
+  absl::StrAppend(&line, extra, "}");
+  return line;
+}
+
+void Emit(Level level, absl::string_view message, const CallFields& call,
+          absl::string_view extra = "") {
+  const spdlog::level::level_enum l = SpdLevel(level);
+  if (!Logger()->should_log(l)) return;
+  if (json.load(std::memory_order_relaxed)) {
+    const std::string line = JsonLine(level, message, call, extra);
+    Logger()->log(l, spdlog::string_view_t(line.data(), line.size()));
+  } else {
+    Logger()->log(l, spdlog::string_view_t(message.data(), message.size()));
+  }
+}
+
+// gRPC's log lines, through the same logger.
+void FromGrpc(gpr_log_func_args* args) {
+  const Level level = args->severity == GPR_LOG_SEVERITY_ERROR  ? Level::kError
+                      : args->severity == GPR_LOG_SEVERITY_INFO ? Level::kInfo
+                                                                : Level::kDebug;
+  const char* file = args->file != nullptr ? args->file : "?";
+  if (const char* slash = std::strrchr(file, '/')) file = slash + 1;
+  const absl::string_view message = args->message != nullptr ? args->message : "";
+  if (json.load(std::memory_order_relaxed)) {
+    Emit(level, message, {},
+         absl::StrCat(",\"source\":\"grpc\",\"file\":\"", JsonEscape(file),
+                      "\",\"line\":", args->line));
+  } else {
+    Emit(level, absl::StrCat("grpc: ", file, ":", args->line, ": ", message), {});
+  }
 }
 
 // Flags of farcall's own sources (Abseil's and gRPC's stay out of --help).
@@ -56,17 +146,91 @@ absl::Status InitFromFlags(absl::string_view binary) {
     return absl::InvalidArgumentError(
         absl::StrCat("--log_level must be debug, info, warning or error; got '", level, "'."));
   }
-  Logger()->set_pattern(absl::StrCat("[%Y-%m-%d %H:%M:%S.%e] [", binary, "] [%l] %v"));
+  const std::string format = absl::AsciiStrToLower(absl::GetFlag(FLAGS_log_format));
+  if (format != "text" && format != "json") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--log_format must be text or json; got '", format, "'."));
+  }
+  Binary() = std::string(binary);
+  json = format == "json";
+  Logger()->set_pattern(json ? std::string("%v")
+                             : absl::StrCat("[%Y-%m-%d %H:%M:%S.%e] [", binary, "] [%l] %v"));
   Logger()->set_level(l);
   Logger()->flush_on(spdlog::level::trace);
+  gpr_set_log_function(FromGrpc);
   return absl::OkStatus();
 }
 
 bool DebugEnabled() { return Logger()->should_log(spdlog::level::debug); }
-void Debug(absl::string_view message) { Write(spdlog::level::debug, message); }
-void Info(absl::string_view message) { Write(spdlog::level::info, message); }
-void Warning(absl::string_view message) { Write(spdlog::level::warn, message); }
-void Error(absl::string_view message) { Write(spdlog::level::err, message); }
+void Write(Level level, absl::string_view message, const CallFields& call) {
+  Emit(level, message, call);
+}
+void Debug(absl::string_view message) { Emit(Level::kDebug, message, {}); }
+void Info(absl::string_view message) { Emit(Level::kInfo, message, {}); }
+void Warning(absl::string_view message) { Emit(Level::kWarning, message, {}); }
+void Error(absl::string_view message) { Emit(Level::kError, message, {}); }
+
+std::string PrintableCallId(absl::string_view id) {
+  static std::atomic<uint64_t> next{1};
+  if (id.empty()) return absl::StrCat("#", next.fetch_add(1, std::memory_order_relaxed));
+  std::string out;
+  for (char c : id.substr(0, 64)) out.push_back(absl::ascii_isgraph(c) ? c : '?');
+  return out;
+}
+
+std::string JsonEscape(absl::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  for (size_t i = 0; i < n;) {
+    const unsigned char c = p[i];
+    if (c == '"' || c == '\\') {
+      out.push_back('\\');
+      out.push_back(static_cast<char>(c));
+      ++i;
+    } else if (c < 0x20 || c == 0x7f) {
+      if (c == '\n') {
+        out += "\\n";
+      } else if (c == '\t') {
+        out += "\\t";
+      } else {
+        absl::StrAppend(&out, "\\u00", absl::Hex(c, absl::kZeroPad2));
+      }
+      ++i;
+    } else if (c < 0x80) {
+      out.push_back(static_cast<char>(c));
+      ++i;
+    } else {
+      // A UTF-8 sequence: its length from the lead byte, then continuation
+      // bytes, no overlong forms, surrogates or values past U+10FFFF.
+      size_t len = 0;
+      uint32_t cp = 0;
+      if (c >= 0xc2 && c <= 0xdf) {
+        len = 2, cp = c & 0x1f;
+      } else if (c >= 0xe0 && c <= 0xef) {
+        len = 3, cp = c & 0x0f;
+      } else if (c >= 0xf0 && c <= 0xf4) {
+        len = 4, cp = c & 0x07;
+      }
+      bool ok = len > 0 && i + len <= n;
+      for (size_t k = 1; ok && k < len; ++k) {
+        ok = (p[i + k] & 0xc0) == 0x80;
+        cp = (cp << 6) | (p[i + k] & 0x3f);
+      }
+      ok = ok && !(len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) &&
+           !(len == 4 && (cp < 0x10000 || cp > 0x10ffff));
+      if (ok) {
+        out.append(text.data() + i, len);
+        i += len;
+      } else {
+        out += "\xef\xbf\xbd";  // U+FFFD
+        ++i;
+      }
+    }
+  }
+  return out;
+}
 
 std::string NonDefaultFlags() {
   std::vector<std::string> set;

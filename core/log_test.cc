@@ -8,6 +8,7 @@
 #include "gtest/gtest.h"
 
 ABSL_DECLARE_FLAG(std::string, log_level);
+ABSL_DECLARE_FLAG(std::string, log_format);
 
 namespace farcall::log {
 namespace {
@@ -33,6 +34,52 @@ TEST(LogTest, NonDefaultFlagsNameOnlyWhatWasSet) {
   absl::SetFlag(&FLAGS_log_level, "error");
   EXPECT_THAT(NonDefaultFlags(), HasSubstr("--log_level=error"));
   absl::SetFlag(&FLAGS_log_level, "info");
+}
+
+TEST(LogTest, FormatsAreCheckedAndJsonLinesCarryTheCall) {
+  absl::SetFlag(&FLAGS_log_format, "xml");
+  absl::Status s = InitFromFlags("log_test");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "--log_format must be text or json; got 'xml'.");
+  absl::SetFlag(&FLAGS_log_format, "json");
+  ASSERT_TRUE(InitFromFlags("log_test").ok());
+  ::testing::internal::CaptureStderr();
+  Write(Level::kWarning, "call 7 failed: \"boom\"\n",
+        {"7", "copy", "token:0123456789ab", "", "INTERNAL"});
+  Debug("not written at info");
+  const std::string line = ::testing::internal::GetCapturedStderr();
+  EXPECT_THAT(line,
+              ::testing::MatchesRegex(
+                  "\\{\"time\":\"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:]{8}\\.[0-9]{6}Z\","
+                  "\"level\":\"warning\",\"binary\":\"log_test\","
+                  "\"message\":\"call 7 failed: \\\\\"boom\\\\\"\\\\n\","
+                  "\"call_id\":\"7\",\"handler\":\"copy\",\"principal\":\"token:0123456789ab\","
+                  "\"code\":\"INTERNAL\"\\}\n"));
+  absl::SetFlag(&FLAGS_log_format, "text");
+  ASSERT_TRUE(InitFromFlags("log_test").ok());
+}
+
+TEST(LogTest, JsonEscapeKeepsUtf8AndReplacesWhatIsNot) {
+  EXPECT_EQ(JsonEscape("plain"), "plain");
+  EXPECT_EQ(JsonEscape("a\"b\\c"), "a\\\"b\\\\c");
+  EXPECT_EQ(JsonEscape(std::string("\x01\t\x7f", 3)), "\\u0001\\t\\u007f");
+  EXPECT_EQ(JsonEscape("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x99\x82"),
+            "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x99\x82");
+  // A lone continuation byte, a truncated sequence, an overlong '/', a
+  // surrogate, and past U+10FFFF: each byte becomes U+FFFD.
+  EXPECT_EQ(JsonEscape("\x80"), "\xef\xbf\xbd");
+  EXPECT_EQ(JsonEscape("\xe2\x82"), "\xef\xbf\xbd\xef\xbf\xbd");
+  EXPECT_EQ(JsonEscape("\xc0\xaf"), "\xef\xbf\xbd\xef\xbf\xbd");
+  EXPECT_EQ(JsonEscape("\xed\xa0\x80"), "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd");
+  EXPECT_EQ(JsonEscape("\xf4\x90\x80\x80"), "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd");
+}
+
+TEST(LogTest, PrintableCallIdsAreBoundedAndNumberedWhenMissing) {
+  EXPECT_EQ(PrintableCallId("abc\n"), "abc?");
+  EXPECT_EQ(PrintableCallId(std::string(100, 'x')).size(), 64u);
+  const std::string a = PrintableCallId(""), b = PrintableCallId("");
+  EXPECT_EQ(a[0], '#');
+  EXPECT_NE(a, b);
 }
 
 }  // namespace

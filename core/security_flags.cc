@@ -1,11 +1,6 @@
 #include "core/security_flags.h"
 
-#include <ctime>
 #include <string>
-
-#include "openssl/bio.h"
-#include "openssl/pem.h"
-#include "openssl/x509.h"
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
@@ -29,29 +24,13 @@ ABSL_FLAG(std::string, capability_key_file, "",
 namespace farcall {
 namespace {
 
-// When the first certificate in the PEM file at `path` stops being valid.
-absl::StatusOr<absl::Time> CertificateNotAfter(const std::string& path) {
-  BIO* bio = BIO_new_file(path.c_str(), "r");
-  if (bio == nullptr) return absl::NotFoundError(absl::StrCat("cannot read ", path, "."));
-  X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr);
-  BIO_free(bio);
-  if (cert == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(path, " holds no PEM certificate."));
-  }
-  std::tm tm{};
-  const int ok = ASN1_TIME_to_tm(X509_get0_notAfter(cert), &tm);
-  X509_free(cert);
-  if (ok != 1) return absl::InvalidArgumentError(absl::StrCat(path, ": unreadable notAfter."));
-  return absl::FromTimeT(timegm(&tm));
-}
-
 // farcall_tls_certificate_expiry_timestamp_seconds for --tls_cert, and a
 // word in the log when it has expired or will within 14 days.
-void ExportCertificateExpiry(const std::string& path) {
-  absl::StatusOr<absl::Time> not_after = CertificateNotAfter(path);
-  if (!not_after.ok()) {
-    log::Warning(
-        absl::StrCat("--tls_cert: cannot tell when it expires: ", not_after.status().message()));
+void ExportCertificateExpiry(const ServerTlsFiles& files) {
+  const std::string& path = files.config().files.cert;
+  const absl::Time not_after = files.not_after();
+  if (not_after == absl::InfinitePast()) {
+    log::Warning(absl::StrCat("--tls_cert: cannot tell when ", path, " expires."));
     return;
   }
   static auto* family = new metrics::GaugeFamily(
@@ -59,10 +38,10 @@ void ExportCertificateExpiry(const std::string& path) {
       "When the certificate this process serves TLS with (--tls_cert) expires, in seconds "
       "since the epoch.",
       {"certificate"});
-  family->With({"tls_cert"}).Set(static_cast<double>(absl::ToUnixSeconds(*not_after)));
+  family->With({"tls_cert"}).Set(static_cast<double>(absl::ToUnixSeconds(not_after)));
   const std::string when =
-      absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", *not_after, absl::UTCTimeZone());
-  const absl::Duration left = *not_after - absl::Now();
+      absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", not_after, absl::UTCTimeZone());
+  const absl::Duration left = not_after - absl::Now();
   if (left <= absl::ZeroDuration()) {
     log::Error(absl::StrCat("the certificate in --tls_cert (", path, ") expired on ", when,
                             ": TLS clients will refuse this server until it is renewed."));
@@ -80,11 +59,20 @@ absl::StatusOr<ServerSecurity> ServerSecurityFromFlags() {
   tls.files = {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
                absl::GetFlag(FLAGS_tls_ca)};
   tls.require_client_cert = absl::GetFlag(FLAGS_require_client_cert);
-  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> creds = ServerCredentials(tls);
-  if (!creds.ok()) return creds.status();
-  s.credentials = *std::move(creds);
-  s.tls = !tls.files.cert.empty();
-  if (s.tls) ExportCertificateExpiry(tls.files.cert);
+  if (!tls.files.any()) {
+    if (tls.require_client_cert) {
+      return absl::InvalidArgumentError(
+          "--require_client_cert needs TLS: --tls_cert, --tls_key and --tls_ca.");
+    }
+    s.credentials = grpc::InsecureServerCredentials();
+  } else {
+    absl::StatusOr<std::shared_ptr<ServerTlsFiles>> files = ServerTlsFiles::Create(tls);
+    if (!files.ok()) return files.status();
+    s.tls_files = *std::move(files);
+    s.credentials = s.tls_files->credentials();
+    s.tls = true;
+    ExportCertificateExpiry(*s.tls_files);
+  }
   const std::string tokens = absl::GetFlag(FLAGS_tokens_file);
   if (!tokens.empty()) {
     absl::StatusOr<TokenTable> t = TokenTable::Load(tokens);
@@ -102,24 +90,20 @@ absl::StatusOr<ServerSecurity> ServerSecurityFromFlags() {
 
 namespace {
 
-metrics::Counter ReloadFailures() {
+metrics::Counter ReloadFailures(const char* file) {
   static auto* family = new metrics::CounterFamily(
       "farcall_config_reload_failures_total",
       "Reloads of a configuration file (SIGHUP, or the file changed) that failed; the process "
       "kept what it had.",
       {"file"});
-  return family->With({"tokens"});
+  return family->With({file});
 }
-
-}  // namespace
-
-void ExportReloadMetrics() { ReloadFailures().Increment(0); }
 
 void ReloadTokens(const TokenTable& tokens, bool force) {
   if (tokens.path().empty()) return;
   absl::StatusOr<bool> r = tokens.Reload(force);
   if (!r.ok()) {
-    ReloadFailures().Increment();
+    ReloadFailures("tokens").Increment();
     log::Error(absl::StrCat("reloading the tokens failed; the ", tokens.size(),
                             " token(s) loaded before stay in use: ", r.status().message()));
     return;
@@ -128,6 +112,38 @@ void ReloadTokens(const TokenTable& tokens, bool force) {
     log::Info(absl::StrCat("tokens reloaded from ", tokens.path(), ": ", tokens.size(), " token(s)",
                            force ? " (SIGHUP)" : " (the file changed)"));
   }
+}
+
+void ReloadTls(ServerTlsFiles& files, bool force) {
+  absl::StatusOr<bool> r = files.Reload(force);
+  if (!r.ok()) {
+    ReloadFailures("tls").Increment();
+    log::Error(
+        absl::StrCat("reloading the TLS files failed; the certificate loaded before stays "
+                     "in use: ",
+                     r.status().message()));
+    return;
+  }
+  if (*r) {
+    log::Info(absl::StrCat("TLS files reloaded (", files.config().files.cert,
+                           force ? ", SIGHUP" : ", the files changed",
+                           "): new connections use them within a second"));
+    ExportCertificateExpiry(files);
+  }
+}
+
+}  // namespace
+
+ReloadableFiles ServerSecurity::reloadable() const { return {tokens, tls_files}; }
+
+void ExportReloadMetrics() {
+  ReloadFailures("tokens").Increment(0);
+  ReloadFailures("tls").Increment(0);
+}
+
+void ReloadFiles(const ReloadableFiles& files, bool force) {
+  ReloadTokens(files.tokens, force);
+  if (files.tls != nullptr) ReloadTls(*files.tls, force);
 }
 
 }  // namespace farcall

@@ -18,28 +18,41 @@
 #include "core/capability.h"
 #include "core/tokens.h"
 #include "core/wire/security.h"
+#include "core/wire/server_tls.h"
 
 namespace farcall {
 
+// The files a process re-reads while it serves (see ReloadFiles). Copies
+// share what they reload.
+struct ReloadableFiles {
+  TokenTable tokens;                    // from no file: nothing to reload
+  std::shared_ptr<ServerTlsFiles> tls;  // null: plaintext
+};
+
 struct ServerSecurity {
   std::shared_ptr<grpc::ServerCredentials> credentials;
-  bool tls = false;  // the credentials are TLS (else plaintext)
+  bool tls = false;                           // the credentials are TLS (else plaintext)
+  std::shared_ptr<ServerTlsFiles> tls_files;  // with tls: what the credentials follow
   TokenTable tokens;
   std::optional<CapabilityKey> capability_key;
+
+  ReloadableFiles reloadable() const;
 };
 
 // What the flags ask for; the files' errors name the flag and the path.
 absl::StatusOr<ServerSecurity> ServerSecurityFromFlags();
 
-// Rotation without restarts: reloads `tokens` from their --tokens_file when
-// the file changed (Kubernetes updates a mounted Secret in place), or, with
-// `force` (SIGHUP), whatever it holds, and logs that it did (never a token).
-// A reload that fails keeps the tokens there were, logs why, and counts
-// farcall_config_reload_failures_total{file="tokens"}. Does nothing for
-// tokens that came from no file. Call it from WaitForTerminationSignal's
-// tick.
-void ReloadTokens(const TokenTable& tokens, bool force);
-// farcall_config_reload_failures_total{file="tokens"} at 0 from start-up.
+// Rotation without restarts: re-reads the tokens file and the TLS files
+// when they changed (Kubernetes updates a mounted Secret in place), or, with
+// `force` (SIGHUP), whatever they hold, and logs that it did (never a token
+// or a key). A reload that fails keeps what was in use, logs why once, and
+// counts farcall_config_reload_failures_total{file="tokens"|"tls"}; the same
+// bad bytes are not retried until they change or SIGHUP. A new certificate
+// updates farcall_tls_certificate_expiry_timestamp_seconds. Call it from
+// WaitForTerminationSignal's tick.
+void ReloadFiles(const ReloadableFiles& files, bool force);
+// farcall_config_reload_failures_total{file="tokens"|"tls"} at 0 from
+// start-up.
 void ExportReloadMetrics();
 
 }  // namespace farcall

@@ -27,16 +27,6 @@
 namespace farcall::agent {
 namespace {
 
-// The client's call id as a log line may show it: printable, bounded, or
-// the agent's own number for the call when the client gave none.
-std::string CallIdForLog(absl::string_view id) {
-  static std::atomic<uint64_t> next{1};
-  if (id.empty()) return absl::StrCat("#", next.fetch_add(1, std::memory_order_relaxed));
-  std::string out;
-  for (char c : id.substr(0, 64)) out.push_back(absl::ascii_isgraph(c) ? c : '?');
-  return out;
-}
-
 // A tensor inside a client's shared-memory region; keeps the region mapped.
 class RegionView final : public DeviceMemory {
  public:
@@ -133,12 +123,15 @@ void AgentCall::RecordOutcome(const absl::Status& status, const grpc::ByteBuffer
   if (!status.ok()) agent_.calls_failed.fetch_add(1, std::memory_order_relaxed);
   if (refused_ != nullptr) m.refused.With({refused_}).Increment();
   if (!status.ok() || log::DebugEnabled()) {
+    const std::string call_id = log::PrintableCallId(header_.call_id());
+    const std::string code = absl::StatusCodeToString(status.code());
     const std::string line = absl::StrCat(
-        "call ", CallIdForLog(header_.call_id()), " ", handler, " on ", platform, " from ",
-        peer_.empty() ? "-" : peer_, ": ", absl::StatusCodeToString(status.code()),
+        "call ", call_id, " ", handler, " on ", platform, " from ", peer_.empty() ? "-" : peer_,
+        ": ", code,
         status.ok() ? absl::StrCat(" in ", absl::FormatDuration(absl::Now() - header_time_))
                     : absl::StrCat(": ", status.message().substr(0, 512)));
-    status.ok() ? log::Debug(line) : log::Warning(line);
+    log::Write(status.ok() ? log::Level::kDebug : log::Level::kWarning, line,
+               {call_id, handler, principal_, peer_, code});
   }
   if (assembler_) {
     m.received.With({platform})

@@ -142,6 +142,7 @@ absl::StatusOr<AgentServer::Options> AgentOptionsFromFlags() {
   FARCALL_ASSIGN_OR_RETURN(ServerSecurity security, ServerSecurityFromFlags());
   options.credentials = std::move(security.credentials);
   options.tls = security.tls;
+  options.tls_files = security.tls_files;
   options.tokens = std::move(security.tokens);
   options.capability_key = std::move(security.capability_key);
   options.workers = absl::GetFlag(FLAGS_workers);

@@ -29,8 +29,9 @@ int main(int argc, char** argv) {
   if (std::optional<int> code = farcall::agent::ListDevicesIfAsked(*options)) {
     std::_Exit(*code);
   }
-  // Shares its tokens with the server's: a reload here is the server's too.
-  const farcall::TokenTable tokens = options->tokens;
+  // Shares its tokens and TLS files with the server's: a reload here is the
+  // server's too.
+  const farcall::ReloadableFiles files{options->tokens, options->tls_files};
   farcall::ExportReloadMetrics();
   auto server = farcall::agent::AgentServer::Start(*std::move(options));
   if (!server.ok()) {
@@ -40,7 +41,7 @@ int main(int argc, char** argv) {
   farcall::agent::AnnounceServing(**server);
 
   std::string sig = farcall::WaitForTerminationSignal(
-      [&tokens](bool hangup) { farcall::ReloadTokens(tokens, hangup); });
+      [&files](bool hangup) { farcall::ReloadFiles(files, hangup); });
   farcall::log::Info(absl::StrCat(sig,
                                   " received: draining (NOT_SERVING, no new calls), "
                                   "then shutting down"));

@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "core/wire/grpc_server.h"
 #include "core/wire/protocol.h"
+#include "core/wire/server_tls.h"
 #include "device_agents/agent_call.h"
 #include "device_agents/idle_watchdog.h"
 #include "grpcpp/security/server_credentials.h"
@@ -69,6 +70,9 @@ class AgentServer {
     std::shared_ptr<grpc::ServerCredentials> credentials;
     bool tls = false;  // `credentials` are TLS (it turns UCX off, see `ucx`)
     TokenTable tokens;
+    // The TLS files `credentials` follow (core/wire/server_tls.h); the
+    // server keeps none of it: whoever reloads (agent_main) takes it.
+    std::shared_ptr<ServerTlsFiles> tls_files;
     // Verifies the capabilities a router mints (core/capability.h); none:
     // capabilities are ignored and callers need tokens (if any).
     std::optional<CapabilityKey> capability_key;

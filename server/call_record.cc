@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "core/log.h"
 #include "core/metrics.h"
 
 namespace farcall::router {
@@ -68,6 +69,11 @@ void CountResolve(absl::string_view platform, absl::string_view handler, absl::S
       .Increment();
 }
 
+void CallRecord::Identify(absl::string_view call_id, absl::string_view principal) {
+  call_id_ = log::PrintableCallId(call_id);
+  principal_ = std::string(principal);
+}
+
 void CallRecord::Routed(Platform p, const std::string& handler) {
   platform_ = std::string(PlatformName(p));
   handler_ = handler;  // the pool found it registered: bounded label set
@@ -101,6 +107,16 @@ void CallRecord::Finished(const grpc::Status& s) {
   }
   if (!s.ok() && agent != nullptr) {
     agent->RecordError(absl::StrCat(code, ": ", s.error_message()));
+  }
+  if (!s.ok() || log::DebugEnabled()) {
+    if (call_id_.empty()) call_id_ = log::PrintableCallId("");
+    const std::string line = absl::StrCat(
+        "call ", call_id_, " ", handler_, " on ", platform_, " from ", peer_.empty() ? "-" : peer_,
+        agent != nullptr ? absl::StrCat(" via ", agent->address) : "", ": ", code,
+        s.ok() ? absl::StrCat(" in ", absl::FormatDuration(absl::Now() - start_))
+               : absl::StrCat(": ", absl::string_view(s.error_message()).substr(0, 512)));
+    log::Write(s.ok() ? log::Level::kDebug : log::Level::kWarning, line,
+               {call_id_, handler_ == "-" ? "" : handler_, principal_, peer_, code});
   }
 }
 

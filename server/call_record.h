@@ -1,7 +1,8 @@
 // The record of one routed call, and the router's call metrics it counts
 // (declared once, in call_record.cc): labels, timing, bytes in and out,
 // refusals by reason, and the last agent tried, whose error counts for the
-// status page when the call fails.
+// status page when the call fails; a failed call's log line (every call's,
+// at --log_level=debug).
 //
 // Thread safety: a CallRecord may be used from any of its call's threads.
 #ifndef FARCALL_SERVER_CALL_RECORD_H_
@@ -24,6 +25,13 @@ namespace farcall::router {
 
 class CallRecord {
  public:
+  // Who calls, for the log line of a failed call: the caller's address,
+  // then the call's id and the caller's principal once it is authorized.
+  CallRecord& From(absl::string_view peer) {
+    peer_ = std::string(peer);
+    return *this;
+  }
+  void Identify(absl::string_view call_id, absl::string_view principal);
   void Routed(Platform p, const std::string& handler);
   // Refused before reaching an agent: limit, auth, platform, no_agent or
   // draining.
@@ -38,6 +46,7 @@ class CallRecord {
   absl::Time start_ = absl::Now();
   std::string platform_ = "-";
   std::string handler_ = "-";
+  std::string call_id_, principal_, peer_;
   absl::Mutex mu_;
   std::shared_ptr<AgentHandle> agent_ ABSL_GUARDED_BY(mu_);  // the last one tried
 };

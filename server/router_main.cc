@@ -62,8 +62,12 @@ int main(int argc, char** argv) {
   }
   options.grpc_limits = *grpc_limits;
   options.header_limits = *limits;
+  // Shares the router's tokens and TLS files: a reload here is the
+  // router's too.
+  farcall::ReloadableFiles reloadable;
   absl::Status bad = [&]() -> absl::Status {
     FARCALL_ASSIGN_OR_RETURN(farcall::ServerSecurity security, farcall::ServerSecurityFromFlags());
+    reloadable = security.reloadable();
     options.credentials = std::move(security.credentials);
     options.tokens = std::move(security.tokens);
     options.capability_key = std::move(security.capability_key);
@@ -105,10 +109,8 @@ int main(int argc, char** argv) {
       "; flags: ", farcall::log::NonDefaultFlags()));
   farcall::ReportReady(absl::GetFlag(FLAGS_ready_fd), (*router)->port(), (*router)->metrics_port());
 
-  // options.tokens shares its tokens with the router's: a reload here is
-  // the router's too.
   std::string sig = farcall::WaitForTerminationSignal(
-      [&options](bool hangup) { farcall::ReloadTokens(options.tokens, hangup); });
+      [&reloadable](bool hangup) { farcall::ReloadFiles(reloadable, hangup); });
   farcall::log::Info(absl::StrCat(sig,
                                   " received: draining (NOT_SERVING, no new calls), "
                                   "then shutting down"));

@@ -118,6 +118,7 @@ absl::StatusOr<Route> RouteCall(const Shared& shared, const grpc::ByteBuffer& fi
     record.Refused("auth");
     return WithReason(s, ErrorReason::kAuthRefused);
   }
+  record.Identify(header.call_id(), principal);
   absl::StatusOr<ValidatedCall> v =
       ValidateCall(DescriptorFromProto(header), shared.max_call_bytes, "router");
   if (!v.ok()) {
@@ -204,7 +205,8 @@ class ForwardingExecute final : public grpc::ServerBidiReactor<grpc::ByteBuffer,
         return FinishUp(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                      "the call ended before its header was sent."));
       }
-      absl::StatusOr<Route> r = RouteCall(shared_, up_in_, AuthorizationOf(*server_ctx_), record_);
+      absl::StatusOr<Route> r = RouteCall(shared_, up_in_, AuthorizationOf(*server_ctx_),
+                                          record_.From(server_ctx_->peer()));
       if (!r.ok()) return FinishUp(ToGrpcStatus(r.status()));
       route_ = std::move(*r);
       record_.Routed(route_.platform, route_.handler);
@@ -463,7 +465,8 @@ class ForwardingCall final : public grpc::ServerUnaryReactor, public RefCounted 
       FinishAndRecord(Draining());
       return;
     }
-    absl::StatusOr<Route> r = RouteCall(shared_, *request_, AuthorizationOf(*server_ctx_), record_);
+    absl::StatusOr<Route> r = RouteCall(shared_, *request_, AuthorizationOf(*server_ctx_),
+                                        record_.From(server_ctx_->peer()));
     if (!r.ok()) {
       FinishAndRecord(ToGrpcStatus(r.status()));
       return;

@@ -24,39 +24,6 @@ absl::StatusOr<std::string> ReadPem(const std::string& path, const char* flag) {
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const ServerTls& tls) {
-  const TlsFiles& f = tls.files;
-  if (!f.any()) {
-    if (tls.require_client_cert) {
-      return absl::InvalidArgumentError(
-          "--require_client_cert needs TLS: --tls_cert, --tls_key and --tls_ca.");
-    }
-    return grpc::InsecureServerCredentials();
-  }
-  if (f.cert.empty() || f.key.empty()) {
-    return absl::InvalidArgumentError("TLS needs both --tls_cert and --tls_key.");
-  }
-  if (tls.require_client_cert && f.ca.empty()) {
-    return absl::InvalidArgumentError(
-        "--require_client_cert needs --tls_ca, the CA that signs client certificates.");
-  }
-  grpc::SslServerCredentialsOptions opts(
-      tls.require_client_cert ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
-      : f.ca.empty()          ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
-                              : GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY);
-  absl::StatusOr<std::string> cert = ReadPem(f.cert, "--tls_cert");
-  if (!cert.ok()) return cert.status();
-  absl::StatusOr<std::string> key = ReadPem(f.key, "--tls_key");
-  if (!key.ok()) return key.status();
-  opts.pem_key_cert_pairs.push_back({*key, *cert});
-  if (!f.ca.empty()) {
-    absl::StatusOr<std::string> ca = ReadPem(f.ca, "--tls_ca");
-    if (!ca.ok()) return ca.status();
-    opts.pem_root_certs = *ca;
-  }
-  return grpc::SslServerCredentials(opts);
-}
-
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(const TlsFiles& f) {
   if (!f.any()) return grpc::InsecureChannelCredentials();
   if (f.cert.empty() != f.key.empty()) {

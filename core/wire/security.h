@@ -2,7 +2,8 @@
 // channels from PEM files, and the bearer token a call carries.
 //
 //   ServerTls tls{{"server.pem", "server.key", "ca.pem"}, /*require_client_cert=*/true};
-//   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> c = ServerCredentials(tls);
+//   auto files = ServerTlsFiles::Create(tls);           // core/wire/server_tls.h
+//   auto channel = ChannelCredentials({"client.pem", "client.key", "ca.pem"});
 //   std::string authorization = AuthorizationOf(*server_context);
 //   absl::Status s = tokens.Authorize(authorization, handler);   // core/tokens.h
 //
@@ -34,10 +35,6 @@ struct ServerTls {
   // Refuse clients without a certificate signed by files.ca (mutual TLS).
   bool require_client_cert = false;
 };
-
-// Plaintext without files; TLS with cert and key (both needed), verifying
-// client certificates against ca when given, and requiring one when asked.
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const ServerTls& tls);
 
 // Plaintext without files; TLS otherwise, trusting ca (the system's roots
 // when empty) and presenting cert and key when both are given.

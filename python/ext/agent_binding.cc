@@ -144,17 +144,17 @@ absl::Status CallPython(const HeldObject& dispatch, const HeldObject& fn,
 
 class PyAgent {
  public:
-  PyAgent(std::unique_ptr<AgentServer> server, TokenTable tokens)
-      : server_(std::move(server)), tokens_(std::move(tokens)) {}
+  PyAgent(std::unique_ptr<AgentServer> server, ReloadableFiles files)
+      : server_(std::move(server)), files_(std::move(files)) {}
   ~PyAgent() { Shutdown(); }
 
   int port() const { return server_ ? server_->port() : 0; }
   std::string agent_id() const { return server_ ? server_->state().agent_id() : ""; }
-  // Reloads what may change without a restart (the tokens file): at SIGHUP
-  // (`force`), and every couple of seconds in case the file changed.
+  // Reloads what may change without a restart (the tokens and TLS files):
+  // at SIGHUP (`force`), and every couple of seconds in case they changed.
   void ReloadConfig(bool force) {
     nb::gil_scoped_release release;
-    ReloadTokens(tokens_, force);
+    ReloadFiles(files_, force);
   }
   void Shutdown() {
     if (server_ == nullptr) return;
@@ -166,7 +166,7 @@ class PyAgent {
 
  private:
   std::unique_ptr<AgentServer> server_;
-  TokenTable tokens_;  // shares its tokens with the server's
+  ReloadableFiles files_;  // shares its tokens and TLS files with the server's
 };
 
 // Parses `argv` as farcall-agent's flags and starts serving. Returns the
@@ -222,7 +222,7 @@ nb::object StartAgent(std::vector<std::string> argv,
     };
     options->in_process_handlers.push_back(std::move(h));
   }
-  const TokenTable tokens = options->tokens;
+  const ReloadableFiles files{options->tokens, options->tls_files};
   ExportReloadMetrics();
   absl::StatusOr<std::unique_ptr<AgentServer>> server;
   {
@@ -234,7 +234,7 @@ nb::object StartAgent(std::vector<std::string> argv,
     return nb::int_(1);
   }
   agent::AnnounceServing(**server);
-  return nb::cast(std::make_unique<PyAgent>(*std::move(server), tokens));
+  return nb::cast(std::make_unique<PyAgent>(*std::move(server), files));
 }
 
 // DLPack's code for a wire dtype; false for none.

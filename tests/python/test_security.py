@@ -1,13 +1,17 @@
 """farcall.Client with TLS and bearer tokens (certificates made with openssl)."""
 
+import hashlib
+import json
+import re
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import farcall
 
-from conftest import start_agent
+from conftest import ROUTER_BIN, Server, start_agent
 
 
 @pytest.fixture(scope="module")
@@ -68,3 +72,52 @@ def test_jax_drop_in_with_tls_and_a_token_keeps_them_out_of_the_program(pki, pat
     finally:
         fj.prefer_host_callback(False)
         agent.stop()
+
+
+def test_json_logs_name_the_call_and_the_caller_never_the_token(pki, tmp_path):
+    """--log_format=json: every line is a JSON object with a UTC time; a
+    failed call's line carries its id, handler, code and the caller's
+    principal (a hash of the token, never the token); gRPC's own lines (a
+    plaintext client's failed TLS handshake) come through the same logger."""
+    token = "json-log-token-0123456789"
+    (tmp_path / "tokens").write_text(f"{token} *\n")
+    tls = (f"--tls_cert={pki / 'server.pem'}", f"--tls_key={pki / 'server.key'}")
+    agent = start_agent(*tls, f"--tokens_file={tmp_path / 'tokens'}", "--log_format=json")
+    (tmp_path / "own").write_text(token)
+    router = Server([ROUTER_BIN, "--listen=127.0.0.1:0", "--agents=" + agent.address,
+                     "--log_format=json", f"--tokens_file={tmp_path / 'tokens'}",
+                     f"--agent_tls_ca={pki / 'ca.pem'}", f"--agent_token_file={tmp_path / 'own'}"])
+    try:
+        direct = farcall.Client(agent.address, tls_ca=str(pki / "ca.pem"), token=token)
+        with pytest.raises(farcall.Error):
+            direct.call("fail", results=[], attributes={"code": 7, "message": "not you"},
+                        call_id="direct-0001")
+        with pytest.raises(farcall.Error):
+            farcall.Client(router.address, token=token, via_router=True).call(
+                "fail", results=[], attributes={"code": 9, "message": "not now"},
+                call_id="routed-0002")
+        with pytest.raises(farcall.UnavailableError):  # plaintext to TLS
+            farcall.Client(agent.address, token=token).call("copy", results=[], timeout=5)
+    finally:
+        agent.stop()
+        router.stop()
+    principal = "token:" + hashlib.sha256(token.encode()).hexdigest()[:12]
+    for server, call_id, code in ((agent, "direct-0001", "PERMISSION_DENIED"),
+                                  (router, "routed-0002", "FAILED_PRECONDITION")):
+        text = server.output()
+        assert token not in text
+        lines = [json.loads(line) for line in text.splitlines() if line.strip()]
+        assert lines and all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", l["time"])
+                             for l in lines), text
+        assert {l["binary"] for l in lines} == {Path(server.proc.args[0]).name}
+        calls = [l for l in lines if l.get("call_id") == call_id]
+        assert len(calls) == 1, text
+        assert calls[0]["level"] == "warning"
+        assert calls[0]["handler"] == "fail"
+        assert calls[0]["code"] == code
+        assert calls[0]["principal"] == principal
+        assert calls[0]["peer"].startswith("ipv4:127.0.0.1:")
+    grpc_lines = [l for l in (json.loads(x) for x in agent.output().splitlines() if x.strip())
+                  if l.get("source") == "grpc"]
+    assert any("andshake" in l["message"] for l in grpc_lines), agent.output()
+    assert all(l["file"] and l["line"] > 0 for l in grpc_lines)

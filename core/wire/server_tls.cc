@@ -1,0 +1,260 @@
+#include "core/wire/server_tls.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <utility>
+#include <vector>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
+#include "grpcpp/security/tls_certificate_provider.h"
+#include "grpcpp/security/tls_credentials_options.h"
+#include "openssl/bio.h"
+#include "openssl/err.h"
+#include "openssl/evp.h"
+#include "openssl/pem.h"
+#include "openssl/x509.h"
+
+namespace farcall {
+namespace {
+
+// How often gRPC's watcher re-reads the memory files (its least).
+constexpr unsigned kWatchSeconds = 1;
+// A PEM file larger than this is no certificate, key or CA bundle.
+constexpr std::streamoff kMaxPemBytes = 1 << 20;
+
+absl::StatusOr<std::string> ReadFile(const std::string& path, const char* flag) {
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  if (!f) return absl::NotFoundError(absl::StrCat(flag, ": cannot read ", path, "."));
+  const std::streamoff size = f.tellg();
+  if (size < 0 || size > kMaxPemBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, ": ", path, " is larger than ", kMaxPemBytes, " bytes."));
+  }
+  std::string bytes(static_cast<size_t>(size), '\0');
+  f.seekg(0);
+  if (!f.read(bytes.data(), size)) {
+    return absl::NotFoundError(absl::StrCat(flag, ": cannot read ", path, "."));
+  }
+  return bytes;
+}
+
+struct X509Free {
+  void operator()(X509* x) const { X509_free(x); }
+};
+struct PkeyFree {
+  void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
+};
+using X509Ptr = std::unique_ptr<X509, X509Free>;
+using PkeyPtr = std::unique_ptr<EVP_PKEY, PkeyFree>;
+
+// Every certificate in `pem`, in order.
+std::vector<X509Ptr> Certificates(const std::string& pem) {
+  std::vector<X509Ptr> certs;
+  BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
+  if (bio == nullptr) return certs;
+  while (X509* x = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr)) certs.emplace_back(x);
+  BIO_free(bio);
+  ERR_clear_error();  // the end of the file reads as an error
+  return certs;
+}
+
+PkeyPtr PrivateKey(const std::string& pem) {
+  BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
+  if (bio == nullptr) return nullptr;
+  PkeyPtr key(PEM_read_bio_PrivateKey(bio, nullptr, nullptr, nullptr));
+  BIO_free(bio);
+  ERR_clear_error();
+  return key;
+}
+
+absl::Time NotAfter(X509* cert) {
+  std::tm tm{};
+  if (ASN1_TIME_to_tm(X509_get0_notAfter(cert), &tm) != 1) return absl::InfinitePast();
+  return absl::FromTimeT(timegm(&tm));
+}
+
+// The files as read, and a digest of their bytes to tell a change.
+struct Raw {
+  std::string chain, key, ca;
+  std::string digest;
+};
+
+absl::StatusOr<Raw> ReadAll(const TlsFiles& f) {
+  Raw r;
+  absl::StatusOr<std::string> chain = ReadFile(f.cert, "--tls_cert");
+  if (!chain.ok()) return chain.status();
+  r.chain = *std::move(chain);
+  absl::StatusOr<std::string> key = ReadFile(f.key, "--tls_key");
+  if (!key.ok()) return key.status();
+  r.key = *std::move(key);
+  if (!f.ca.empty()) {
+    absl::StatusOr<std::string> ca = ReadFile(f.ca, "--tls_ca");
+    if (!ca.ok()) return ca.status();
+    r.ca = *std::move(ca);
+  }
+  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> sha(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  bool ok = sha != nullptr && EVP_DigestInit_ex(sha.get(), EVP_sha256(), nullptr) == 1;
+  for (const std::string* part : {&r.chain, &r.key, &r.ca}) {
+    const uint64_t size = part->size();
+    ok = ok && EVP_DigestUpdate(sha.get(), &size, sizeof(size)) == 1 &&
+         EVP_DigestUpdate(sha.get(), part->data(), part->size()) == 1;
+  }
+  if (!ok || EVP_DigestFinal_ex(sha.get(), digest, &length) != 1) {
+    return absl::InternalError("hashing the TLS files failed.");
+  }
+  r.digest.assign(reinterpret_cast<const char*>(digest), length);
+  return r;
+}
+
+// The files, checked: what goes into the memory files, and when the
+// certificate expires.
+struct Checked {
+  std::string identity;  // the key, then the chain
+  absl::Time not_after;
+};
+
+absl::StatusOr<Checked> Check(const TlsFiles& f, const Raw& raw) {
+  std::vector<X509Ptr> certs = Certificates(raw.chain);
+  if (certs.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tls_cert: ", f.cert, " holds no PEM certificate."));
+  }
+  PkeyPtr pkey = PrivateKey(raw.key);
+  if (pkey == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tls_key: ", f.key, " holds no PEM private key."));
+  }
+  if (X509_check_private_key(certs.front().get(), pkey.get()) != 1) {
+    ERR_clear_error();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tls_key: ", f.key, " is not the key of the certificate in ", f.cert, " (--tls_cert)."));
+  }
+  if (!f.ca.empty() && Certificates(raw.ca).empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tls_ca: ", f.ca, " holds no PEM certificate."));
+  }
+  return Checked{absl::StrCat(raw.key, "\n", raw.chain), NotAfter(certs.front().get())};
+}
+
+// A memory file holding `bytes`, closed on exec.
+absl::StatusOr<int> MemoryFile(const char* name, const std::string& bytes) {
+  const int fd = memfd_create(name, MFD_CLOEXEC);
+  if (fd < 0) {
+    return absl::InternalError(absl::StrCat("memfd_create failed: ", std::strerror(errno)));
+  }
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = errno;
+      close(fd);
+      return absl::InternalError(absl::StrCat("writing a memory file failed: ", strerror(err)));
+    }
+    done += static_cast<size_t>(n);
+  }
+  return fd;
+}
+
+// Puts `bytes` in place of the memory file `fd` in one step, so a reader
+// of /proc/self/fd/`fd` sees the old bytes or the new, never a mix.
+absl::Status Replace(int fd, const char* name, const std::string& bytes) {
+  absl::StatusOr<int> fresh = MemoryFile(name, bytes);
+  if (!fresh.ok()) return fresh.status();
+  const int r = dup3(*fresh, fd, O_CLOEXEC);
+  const int err = errno;
+  close(*fresh);
+  if (r < 0) return absl::InternalError(absl::StrCat("dup3 failed: ", std::strerror(err)));
+  return absl::OkStatus();
+}
+
+std::string PathOf(int fd) { return absl::StrCat("/proc/self/fd/", fd); }
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<ServerTlsFiles>> ServerTlsFiles::Create(const ServerTls& tls) {
+  const TlsFiles& f = tls.files;
+  if (f.cert.empty() || f.key.empty()) {
+    return absl::InvalidArgumentError("TLS needs both --tls_cert and --tls_key.");
+  }
+  if (tls.require_client_cert && f.ca.empty()) {
+    return absl::InvalidArgumentError(
+        "--require_client_cert needs --tls_ca, the CA that signs client certificates.");
+  }
+  absl::StatusOr<Raw> raw = ReadAll(f);
+  if (!raw.ok()) return raw.status();
+  absl::StatusOr<Checked> checked = Check(f, *raw);
+  if (!checked.ok()) return checked.status();
+  std::shared_ptr<ServerTlsFiles> files(new ServerTlsFiles(tls));
+  absl::StatusOr<int> identity = MemoryFile("farcall-tls-identity", checked->identity);
+  if (!identity.ok()) return identity.status();
+  files->identity_fd_ = *identity;
+  if (!f.ca.empty()) {
+    absl::StatusOr<int> ca = MemoryFile("farcall-tls-ca", raw->ca);
+    if (!ca.ok()) return ca.status();
+    files->ca_fd_ = *ca;
+  }
+  files->tried_ = raw->digest;
+  files->not_after_ = checked->not_after;
+
+  const std::string identity_path = PathOf(files->identity_fd_);
+  auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+      identity_path, identity_path, f.ca.empty() ? "" : PathOf(files->ca_fd_), kWatchSeconds);
+  grpc::experimental::TlsServerCredentialsOptions options(provider);
+  options.watch_identity_key_cert_pairs();
+  if (!f.ca.empty()) options.watch_root_certs();
+  options.set_cert_request_type(tls.require_client_cert
+                                    ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                                : f.ca.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                                               : GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY);
+  files->credentials_ = grpc::experimental::TlsServerCredentials(options);
+  if (files->credentials_ == nullptr) {
+    return absl::InternalError("gRPC refused the TLS server credentials.");
+  }
+  return files;
+}
+
+ServerTlsFiles::~ServerTlsFiles() {
+  // gRPC's watcher holds the paths, not the descriptors; by now the server
+  // and its credentials are gone.
+  if (identity_fd_ >= 0) close(identity_fd_);
+  if (ca_fd_ >= 0) close(ca_fd_);
+}
+
+absl::StatusOr<bool> ServerTlsFiles::Reload(bool force) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<Raw> raw = ReadAll(tls_.files);
+  // Files that could not be read count as one state, remembered like bad
+  // bytes: the error is reported once, not at every tick.
+  const std::string attempt =
+      raw.ok() ? raw->digest : absl::StrCat("unreadable: ", raw.status().message());
+  if (!force && attempt == tried_) return false;
+  tried_ = attempt;
+  if (!raw.ok()) return raw.status();
+  absl::StatusOr<Checked> checked = Check(tls_.files, *raw);
+  if (!checked.ok()) return checked.status();
+  if (absl::Status s = Replace(identity_fd_, "farcall-tls-identity", checked->identity); !s.ok()) {
+    return s;
+  }
+  if (ca_fd_ >= 0) {
+    if (absl::Status s = Replace(ca_fd_, "farcall-tls-ca", raw->ca); !s.ok()) return s;
+  }
+  not_after_ = checked->not_after;
+  return true;
+}
+
+absl::Time ServerTlsFiles::not_after() const {
+  absl::MutexLock lock(&mu_);
+  return not_after_;
+}
+
+}  // namespace farcall
