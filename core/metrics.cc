@@ -1,7 +1,15 @@
 #include "core/metrics.h"
 
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <map>
+#include <sstream>
 #include <utility>
+#include <vector>
 
 #include "CivetServer.h"
 #include "absl/strings/str_cat.h"
@@ -171,11 +179,73 @@ void RemoveScrapeHook(int id) {
   h.hooks.erase(id);
 }
 
+namespace {
+
+// The process's CPU seconds, resident bytes and start time from
+// /proc/self/stat (and the boot time from /proc/stat); false when
+// unreadable.
+struct ProcessSample {
+  double cpu_seconds = 0;
+  double resident_bytes = 0;
+  double start_time_seconds = 0;
+};
+
+bool SampleProcess(ProcessSample& out) {
+  std::ifstream stat_file("/proc/self/stat");
+  std::string stat((std::istreambuf_iterator<char>(stat_file)), std::istreambuf_iterator<char>());
+  const size_t paren = stat.rfind(')');  // the command name may hold anything
+  if (paren == std::string::npos) return false;
+  std::istringstream fields(stat.substr(paren + 2));
+  std::vector<std::string> f{std::istream_iterator<std::string>(fields),
+                             std::istream_iterator<std::string>()};
+  // f[0] is field 3 (state): utime 14, stime 15, starttime 22, rss 24.
+  if (f.size() < 22) return false;
+  const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
+  const double page = static_cast<double>(sysconf(_SC_PAGESIZE));
+  double boot = 0;
+  std::ifstream proc_stat("/proc/stat");
+  for (std::string line; std::getline(proc_stat, line);) {
+    if (line.rfind("btime ", 0) == 0) boot = std::strtod(line.c_str() + 6, nullptr);
+  }
+  out.cpu_seconds =
+      (std::strtod(f[11].c_str(), nullptr) + std::strtod(f[12].c_str(), nullptr)) / ticks;
+  out.start_time_seconds = boot + std::strtod(f[19].c_str(), nullptr) / ticks;
+  out.resident_bytes = std::strtod(f[21].c_str(), nullptr) * page;
+  return true;
+}
+
+// process_cpu_seconds_total, process_resident_memory_bytes and
+// process_start_time_seconds, as Prometheus's client libraries name them,
+// read at each scrape.
+void ExportProcessMetrics() {
+  static auto* cpu = new CounterFamily("process_cpu_seconds_total",
+                                       "Total user and system CPU time spent in seconds.", {});
+  static auto* rss =
+      new GaugeFamily("process_resident_memory_bytes", "Resident memory size in bytes.", {});
+  static auto* start = new GaugeFamily(
+      "process_start_time_seconds", "Start time of the process since unix epoch in seconds.", {});
+  static auto* counted = new std::atomic<double>(0);  // cpu seconds exported so far
+  auto sample = [] {
+    ProcessSample p;
+    if (!SampleProcess(p)) return;
+    const double before = counted->exchange(p.cpu_seconds);
+    if (p.cpu_seconds > before) cpu->With({}).Increment(p.cpu_seconds - before);
+    rss->With({}).Set(p.resident_bytes);
+    start->With({}).Set(p.start_time_seconds);
+  };
+  sample();
+  AddScrapeHook(sample);
+}
+
+}  // namespace
+
 void ExportBuildInfo(const std::string& binary, const std::string& version) {
   static auto* info =
       new GaugeFamily("farcall_build_info", "1, labelled with the binary and its farcall version.",
                       {"binary", "version"});
   info->With({binary, version}).Set(1);
+  static const bool process_exported = (ExportProcessMetrics(), true);
+  (void)process_exported;
 }
 
 std::string RenderText() {

@@ -132,7 +132,9 @@ std::string RenderText();
 int AddScrapeHook(std::function<void()> hook);
 void RemoveScrapeHook(int id);
 
-// farcall_build_info{binary, version} = 1.
+// farcall_build_info{binary, version} = 1; and, once per process,
+// process_cpu_seconds_total, process_resident_memory_bytes and
+// process_start_time_seconds (from /proc, at each scrape).
 void ExportBuildInfo(const std::string& binary, const std::string& version);
 
 }  // namespace farcall::metrics

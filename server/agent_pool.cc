@@ -26,6 +26,13 @@ struct PoolMetrics {
   metrics::GaugeFamily inflight{"farcall_router_agent_inflight_calls",
                                 "Calls the router has in flight on the agent.",
                                 {"agent"}};
+  // Kept while the router runs, so that a name that resolves to nothing
+  // still has a series to alert on (an agent's own series go with it).
+  metrics::GaugeFamily source_addresses{
+      "farcall_router_agent_source_addresses",
+      "Agents an --agents entry named at the router's last look: the addresses a dns:/// name "
+      "resolved to (0: none, or the lookup failed), 1 for a plain address.",
+      {"source"}};
 };
 
 PoolMetrics& Metrics() {
@@ -79,7 +86,10 @@ AgentPool::AgentPool(const std::vector<std::string>& sources, Options options)
     : options_(options), sources_(sources) {
   absl::MutexLock l(&mu_);
   for (const std::string& s : sources_) {
-    if (!IsMultiAgentSource(s)) entries_.push_back(Entry{Connect(s), s});
+    if (!IsMultiAgentSource(s)) {
+      entries_.push_back(Entry{Connect(s), s});
+      Metrics().source_addresses.With({s}).Set(1);
+    }
   }
 }
 
@@ -87,6 +97,8 @@ void AgentPool::Resolve() {
   for (const std::string& source : sources_) {
     if (!IsMultiAgentSource(source)) continue;
     absl::StatusOr<std::vector<std::string>> addrs = ExpandAgentSource(source);
+    Metrics().source_addresses.With({source}).Set(addrs.ok() ? static_cast<double>(addrs->size())
+                                                             : 0);
     absl::MutexLock l(&mu_);
     // Said once when an entry starts to name no agent (a mistyped name, a
     // Service with no ready pods), and once when it names some again.

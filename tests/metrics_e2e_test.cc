@@ -75,6 +75,12 @@ TEST(MetricsEndToEndTest, AgentAndRouterCountCalls) {
         "farcall_build_info{binary=\"farcall-agent\",version=\""}) {
     EXPECT_THAT(a, HasSubstr(series));
   }
+  // The process's own, for the dashboard's process row: read from /proc.
+  const double now = absl::ToUnixSeconds(absl::Now());
+  EXPECT_GT(Sample(a, "process_resident_memory_bytes"), 1 << 20);
+  EXPECT_GT(Sample(a, "process_cpu_seconds_total"), 0);
+  EXPECT_LE(Sample(a, "process_start_time_seconds"), now + 2);
+  EXPECT_GT(Sample(a, "process_start_time_seconds"), now - 600);
 
   const std::string r = Scrape((*router)->metrics_port());
   EXPECT_THAT(r, HasSubstr("farcall_router_calls_total{code=\"OK\",handler=\"copy\","

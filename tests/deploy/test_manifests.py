@@ -8,17 +8,23 @@ Run: .venv/bin/python -m pytest -q tests/deploy/test_manifests.py
   (or .venv/bin/python tests/deploy/test_manifests.py)
 
 The kustomizations are rendered by a small renderer here (resources,
-namespace, images and JSON 6902 patches, which is all deploy/k8s uses), so
-that no kubectl is needed; where kubectl is installed, its `kubectl
-kustomize` output is compared with it as well.
+namespace, images, JSON 6902 patches and secretGenerators with their hashed
+names, which is all deploy/k8s uses), so that no kubectl is needed; where
+kubectl is installed, its `kubectl kustomize` output is compared with it as
+well. They are rendered from a copy of deploy/k8s in which stand-in files
+take the place of the keys that the TLS overlay's secretGenerators read and
+git ignores (deploy/k8s/tls/keys/).
 """
 
 from __future__ import annotations
 
+import base64
 import copy
+import hashlib
 import json
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -33,13 +39,21 @@ try:
 except ImportError:  # reported by the fixture below
     yaml = None
 
-KUSTOMIZATIONS = ["", "base", "gpu", "monitoring", "laptop", "tls"]
+KUSTOMIZATIONS = ["", "base", "gpu", "monitoring", "laptop", "tls", "examples/hpa-agent-cpu"]
 NAMESPACE = "farcall"
+SERVICE_ACCOUNT = "farcall"
 CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}
 CLUSTER_SCOPED = {"Namespace"}
 PLATFORM_DEVICE = {"cuda": "nvidia.com/gpu", "rocm": "amd.com/gpu", "oneapi": "gpu.intel.com/i915"}
 ALLOWED_VOLUME_TYPES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral",
                         "persistentVolumeClaim", "projected", "secret"}
+# Files the binaries read again when they change (core/security_flags.h:
+# ReloadFiles), and files they read at start only. A Secret behind the first
+# kind is updated in place; one behind the second must roll its pods.
+RELOADED_FLAGS = {"tls_cert", "tls_key", "tls_ca", "tokens_file"}
+START_ONLY_FLAGS = {"capability_key_file", "agent_token_file", "agent_tls_ca", "agent_tls_cert",
+                    "agent_tls_key"}
+DRAIN_SECONDS = 30  # --drain_seconds' default (core/limit_flags.cc)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -104,19 +118,93 @@ def _matches(doc: dict, target: dict) -> bool:
     return True
 
 
-def render(rel: str) -> list[dict]:
-    """The objects `kubectl kustomize deploy/k8s/REL` would print."""
-    root = lib.K8S / rel
+def _kustomize_hash(secret: dict) -> str:
+    """The suffix kustomize gives a generated Secret's name (api/hasher):
+    sha256 of the JSON of its kind, type, data and name, where the name is
+    always "" (kustomize looks it up by a path that finds nothing), the
+    first 10 hex digits, with some digits and vowels swapped for letters."""
+    encoded = json.dumps({"data": secret["data"], "kind": "Secret", "name": "",
+                          "type": secret["type"]}, sort_keys=True, separators=(",", ":"))
+    digest = hashlib.sha256(encoded.encode()).hexdigest()[:10]
+    return digest.translate(str.maketrans({"0": "g", "1": "h", "3": "k", "a": "m", "e": "t"}))
+
+
+def _generator_files(g: dict) -> list[tuple[str, str]]:
+    """(key, path) of each file a secretGenerator entry reads."""
+    out = []
+    for f in g.get("files", []):
+        key, sep, path = f.partition("=")
+        out.append((key, path) if sep else (pathlib.PurePath(f).name, f))
+    return out
+
+
+def _kustomize_base64(data: bytes) -> str:
+    """Base64 as kustomize writes a generated Secret's values (kyaml): a
+    value of 70 characters or more goes in lines of 70, each ending in a
+    newline."""
+    text = base64.b64encode(data).decode()
+    if len(text) < 70:
+        return text
+    return "".join(text[i:i + 70] + "\n" for i in range(0, len(text), 70))
+
+
+def _generate_secret(root: pathlib.Path, g: dict) -> dict:
+    unknown = set(g) - {"name", "files", "options", "type"}
+    assert not unknown, f"{root}: secretGenerator uses {unknown}, which this test's renderer lacks"
+    assert set(g.get("options", {})) <= {"labels"}, f"{root}: secretGenerator options"
+    data = {key: _kustomize_base64((root / path).read_bytes()) for key, path in _generator_files(g)}
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {}, "type": g.get("type", "Opaque"),
+              "data": data}
+    secret["metadata"]["name"] = f"{g['name']}-{_kustomize_hash(secret)}"
+    if g.get("options", {}).get("labels"):
+        secret["metadata"]["labels"] = dict(g["options"]["labels"])
+    return secret
+
+
+def _rename_secret_references(docs: list[dict], names: dict[str, str]) -> None:
+    """What kustomize's name references do for generated Secrets in pods."""
+    for d in docs:
+        spec = _pod_spec(d)
+        if spec is None:
+            continue
+        for v in spec.get("volumes", []):
+            if "secret" in v:
+                v["secret"]["secretName"] = names.get(v["secret"]["secretName"],
+                                                      v["secret"]["secretName"])
+            for src in v.get("projected", {}).get("sources", []):
+                if "secret" in src:
+                    src["secret"]["name"] = names.get(src["secret"]["name"], src["secret"]["name"])
+        for c in _containers(d):
+            for e in c.get("env", []):
+                ref = e.get("valueFrom", {}).get("secretKeyRef")
+                if ref:
+                    ref["name"] = names.get(ref["name"], ref["name"])
+            for e in c.get("envFrom", []):
+                if "secretRef" in e:
+                    e["secretRef"]["name"] = names.get(e["secretRef"]["name"], e["secretRef"]["name"])
+
+
+def render(rel: str, k8s: pathlib.Path | None = None) -> list[dict]:
+    """The objects `kubectl kustomize K8S/REL` would print (K8S: deploy/k8s,
+    or a copy of it)."""
+    k8s = (k8s or lib.K8S).resolve()
+    root = k8s / rel
     k = yaml.safe_load((root / "kustomization.yaml").read_text())
-    unknown = set(k) - {"apiVersion", "kind", "namespace", "resources", "images", "patches"}
+    unknown = set(k) - {"apiVersion", "kind", "namespace", "resources", "images", "patches",
+                        "secretGenerator"}
     assert not unknown, f"{root}/kustomization.yaml uses {unknown}, which this test's renderer lacks"
     docs: list[dict] = []
     for r in k.get("resources", []):
         path = (root / r).resolve()
         if path.is_dir():
-            docs += render(str(path.relative_to(lib.K8S)))
+            docs += render(str(path.relative_to(k8s)), k8s)
         else:
             docs += _load_docs(path)
+    generated = {}
+    for g in k.get("secretGenerator", []):
+        secret = _generate_secret(root, g)
+        generated[g["name"]] = secret["metadata"]["name"]
+        docs.append(secret)
     for p in k.get("patches", []):
         text = p["patch"] if "patch" in p else (root / p["path"]).read_text()
         ops = yaml.safe_load(text)
@@ -135,6 +223,7 @@ def render(rel: str) -> list[dict]:
         for d in docs:
             if d["kind"] not in CLUSTER_SCOPED:
                 d["metadata"]["namespace"] = k["namespace"]
+    _rename_secret_references(docs, generated)
     return docs
 
 
@@ -153,9 +242,41 @@ def _containers(doc: dict) -> list[dict]:
     return spec.get("containers", []) + spec.get("initContainers", [])
 
 
+def _generator_sources(k8s: pathlib.Path) -> list[tuple[str, pathlib.Path]]:
+    """(kustomization, file) for every file a secretGenerator reads."""
+    out = []
+    for rel in KUSTOMIZATIONS:
+        root = k8s / rel
+        k = yaml.safe_load((root / "kustomization.yaml").read_text())
+        for g in k.get("secretGenerator", []):
+            out += [(rel, root / path) for _, path in _generator_files(g)]
+    return out
+
+
+def copy_of_k8s(dest: pathlib.Path, contents: dict[str, bytes] | None = None) -> pathlib.Path:
+    """deploy/k8s copied to DEST/k8s, without the keys the secretGenerators
+    read (git ignores them; a developer's real ones stay where they are);
+    stand-ins take their place, or CONTENTS[file name] where given."""
+    sources = {p.resolve() for _, p in _generator_sources(lib.K8S)}
+
+    def skip(directory, names):
+        return [n for n in names if (pathlib.Path(directory) / n).resolve() in sources]
+
+    k8s = dest / "k8s"
+    shutil.copytree(lib.K8S, k8s, ignore=skip)
+    for _, path in _generator_sources(k8s):
+        path.write_bytes((contents or {}).get(path.name, f"stand-in for {path.name} ".encode() * 4))
+    return k8s
+
+
 @pytest.fixture(scope="module")
-def rendered() -> dict[str, list[dict]]:
-    return {rel: render(rel) for rel in KUSTOMIZATIONS}
+def k8s_copy(tmp_path_factory) -> pathlib.Path:
+    return copy_of_k8s(tmp_path_factory.mktemp("deploy"))
+
+
+@pytest.fixture(scope="module")
+def rendered(k8s_copy) -> dict[str, list[dict]]:
+    return {rel: render(rel, k8s_copy) for rel in KUSTOMIZATIONS}
 
 
 def _by_kind(docs, kind):
@@ -209,7 +330,7 @@ def test_kubernetes_validate_strict(rendered, version, tmp_path):
     files = []
     for rel, docs in rendered.items():
         builtin = [d for d in docs if d["kind"] not in CRD_KINDS]
-        path = tmp_path / f"{rel or 'all'}.yaml"
+        path = tmp_path / f"{rel.replace('/', '-') or 'all'}.yaml"
         path.write_text(yaml.safe_dump_all(builtin, sort_keys=False))
         files.append(str(path))
     r = subprocess.run([tool, "--strict", "--quiet", "-k", version, *files],
@@ -220,13 +341,13 @@ def test_kubernetes_validate_strict(rendered, version, tmp_path):
     print(f"kubernetes-validate --strict -k {version}: {len(files)} renders valid")
 
 
-def test_kubectl_kustomize_agrees_with_this_renderer(rendered):
+def test_kubectl_kustomize_agrees_with_this_renderer(rendered, k8s_copy):
     """An extra check: kubectl is not a Debian package, so it is optional."""
     kubectl = lib.find_tool("kubectl")
     if kubectl is None:
         pytest.skip("kubectl not installed: the kustomizations were rendered by this test alone")
     for rel, mine in rendered.items():
-        r = subprocess.run([kubectl, "kustomize", str(lib.K8S / rel)],
+        r = subprocess.run([kubectl, "kustomize", str(k8s_copy / rel)],
                            capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, f"kubectl kustomize deploy/k8s/{rel}:\n{r.stderr}"
         theirs = [d for d in yaml.safe_load_all(r.stdout) if d]
@@ -326,11 +447,12 @@ def test_router_finds_every_platform_through_a_headless_service(rendered):
     services = {s["metadata"]["name"]: s for s in _by_kind(docs, "Service")}
     found = set()
     for src in sources:
-        # server/agent_discovery.cc: dns:///NAME:PORT, every address NAME resolves to.
-        m = re.fullmatch(r"dns:///([a-z0-9-]+)\.([a-z0-9-]+)\.svc:(\d+)", src)
-        assert m, f"--agents entry {src!r} is not dns:///NAME.NAMESPACE.svc:PORT"
-        name, ns, port = m.group(1), m.group(2), int(m.group(3))
-        assert ns == NAMESPACE, src
+        # server/agent_discovery.cc: dns:///NAME:PORT, every address NAME
+        # resolves to. A Service's short name resolves in the pod's own
+        # namespace (its DNS search path), so no namespace is named.
+        m = re.fullmatch(r"dns:///([a-z0-9-]+):(\d+)", src)
+        assert m, f"--agents entry {src!r} is not dns:///SERVICE:PORT"
+        name, port = m.group(1), int(m.group(2))
         svc = services[name]
         assert svc["spec"].get("clusterIP") == "None", f"{name} must be headless"
         assert port in [p["port"] for p in svc["spec"]["ports"]], src
@@ -404,6 +526,231 @@ def test_network_policies_fence_agents_and_routers(rendered):
         ports = {p["name"] for c in d["spec"]["template"]["spec"]["containers"]
                  for p in c.get("ports", [])}
         assert {"grpc", "metrics"} <= ports, d["metadata"]["name"]
+
+
+def _selected_by(docs, kind, pod_labels):
+    return [d for d in _by_kind(docs, kind)
+            if d["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()]
+
+
+@pytest.mark.parametrize("rel", KUSTOMIZATIONS)
+def test_pods_run_as_a_service_account_without_a_token(rendered, rel):
+    docs = rendered[rel]
+    accounts = {a["metadata"]["name"]: a for a in _by_kind(docs, "ServiceAccount")}
+    for d in docs:
+        spec = _pod_spec(d)
+        if spec is None:
+            continue
+        name = f"deploy/k8s/{rel}: {d['kind']} {d['metadata']['name']}"
+        assert spec.get("serviceAccountName") == SERVICE_ACCOUNT, f"{name}: serviceAccountName"
+        if accounts:  # renders without base/ (gpu/) rely on base's
+            assert SERVICE_ACCOUNT in accounts, f"{name}: no ServiceAccount {SERVICE_ACCOUNT}"
+    for a in accounts.values():
+        assert a["automountServiceAccountToken"] is False, a["metadata"]["name"]
+        assert a["metadata"]["namespace"] == NAMESPACE
+    # Nothing grants it anything: farcall never calls the Kubernetes API.
+    for kind in ("Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"):
+        assert not _by_kind(docs, kind), f"deploy/k8s/{rel}: {kind}"
+
+
+@pytest.mark.parametrize("rel", ["", "laptop", "tls", "examples/hpa-agent-cpu"])
+def test_disruption_budgets_never_block_a_drain(rendered, rel):
+    docs = rendered[rel]
+    for d in _by_kind(docs, "Deployment"):
+        name = d["metadata"]["name"]
+        labels = d["spec"]["template"]["metadata"]["labels"]
+        (pdb,) = _selected_by(docs, "PodDisruptionBudget", labels) or [None]
+        assert pdb is not None, f"deploy/k8s/{rel}: no PodDisruptionBudget selects {name}"
+        spec = pdb["spec"]
+        replicas = d["spec"].get("replicas", 1)
+        if "maxUnavailable" in spec:
+            assert int(spec["maxUnavailable"]) >= 1, f"{name}: maxUnavailable 0 blocks every eviction"
+        else:
+            assert int(spec["minAvailable"]) < replicas, \
+                f"{name}: minAvailable {spec['minAvailable']} of {replicas} blocks every eviction"
+        # A pod that is not ready (crash-looping) never holds up a node's drain.
+        assert spec.get("unhealthyPodEvictionPolicy") == "AlwaysAllow", name
+
+
+@pytest.mark.parametrize("rel", ["", "laptop", "tls"])
+def test_agents_spread_over_nodes_and_zones(rendered, rel):
+    for a in _agents(rendered[rel]):
+        name = a["metadata"]["name"]
+        labels = a["spec"]["template"]["metadata"]["labels"]
+        spread = a["spec"]["template"]["spec"].get("topologySpreadConstraints", [])
+        keys = {c["topologyKey"] for c in spread}
+        assert {"kubernetes.io/hostname", "topology.kubernetes.io/zone"} <= keys, f"{name}: {keys}"
+        for c in spread:
+            assert c["labelSelector"]["matchLabels"].items() <= labels.items(), name
+            assert c["labelSelector"]["matchLabels"], f"{name}: spread over its own pods"
+            # Spreading must never leave an agent Pending (GPUs sit on few nodes).
+            assert c["whenUnsatisfiable"] == "ScheduleAnyway", name
+            assert c["maxSkew"] == 1, name
+            # Each rollout's new pods are spread on their own.
+            assert "pod-template-hash" in c.get("matchLabelKeys", []), name
+
+
+@pytest.mark.parametrize("rel", ["", "laptop", "tls"])
+def test_rollout_strategies(rendered, rel):
+    for d in _by_kind(rendered[rel], "Deployment"):
+        name = d["metadata"]["name"]
+        platform = name.rsplit("-", 1)[1]
+        strategy = d["spec"].get("strategy", {})
+        assert strategy.get("type") == "RollingUpdate", name
+        ru = strategy["rollingUpdate"]
+        if platform in PLATFORM_DEVICE:
+            # A full GPU pool cannot place a surge pod: it would wait Pending
+            # and the rollout with it.
+            assert str(ru["maxSurge"]) in ("0", "0%"), f"{name}: maxSurge {ru['maxSurge']}"
+            assert int(str(ru["maxUnavailable"]).rstrip("%")) >= 1, name
+        else:
+            assert str(ru["maxUnavailable"]) in ("0", "0%"), f"{name}: maxUnavailable"
+            assert int(str(ru["maxSurge"]).rstrip("%")) >= 1, name
+
+
+@pytest.mark.parametrize("rel", ["", "laptop", "tls"])
+def test_router_keeps_serving_until_its_endpoints_are_gone(rendered, rel):
+    (router,) = [d for d in _by_kind(rendered[rel], "Deployment")
+                 if d["metadata"]["name"] == "farcall-router"]
+    spec = router["spec"]["template"]["spec"]
+    c = spec["containers"][0]
+    pre_stop = c.get("lifecycle", {}).get("preStop", {})
+    # Kubernetes' own sleep (1.30 and later): nothing in the image runs.
+    assert set(pre_stop) == {"sleep"}, f"preStop {pre_stop}: use sleep, not exec or httpGet"
+    sleep = pre_stop["sleep"]["seconds"]
+    assert 5 <= sleep <= 30, sleep
+    drain = float(_flag(c["args"], "drain_seconds") or DRAIN_SECONDS)
+    assert spec["terminationGracePeriodSeconds"] > sleep + drain, \
+        "the grace period covers the preStop sleep and the drain"
+
+
+@pytest.mark.parametrize("rel", KUSTOMIZATIONS)
+def test_emptydirs_have_ephemeral_storage_requests(rendered, rel):
+    for d in rendered[rel]:
+        spec = _pod_spec(d)
+        if spec is None:
+            continue
+        empty = {v["name"]: v["emptyDir"] for v in spec.get("volumes", []) if "emptyDir" in v}
+        for c in _containers(d):
+            where = f"deploy/k8s/{rel}: {d['metadata']['name']} container {c['name']}"
+            mounted = [empty[m["name"]] for m in c.get("volumeMounts", []) if m["name"] in empty]
+            if not mounted:
+                continue
+            for e in mounted:
+                assert e.get("sizeLimit"), f"{where}: an emptyDir without sizeLimit"
+                assert e.get("medium", "") == "", f"{where}: a memory-backed emptyDir"
+            want = sum(_bytes(e["sizeLimit"]) for e in mounted)
+            res = c.get("resources", {})
+            req = res.get("requests", {}).get("ephemeral-storage")
+            lim = res.get("limits", {}).get("ephemeral-storage")
+            # Logs count against it too: some room above the emptyDirs.
+            assert req and _bytes(req) > want, f"{where}: ephemeral-storage request {req} for {want} B"
+            assert lim and _bytes(lim) >= _bytes(req), f"{where}: ephemeral-storage limit {lim}"
+
+
+def _strings_of(c: dict) -> list[str]:
+    out = list(c.get("command", [])) + list(c.get("args", []))
+    out += [e["value"] for e in c.get("env", []) if "value" in e]
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        out += c.get(probe, {}).get("exec", {}).get("command", [])
+    return out
+
+
+@pytest.mark.parametrize("rel", KUSTOMIZATIONS)
+def test_no_namespace_in_arguments(rendered, rel):
+    """Names in arguments resolve in the pod's own namespace (short Service
+    names) or take it from the downward API: the kustomizations alone say
+    where farcall runs."""
+    for d in rendered[rel]:
+        for c in _containers(d):
+            where = f"deploy/k8s/{rel}: {d['metadata']['name']}"
+            from_api = {e["name"] for e in c.get("env", [])
+                        if e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+                        == "metadata.namespace"}
+            for s in _strings_of(c):
+                assert not re.search(rf"\.{NAMESPACE}(\.|:|/|$)", s), f"{where}: {s!r} names the namespace"
+                for m in re.finditer(r"([^./=\s]+)\.svc\b", s):
+                    var = re.fullmatch(r"\$\((\w+)\)", m.group(1))
+                    assert var and var.group(1) in from_api, \
+                        f"{where}: {s!r}: the namespace before .svc comes from the downward API"
+
+
+def test_tls_overlay_rolls_pods_when_a_secret_read_at_start_changes(rendered, tmp_path):
+    docs = rendered["tls"]
+    tls = yaml.safe_load((lib.K8S / "tls" / "kustomization.yaml").read_text())
+    generated = {g["name"] for g in tls["secretGenerator"]}
+    secrets = {s["metadata"]["name"] for s in _by_kind(docs, "Secret")}
+    for d in _by_kind(docs, "Deployment"):
+        name = d["metadata"]["name"]
+        c = d["spec"]["template"]["spec"]["containers"][0]
+        volumes = {v["name"]: v for v in d["spec"]["template"]["spec"]["volumes"]}
+        mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+        for flag in RELOADED_FLAGS | START_ONLY_FLAGS:
+            value = _flag(c["args"], flag)
+            if not value:
+                continue
+            (volume,) = [v for path, v in mounts.items() if value.startswith(path + "/")]
+            secret = volumes[volume]["secret"]["secretName"]
+            base, _, suffix = secret.rpartition("-")
+            if flag in START_ONLY_FLAGS:
+                # Read at start only: a generated Secret, whose name changes
+                # with its content, so that a change rolls the pods.
+                assert base in generated and secret in secrets, f"{name}: --{flag} from {secret}"
+                assert re.fullmatch(r"[a-z0-9]{10}", suffix), secret
+            else:
+                # Read again when it changes: a Secret of a fixed name (made
+                # by hand or by cert-manager), updated in place.
+                assert secret not in secrets and base not in generated, f"{name}: --{flag} from {secret}"
+
+    def templates(contents):
+        k8s = copy_of_k8s(tmp_path / str(len(list(tmp_path.iterdir()))), contents)
+        return {d["metadata"]["name"]: d["spec"]["template"]
+                for d in _by_kind(render("tls", k8s), "Deployment")}
+
+    before = templates({})
+    assert templates({}) == before, "the same keys give the same pods"
+    # The router's token for the agents is the router's alone.
+    after = templates({"router-agent-token": b"another token, 24 bytes or more"})
+    assert {n for n in before if before[n] != after[n]} == {"farcall-router"}
+    # The capability key: the router and every agent.
+    after = templates({"capability-key": b"another key of at least 32 bytes, random"})
+    assert {n for n in before if before[n] != after[n]} == set(before)
+
+
+def test_tls_overlay_keeps_metrics_and_status_page_fenced(rendered):
+    """The router's status page and every /metrics are served on the metrics
+    port, which only the monitoring namespace reaches, with TLS as without."""
+    plain, tls = rendered[""], rendered["tls"]
+
+    def policies(docs):
+        return {p["metadata"]["name"]: p["spec"] for p in _by_kind(docs, "NetworkPolicy")}
+
+    assert policies(tls) == policies(plain)
+    for d in _by_kind(tls, "Deployment"):
+        c = d["spec"]["template"]["spec"]["containers"][0]
+        # The images listen for metrics on the port named "metrics"; nothing
+        # moves it elsewhere.
+        assert _flag(c["args"], "metrics_listen") is None, d["metadata"]["name"]
+        assert d["spec"]["template"]["spec"].get("hostNetwork") is not True
+
+
+def test_cpu_agent_autoscaler_example(rendered):
+    docs = rendered["examples/hpa-agent-cpu"]
+    assert not _by_kind(rendered[""], "HorizontalPodAutoscaler"), "an example, not applied by default"
+    (hpa,) = _by_kind(docs, "HorizontalPodAutoscaler")
+    target = hpa["spec"]["scaleTargetRef"]
+    (deploy,) = [d for d in _by_kind(docs, target["kind"]) if d["metadata"]["name"] == target["name"]]
+    assert target["name"] == "farcall-agent-cpu"
+    assert "replicas" not in deploy["spec"], "the autoscaler owns the count"
+    assert hpa["spec"]["minReplicas"] >= 2 and hpa["spec"]["maxReplicas"] > hpa["spec"]["minReplicas"]
+    (metric,) = hpa["spec"]["metrics"]
+    assert metric["type"] == "Pods"
+    name = metric["pods"]["metric"]["name"]
+    assert name == "farcall_agent_inflight_calls"
+    # A metric the agent exports (declared in device_agents/agent_metrics.h).
+    assert f'"{name}"' in (lib.ROOT / "device_agents" / "agent_metrics.h").read_text()
+    workers = int(_flag(deploy["spec"]["template"]["spec"]["containers"][0]["args"], "workers"))
+    assert 0 < float(metric["pods"]["target"]["averageValue"]) <= workers
 
 
 def test_service_monitor_scrapes_every_metrics_port(rendered):
@@ -625,6 +972,133 @@ def test_dashboard_structure():
                 cells[(x, yy)] = p["title"]
 
 
+def _dashboard_panels(d: dict) -> list[dict]:
+    out = []
+    for p in d["panels"]:
+        out.append(p)
+        out += p.get("panels", [])
+    return out
+
+
+def _reads(expr: str, *names: str) -> bool:
+    return any(re.search(rf"(?<![a-zA-Z0-9_:]){re.escape(n)}(?![a-zA-Z0-9_])", expr) for n in names)
+
+
+def test_dashboard_opens_with_a_summary_row():
+    d = json.loads(lib.DASHBOARD_FILE.read_text())
+    panels = sorted(d["panels"], key=lambda p: (p["gridPos"]["y"], p["gridPos"]["x"]))
+    assert panels[0]["type"] == "row" and panels[0]["title"] == "Summary", panels[0]["title"]
+    summary = []
+    for p in panels[1:]:
+        if p["type"] == "row":
+            break
+        summary.append(p)
+    assert summary and all(p["type"] == "stat" for p in summary), [p["title"] for p in summary]
+    exprs = {p["title"]: " ".join(t["expr"] for t in p["targets"]) for p in summary}
+
+    def one(what, test):
+        hits = [title for title, e in exprs.items() if test(e)]
+        assert len(hits) == 1, f"the summary row has one panel of {what}: {hits}"
+
+    one("calls/s", lambda e: "rate(farcall_agent_calls_total" in e and "code=~" not in e)
+    one("server-side errors",
+        lambda e: "farcall_agent_calls_total" in e and "INTERNAL" in e and "DATA_LOSS" in e)
+    one("live agents per platform",
+        lambda e: "farcall_router_agent_up" in e and re.search(r"sum by \(platform\)", e))
+    # The p99 is the figure the SLO alert watches.
+    rules = yaml.safe_load(lib.RULES_FILE.read_text())
+    (slo,) = [r for g in rules["groups"] for r in g["rules"] if r.get("alert") == "FarcallLatencyP99OverSLO"]
+    (recorded,) = re.findall(r"[a-z_]+:farcall_[a-z_]+:[a-z0-9_]+", slo["expr"].split(">")[0])
+    one("p99", lambda e: recorded in e)
+
+
+def test_dashboard_names_agents_by_one_label():
+    """Every panel names an agent by `host`: the address without its port,
+    from the agents' own `instance` (IP:9151) or the routers' `agent`
+    (IP:50051) label alike, and $agent lists those hosts."""
+    d = json.loads(lib.DASHBOARD_FILE.read_text())
+    (var,) = [v for v in d["templating"]["list"] if v["name"] == "agent"]
+    assert "instance" in var["query"] and var["regex"] == "/^(.+):[0-9]+$/", var
+    for p in _dashboard_panels(d):
+        for t in p.get("targets", []):
+            where = f"{p['title']!r} {t['refId']}"
+            expr, legend = t["expr"], t.get("legendFormat", "")
+            for label, value in re.findall(r'(\w+)=~"([^"]*\$agent[^"]*)"', expr):
+                assert label in ("instance", "agent") and value == "$agent:[0-9]+", \
+                    f"{where}: {label}=~{value!r} (want instance=~ or agent=~\"$agent:[0-9]+\")"
+            # Series of single agents: read about agents, and not summed away.
+            about_agents = "$agent" in expr or _reads(
+                expr, "farcall_router_agent_up", "farcall_router_agent_inflight_calls")
+            aggregations = re.findall(r"\b(?:sum|max|min|avg|count)\s*(?:by\s*\(([^)]*)\))?\s*\(", expr)
+            per_agent = about_agents and "histogram_quantile" not in expr and all(
+                re.search(r"\b(host|instance|agent)\b", by) for by in aggregations)
+            assert "{{agent}}" not in legend, f"{where}: legend {legend!r} uses agent, not host"
+            if per_agent:
+                assert "{{host}}" in legend, f"{where}: legend {legend!r} names agents by host"
+                assert "{{instance}}" not in legend, f"{where}: legend {legend!r}"
+            if "{{instance}}" in legend:
+                assert legend.startswith("router "), f"{where}: only routers go by instance: {legend!r}"
+            if "{{host}}" in legend or re.search(r"by \([^)]*\bhost\b", expr):
+                assert re.search(r'label_replace\(.*"host", "\$1", "(instance|agent)", "\(\.\+\):\[0-9\]\+"\)',
+                                 expr), f"{where}: host made from instance or agent"
+
+
+def test_dashboard_keeps_refusals_in_view_whatever_the_platform():
+    """Refused calls and Resolve answers carry platform and handler "-"
+    (server/call_record.h), and calls for an unknown handler carry handler
+    "-" on the agents: a chosen platform or handler must not hide them."""
+    d = json.loads(lib.DASHBOARD_FILE.read_text())
+    seen = 0
+    for p in _dashboard_panels(d):
+        for t in p.get("targets", []):
+            expr = t["expr"]
+            if _reads(expr, "farcall_router_calls_total", "farcall_router_resolves_total"):
+                seen += 1
+                assert 'platform=~"$platform|-"' in expr, f"{p['title']!r}: {expr}"
+                assert 'handler=~"$handler"' not in expr, f"{p['title']!r}: {expr}"
+            if _reads(expr, "farcall_agent_calls_total") and 'code!="OK"' in expr:
+                assert 'handler=~"$handler|-"' in expr, f"{p['title']!r}: {expr}"
+    assert seen >= 2
+
+
+_BYTES_METRIC = re.compile(r"(?<![a-zA-Z0-9_:])(farcall|process)_[a-z0-9_]*_bytes(_total)?\b")
+_BYTE_UNITS = {"bytes", "decbytes", "Bps", "binBps"}
+
+
+def test_dashboard_never_charts_counts_and_bytes_on_one_axis():
+    d = json.loads(lib.DASHBOARD_FILE.read_text())
+    for p in _dashboard_panels(d):
+        if p["type"] not in ("timeseries", "stat"):
+            continue
+        for o in p.get("fieldConfig", {}).get("overrides", []):
+            ids = {prop["id"] for prop in o.get("properties", [])}
+            assert not ids & {"unit", "custom.axisPlacement"}, \
+                f"{p['title']!r}: one unit and one axis per panel (a second one goes in a panel of its own)"
+        unit = p["fieldConfig"]["defaults"].get("unit")
+        for t in p["targets"]:
+            # A ratio of bytes to bytes is no longer bytes.
+            is_bytes = bool(_BYTES_METRIC.search(t["expr"])) and " / " not in t["expr"]
+            assert is_bytes == (unit in _BYTE_UNITS), \
+                f"{p['title']!r} {t['refId']}: unit {unit} for {t['expr']}"
+
+
+def test_dashboard_latency_is_the_agents_and_processes_are_charted():
+    d = json.loads(lib.DASHBOARD_FILE.read_text())
+    exprs = [(p["title"], t["expr"]) for p in _dashboard_panels(d) for t in p.get("targets", [])]
+    # Latency where the calls are: the three stages on the agents, added up.
+    assert any(all(f"farcall_agent_{s}_seconds_bucket" in e for s in ("transfer", "queue", "execute"))
+               for _, e in exprs), "a panel of the agents' whole time per call"
+    # Process metrics (the binaries' own), for farcall's processes only.
+    for name in ("process_cpu_seconds_total", "process_resident_memory_bytes",
+                 "process_start_time_seconds"):
+        uses = [(title, e) for title, e in exprs if _reads(e, name)]
+        assert uses, f"no panel charts {name}"
+        for title, e in uses:
+            assert "group_left" in e and "farcall_build_info" in e, f"{title!r}: {e}"
+    # Restarts on Kubernetes, from kube-state-metrics.
+    assert any(_reads(e, "kube_pod_container_status_restarts_total") for _, e in exprs)
+
+
 def test_every_alert_is_explained_in_docs():
     rules = yaml.safe_load(lib.RULES_FILE.read_text())
     doc = (lib.ROOT / "docs" / "deploy.md").read_text()
@@ -638,3 +1112,18 @@ def test_every_alert_is_explained_in_docs():
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-v", "-rs", "-p", "no:cacheprovider"]))
+
+
+@pytest.mark.parametrize("rel", KUSTOMIZATIONS)
+def test_every_server_logs_json_for_shippers(rendered, rel):
+    """Agents and routers write --log_format=json in the cluster (one object
+    per line, UTC times, the call's id and principal)."""
+    servers = 0
+    for d in rendered[rel]:
+        for c in _containers(d):
+            if c["name"] not in ("router", "agent"):
+                continue
+            servers += 1
+            assert "--log_format=json" in c.get("args", []), \
+                f"deploy/k8s/{rel}: {d['metadata']['name']} logs text"
+    assert servers > 0 or not any(_containers(d) for d in rendered[rel])

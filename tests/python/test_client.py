@@ -1,6 +1,7 @@
 """farcall.Client against a real CPU agent and router."""
 
 import concurrent.futures
+import urllib.request
 
 import jax
 import ml_dtypes
@@ -260,9 +261,15 @@ def test_a_restarted_agent_is_reached_again_within_a_second():
 def test_a_router_says_when_an_agents_entry_names_no_agent():
     # A mistyped name: the router serves, says so in its log, and its
     # callers get the contract's UNAVAILABLE.
-    s = Server([ROUTER_BIN, "--listen=127.0.0.1:0",
+    # Its series stays, at 0, for the alert on it.
+    s = Server([ROUTER_BIN, "--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0",
                 "--agents=dns:///no-such-agent.invalid:50051"])
     try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{s.metrics_port}/metrics",
+                                    timeout=10) as r:
+            page = r.read().decode()
+        assert ('farcall_router_agent_source_addresses{source="dns:///no-such-agent.invalid:50051"}'
+                ' 0') in page, page
         with pytest.raises(farcall.UnavailableError) as e:
             farcall.Client(s.address).call("copy", np.ones(4, F32),
                                            results=[farcall.Spec((4,), F32)],
