@@ -21,6 +21,7 @@
 #include "farcall/v1/farcall.grpc.pb.h"
 #include "grpc/grpc.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/alarm.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #ifdef FARCALL_WITH_UCX
@@ -216,10 +217,47 @@ bool UcxInputsFailed(const absl::StatusOr<CallResult>& r) {
 
 // `options` for a call that goes again over gRPC, within what is left
 // before `deadline` (none left: it ends DEADLINE_EXCEEDED at once).
-CallOptions OverGrpc(CallOptions options, absl::Time deadline) {
-  options.transport = Transport::kGrpc;
+CallOptions WithTimeLeft(CallOptions options, absl::Time deadline) {
   options.timeout = std::max(deadline - absl::Now(), absl::ZeroDuration());
   return options;
+}
+
+CallOptions OverGrpc(CallOptions options, absl::Time deadline) {
+  options.transport = Transport::kGrpc;
+  return WithTimeLeft(std::move(options), deadline);
+}
+
+// Router rollouts: a router draining for shutdown refuses new calls
+// (ErrorReason::kRouterDraining) for about a second, then sends its clients
+// GOAWAY (core/wire/grpc_server.h), and the channel reconnects to another
+// router (another address of the target, or the Service's next pod). A
+// refused call, and a call without side effects whose router could not be
+// reached meanwhile (UNAVAILABLE that no server marked), goes again after
+// each of these waits while its deadline allows: 3.1 s in all, which
+// outlasts the refusals and a reconnect (back-off at most 1 s). A call a
+// server ended with CANCELLED (AsCallerSees: UNAVAILABLE) counts as one
+// that did not reach it.
+constexpr absl::Duration kRouterRetryWaits[] = {absl::Milliseconds(100), absl::Milliseconds(200),
+                                                absl::Milliseconds(400), absl::Milliseconds(800),
+                                                absl::Milliseconds(1600)};
+
+// A call's outcome as its caller gets it. CANCELLED means the caller
+// cancelled, which this API offers no way to do: a server that ended the
+// call by going away (its drain ran out, it crashed) is UNAVAILABLE.
+absl::StatusOr<CallResult> AsCallerSees(absl::StatusOr<CallResult> r) {
+  if (r.ok() || !absl::IsCancelled(r.status())) return r;
+  return absl::UnavailableError(
+      "the server ended the call before it answered (it shut down or went away); the call may "
+      "have run.");
+}
+
+bool SendToAnotherRouter(const absl::StatusOr<CallResult>& r, const CallRequest& request,
+                         bool to_router) {
+  if (r.ok()) return false;
+  const ErrorReason reason = ReasonOf(r.status());
+  if (reason == ErrorReason::kRouterDraining) return true;
+  return to_router && !request.has_side_effect && absl::IsUnavailable(r.status()) &&
+         reason == ErrorReason::kUnspecified && TracebackOf(r.status()).empty();
 }
 
 // How a unary call's tensors travel over UCX: the process's worker and the
@@ -389,6 +427,12 @@ struct Client::Impl {
   absl::Duration ucx_backoff ABSL_GUARDED_BY(mu) = absl::Seconds(1);
   // For a router: the agents it names are called directly.
   std::shared_ptr<client_internal::Lookaside> lookaside ABSL_GUARDED_BY(mu);
+
+  // Whether the target answered as a router (false before it answered).
+  bool IsRouter() {
+    absl::MutexLock l(&mu);
+    return service == Service::kRouter;
+  }
 
   std::shared_ptr<client_internal::Lookaside> Lookaside() {
     absl::MutexLock l(&mu);
@@ -673,8 +717,53 @@ absl::StatusOr<Client::Plan> Client::MakePlan(Impl& impl, const CallRequest& req
   return plan;
 }
 
-void Client::CallAsync(const CallRequest& request, const CallOptions& options, CallCallback done) {
-  StartAsync(impl_, request, options, std::move(done));
+namespace {
+
+// CallAsync's attempt `attempt` (0: the first): `done`, or, when a router
+// refused it while draining (SendToAnotherRouter), the next attempt after
+// kRouterRetryWaits[attempt], from a gRPC alarm.
+struct AsyncAttempts : std::enable_shared_from_this<AsyncAttempts> {
+  std::function<void(const CallOptions&, CallCallback)> start;  // one attempt
+  std::function<bool()> to_router;
+  CallRequest request;
+  CallOptions options;  // with the call's id
+  absl::Time deadline;
+  CallCallback done;
+  size_t attempt = 0;
+  std::unique_ptr<grpc::Alarm> alarm;
+
+  void Start() {
+    auto self = shared_from_this();
+    start(attempt == 0 ? options : WithTimeLeft(options, deadline),
+          [self](absl::StatusOr<CallResult> r) { self->Ended(AsCallerSees(std::move(r))); });
+  }
+  void Ended(absl::StatusOr<CallResult> r) {
+    if (attempt >= std::size(kRouterRetryWaits) || !SendToAnotherRouter(r, request, to_router()) ||
+        absl::Now() + kRouterRetryWaits[attempt] >= deadline) {
+      return done(std::move(r));
+    }
+    auto self = shared_from_this();
+    alarm = std::make_unique<grpc::Alarm>();
+    alarm->Set(absl::ToChronoTime(absl::Now() + kRouterRetryWaits[attempt++]),
+               [self](bool) { self->Start(); });
+  }
+};
+
+}  // namespace
+
+void Client::CallAsync(const CallRequest& request, const CallOptions& caller_options,
+                       CallCallback done) {
+  auto attempts = std::make_shared<AsyncAttempts>();
+  attempts->options = client_internal::WithCallId(caller_options);
+  attempts->deadline = absl::Now() + attempts->options.timeout;
+  attempts->request = request;
+  attempts->done = std::move(done);
+  std::shared_ptr<Impl> impl = impl_;
+  attempts->start = [impl, request](const CallOptions& options, CallCallback d) {
+    StartAsync(impl, request, options, std::move(d));
+  };
+  attempts->to_router = [impl] { return impl->IsRouter(); };
+  attempts->Start();
 }
 
 void Client::StartAsync(const std::shared_ptr<Impl>& impl, const CallRequest& request,
@@ -709,12 +798,26 @@ void Client::StartAsync(const std::shared_ptr<Impl>& impl, const CallRequest& re
 
 absl::StatusOr<CallResult> Client::Call(const CallRequest& request,
                                         const CallOptions& caller_options) {
-  // One call_id for every attempt of this call (the lookaside takes its own).
+  // One call_id for every attempt of this call.
   const CallOptions options = client_internal::WithCallId(caller_options);
+  const absl::Time deadline = absl::Now() + options.timeout;
+  absl::StatusOr<CallResult> r = AsCallerSees(CallOnce(request, options));
+  for (absl::Duration wait : kRouterRetryWaits) {
+    if (!SendToAnotherRouter(r, request, impl_->IsRouter()) || absl::Now() + wait >= deadline) {
+      break;
+    }
+    absl::SleepFor(wait);
+    r = AsCallerSees(CallOnce(request, WithTimeLeft(options, deadline)));
+  }
+  return r;
+}
+
+absl::StatusOr<CallResult> Client::CallOnce(const CallRequest& request,
+                                            const CallOptions& options) {
   const absl::Time deadline = absl::Now() + options.timeout;
   absl::StatusOr<Plan> plan = MakePlan(*impl_, request, options);
   if (!plan.ok()) return plan.status();
-  if (plan->lookaside != nullptr) return plan->lookaside->Call(request, caller_options);
+  if (plan->lookaside != nullptr) return plan->lookaside->Call(request, options);
   if (plan->ucx.worker != nullptr) {
     absl::StatusOr<CallResult> r = CallOverUcx(*std::move(plan), options);
     // UCX chosen by itself failed before the handler ran (the agent's worker
@@ -722,7 +825,7 @@ absl::StatusOr<CallResult> Client::Call(const CallRequest& request,
     // so do the next ones for a while.
     if (options.transport == Transport::kAuto && UcxInputsFailed(r)) {
       impl_->BackOffUcx();
-      return Call(request, OverGrpc(options, deadline));
+      return CallOnce(request, OverGrpc(options, deadline));
     }
     return r;
   }

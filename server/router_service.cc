@@ -710,7 +710,9 @@ AgentPool& RouterServer::pool() { return *impl_->pool; }
 void RouterServer::Shutdown() {
   if (impl_->server == nullptr) return;
   SetRouterDraining(true);
-  StopGrpcServer(impl_->server.get(), impl_->gate, impl_->drain);
+  // Its clients' connections stay open for a second of NOT_SERVING, then
+  // GOAWAY moves them to another router while calls in flight finish.
+  StopGrpcServer(impl_->server.get(), impl_->gate, impl_->drain, absl::Seconds(1));
   impl_->server.reset();
 }
 

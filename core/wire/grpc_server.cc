@@ -50,10 +50,19 @@ absl::StatusOr<RunningServer> StartGrpcServer(
   return r;
 }
 
-void StopGrpcServer(grpc::Server* server, DrainGate& gate, absl::Duration drain) {
+void StopGrpcServer(grpc::Server* server, DrainGate& gate, absl::Duration drain,
+                    absl::Duration goaway_after) {
   if (server == nullptr) return;
   server->GetHealthCheckService()->SetServingStatus(false);
-  gate.DrainFor(drain);
+  const absl::Time end = absl::Now() + drain;
+  if (goaway_after < drain && !gate.DrainFor(goaway_after)) {
+    // GOAWAY now; gRPC's shutdown waits for the calls in flight until `end`,
+    // then cancels them.
+    server->Shutdown(absl::ToChronoTime(end));
+    server->Wait();
+    return;
+  }
+  gate.DrainFor(end - absl::Now());
   // gRPC's own shutdown would also wait for idle client connections to
   // close; the calls are done (or out of time), so stop now.
   server->Shutdown(std::chrono::system_clock::now());

@@ -50,7 +50,16 @@ absl::StatusOr<RunningServer> StartGrpcServer(
 // that the server's calls refuse new work, waits up to `drain` for the calls
 // in flight, then stops: what still runs is cancelled and connections are
 // closed. Null is a no-op.
-void StopGrpcServer(grpc::Server* server, DrainGate& gate, absl::Duration drain);
+//
+// With `goaway_after` shorter than `drain` (routers), clients are also told
+// to go elsewhere: once that long has passed with calls still in flight,
+// the server sends GOAWAY on every connection and stops listening, so that
+// clients open new connections (to another address of their target, or
+// through a Service to another pod) while the calls in flight finish.
+// Until then health checks see NOT_SERVING and new calls the gate's
+// refusal, which clients send again (client.cc, kRouterRetryWaits).
+void StopGrpcServer(grpc::Server* server, DrainGate& gate, absl::Duration drain,
+                    absl::Duration goaway_after = absl::InfiniteDuration());
 
 }  // namespace farcall
 

@@ -335,6 +335,9 @@ class Client {
   static void StartAsync(const std::shared_ptr<Impl>& impl, const CallRequest& request,
                          const CallOptions& options, CallCallback done);
   absl::StatusOr<CallResult> CallOverUcx(Plan plan, const CallOptions& options);
+  // One attempt of Call (which sends it again to another router, see
+  // client.cc's kRouterRetryWaits).
+  absl::StatusOr<CallResult> CallOnce(const CallRequest& request, const CallOptions& options);
   // This client is the lookaside's, for one agent a router named.
   void MarkDirect();
   // Its calls present the capability `source` gives for their handler
