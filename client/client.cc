@@ -11,6 +11,7 @@
 #include "absl/synchronization/notification.h"
 #include "client/call_codec.h"
 #include "client/lookaside.h"
+#include "client/run_after.h"
 #include "core/capability.h"
 #include "core/error_reason.h"
 #include "core/status_macros.h"
@@ -21,7 +22,6 @@
 #include "farcall/v1/farcall.grpc.pb.h"
 #include "grpc/grpc.h"
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "grpcpp/alarm.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #ifdef FARCALL_WITH_UCX
@@ -721,7 +721,7 @@ namespace {
 
 // CallAsync's attempt `attempt` (0: the first): `done`, or, when a router
 // refused it while draining (SendToAnotherRouter), the next attempt after
-// kRouterRetryWaits[attempt], from a gRPC alarm.
+// kRouterRetryWaits[attempt], on a thread of its own (RunAfter).
 struct AsyncAttempts : std::enable_shared_from_this<AsyncAttempts> {
   std::function<void(const CallOptions&, CallCallback)> start;  // one attempt
   std::function<bool()> to_router;
@@ -730,7 +730,6 @@ struct AsyncAttempts : std::enable_shared_from_this<AsyncAttempts> {
   absl::Time deadline;
   CallCallback done;
   size_t attempt = 0;
-  std::unique_ptr<grpc::Alarm> alarm;
 
   void Start() {
     auto self = shared_from_this();
@@ -743,9 +742,7 @@ struct AsyncAttempts : std::enable_shared_from_this<AsyncAttempts> {
       return done(std::move(r));
     }
     auto self = shared_from_this();
-    alarm = std::make_unique<grpc::Alarm>();
-    alarm->Set(absl::ToChronoTime(absl::Now() + kRouterRetryWaits[attempt++]),
-               [self](bool) { self->Start(); });
+    client_internal::RunAfter(kRouterRetryWaits[attempt++], [self] { self->Start(); });
   }
 };
 

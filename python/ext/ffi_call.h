@@ -10,7 +10,10 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "core/tensor_spec.h"
+#include "farcall/client.h"
 #include "nanobind/nanobind.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -43,8 +46,25 @@ TensorSpec SpecOf(const xla::ffi::AnyBuffer& b);
 absl::Status ParseAliases(std::string_view text, size_t n_in, size_t n_out,
                           std::vector<int64_t>* output_of_input);
 
-// Calls the handler: `in` are sent, each output is written into its
-// memory (an aliased one into its input's, which must be the same memory).
+// The call's request: `in` are sent, each output is written into its memory
+// (an aliased one into its input's, which must be the same memory).
+absl::StatusOr<CallRequest> RequestFor(const FfiCallAttrs& attrs, const std::vector<HostTensor>& in,
+                                       const std::vector<HostTensor>& out,
+                                       const std::vector<int64_t>& output_of_input);
+// Its options (a call id for a call with side effects; no timeout yet).
+CallOptions OptionsFor(const FfiCallAttrs& attrs);
+
+// Retries: a call that may go again (MaySendAgain) goes after a pause of
+// 50 ms, doubled each time up to 1 s, `retries` times at most, within its
+// deadline. Whether attempt `attempt` (0: the first), which ended with `s`,
+// goes again after `pause`.
+inline constexpr absl::Duration kFirstRetryPause = absl::Milliseconds(50);
+inline constexpr absl::Duration kLastRetryPause = absl::Seconds(1);
+bool SendAgain(const absl::Status& s, int64_t attempt, int64_t retries, bool has_side_effect,
+               absl::Duration pause, absl::Time deadline);
+
+// Calls the handler and waits for it (the cuda handler; the cpu one is
+// asynchronous), with the retries above.
 absl::Status CallRemote(const FfiCallAttrs& attrs, const std::vector<HostTensor>& in,
                         const std::vector<HostTensor>& out,
                         const std::vector<int64_t>& output_of_input);

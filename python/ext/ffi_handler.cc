@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "client/run_after.h"
 #include "core/error_reason.h"
 #include "farcall/client.h"
 #include "nanobind/stl/string.h"
@@ -105,26 +106,70 @@ absl::Status DecodeAttributes(absl::string_view in, std::map<std::string, Attrib
   return absl::OkStatus();
 }
 
-ffi::Error CpuCall(ffi::RemainingArgs args, ffi::RemainingRets rets, std::string_view target,
-                   std::string_view handler, std::string_view platform, std::string_view aliases,
-                   std::string_view attributes, double timeout, bool has_side_effect,
-                   bool wait_for_ready, int64_t retries) {
+// One call's attempts, from the client's completions: the next attempt of
+// a call that may go again (MaySendAgain) starts after a pause on a thread
+// of its own (RunAfter: never on the gRPC thread that completed the last),
+// and `done` runs once, with the last attempt's status.
+struct AsyncRemoteCall : std::enable_shared_from_this<AsyncRemoteCall> {
+  Client* client = nullptr;
+  CallRequest request;
+  CallOptions options;
+  absl::Time deadline;
+  int64_t retries = 0;
+  int64_t attempt = 0;
+  absl::Duration pause = kFirstRetryPause;
+  std::function<void(const absl::Status&)> done;
+
+  void Start() {
+    options.timeout = deadline - absl::Now();
+    auto self = shared_from_this();
+    client->CallAsync(request, options,
+                      [self](absl::StatusOr<CallResult> r) { self->Ended(r.status()); });
+  }
+  void Ended(const absl::Status& s) {
+    if (!SendAgain(s, attempt, retries, request.has_side_effect, pause, deadline)) return done(s);
+    ++attempt;
+    auto self = shared_from_this();
+    client_internal::RunAfter(pause, [self] { self->Start(); });
+    pause = std::min(pause * 2, kLastRetryPause);
+  }
+};
+
+// Whether this thread is completing an FFI call's future: XLA may go on
+// with the program right there, on the client's gRPC thread, and call a
+// handler again.
+thread_local bool completing_a_call = false;
+
+// Asynchronous: the call goes out and the handler returns at once, so XLA
+// runs the step's independent work meanwhile; the future completes from
+// the client's completion (a gRPC thread). XLA keeps the buffers and the
+// attributes (the executable's) alive until it does.
+ffi::Future CpuCall(ffi::RemainingArgs args, ffi::RemainingRets rets, std::string_view target,
+                    std::string_view handler, std::string_view platform, std::string_view aliases,
+                    std::string_view attributes, double timeout, bool has_side_effect,
+                    bool wait_for_ready, int64_t retries) {
+  ffi::Promise promise;
+  ffi::Future future(promise);
+  auto fail = [&](ffi::Error e) {
+    promise.SetError(std::move(e));
+    return std::move(future);
+  };
   FfiCallAttrs attrs{target,  handler,         platform,       aliases, attributes,
                      timeout, has_side_effect, wait_for_ready, retries};
   std::vector<HostTensor> in, out;
   for (size_t i = 0; i < args.size(); ++i) {
     ffi::ErrorOr<ffi::AnyBuffer> b = args.get<ffi::AnyBuffer>(i);
-    if (!b.has_value()) return b.error();
+    if (!b.has_value()) return fail(b.error());
     in.push_back({SpecOf(*b), b->untyped_data(), b->size_bytes()});
   }
   for (size_t o = 0; o < rets.size(); ++o) {
     ffi::ErrorOr<ffi::Result<ffi::AnyBuffer>> b = rets.get<ffi::AnyBuffer>(o);
-    if (!b.has_value()) return b.error();
+    if (!b.has_value()) return fail(b.error());
     out.push_back({SpecOf(**b), (*b)->untyped_data(), (*b)->size_bytes()});
   }
   std::vector<int64_t> output_of_input;
   absl::Status s = ParseAliases(aliases, in.size(), out.size(), &output_of_input);
-  if (!s.ok()) return ToFfiError(s);
+  if (!s.ok()) return fail(ToFfiError(s));
   for (size_t i = 0; i < in.size(); ++i) {
     // XLA gives an aliased operand and its result one buffer; should it ever
     // not, the result starts as a copy of the input and stands in for it.
@@ -134,7 +179,29 @@ ffi::Error CpuCall(ffi::RemainingArgs args, ffi::RemainingRets rets, std::string
       in[i].data = out[o].data;
     }
   }
-  return ToFfiError(CallRemote(attrs, in, out, output_of_input));
+  absl::StatusOr<CallRequest> request = RequestFor(attrs, in, out, output_of_input);
+  if (!request.ok()) return fail(ToFfiError(request.status()));
+  absl::StatusOr<Client*> client = ClientFor(attrs.target);
+  if (!client.ok()) return fail(ToFfiError(client.status()));
+  auto call = std::make_shared<AsyncRemoteCall>();
+  call->client = *client;
+  call->request = *std::move(request);
+  call->options = OptionsFor(attrs);
+  call->deadline = absl::Now() + absl::Seconds(attrs.timeout);
+  call->retries = attrs.retries;
+  call->done = [promise](const absl::Status& s) mutable {
+    completing_a_call = true;
+    s.ok() ? promise.SetAvailable() : promise.SetError(ToFfiError(s));
+    completing_a_call = false;
+  };
+  if (completing_a_call) {
+    // On a gRPC thread, which must not wait for gRPC (the call may ask its
+    // target what it is first): start it from a thread of its own.
+    client_internal::RunAfter(absl::ZeroDuration(), [call] { call->Start(); });
+  } else {
+    call->Start();
+  }
+  return future;
 }
 
 }  // namespace
@@ -162,9 +229,9 @@ absl::Status ParseAliases(std::string_view text, size_t n_in, size_t n_out,
   return absl::OkStatus();
 }
 
-absl::Status CallRemote(const FfiCallAttrs& attrs, const std::vector<HostTensor>& in,
-                        const std::vector<HostTensor>& out,
-                        const std::vector<int64_t>& output_of_input) {
+absl::StatusOr<CallRequest> RequestFor(const FfiCallAttrs& attrs, const std::vector<HostTensor>& in,
+                                       const std::vector<HostTensor>& out,
+                                       const std::vector<int64_t>& output_of_input) {
   CallRequest req;
   req.handler = std::string(attrs.handler);
   req.platform = std::string(attrs.platform);
@@ -183,26 +250,42 @@ absl::Status CallRemote(const FfiCallAttrs& attrs, const std::vector<HostTensor>
     req.results.push_back(r.spec);
     req.result_memory.push_back(r.data);  // written in place
   }
-  absl::StatusOr<Client*> client = ClientFor(attrs.target);
-  if (!client.ok()) return client.status();
+  return req;
+}
+
+CallOptions OptionsFor(const FfiCallAttrs& attrs) {
   CallOptions options;
   options.wait_for_ready = attrs.wait_for_ready;
   // One id for every attempt: an agent's ledger runs a call with side
   // effects once however often it is sent.
   if (attrs.has_side_effect) options.call_id = NewCallId();
+  return options;
+}
+
+bool SendAgain(const absl::Status& s, int64_t attempt, int64_t retries, bool has_side_effect,
+               absl::Duration pause, absl::Time deadline) {
+  // A failed call loses nothing of XLA's (its buffers, donated or not, are
+  // untouched until it succeeds), so the step goes on if a retry does.
+  return !s.ok() && attempt < retries && MaySendAgain(s, has_side_effect) &&
+         absl::Now() + pause < deadline;
+}
+
+absl::Status CallRemote(const FfiCallAttrs& attrs, const std::vector<HostTensor>& in,
+                        const std::vector<HostTensor>& out,
+                        const std::vector<int64_t>& output_of_input) {
+  absl::StatusOr<CallRequest> req = RequestFor(attrs, in, out, output_of_input);
+  if (!req.ok()) return req.status();
+  absl::StatusOr<Client*> client = ClientFor(attrs.target);
+  if (!client.ok()) return client.status();
+  CallOptions options = OptionsFor(attrs);
   const absl::Time deadline = absl::Now() + absl::Seconds(attrs.timeout);
-  absl::Duration pause = absl::Milliseconds(50);
+  absl::Duration pause = kFirstRetryPause;
   for (int64_t attempt = 0;; ++attempt) {
     options.timeout = deadline - absl::Now();
-    absl::Status s = (*client)->Call(req, options).status();
-    // A failed call loses nothing of XLA's (its buffers, donated or not,
-    // are untouched until it succeeds), so the step goes on if a retry does.
-    if (s.ok() || attempt >= attrs.retries || !MaySendAgain(s, attrs.has_side_effect) ||
-        absl::Now() + pause >= deadline) {
-      return s;
-    }
+    absl::Status s = (*client)->Call(*req, options).status();
+    if (!SendAgain(s, attempt, attrs.retries, attrs.has_side_effect, pause, deadline)) return s;
     absl::SleepFor(pause);  // a restarting agent, a router's next probe
-    pause = std::min(pause * 2, absl::Seconds(1));
+    pause = std::min(pause * 2, kLastRetryPause);
   }
 }
 

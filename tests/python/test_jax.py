@@ -186,3 +186,33 @@ def test_cuda_ffi_path_on_a_gpu(router):
     out = jax.jit(axpy, donate_argnums=1)(x, y)
     assert out.devices() == {device}
     np.testing.assert_array_equal(out, 2 * np.arange(8) + 1)
+
+
+def test_the_ffi_handler_lets_xla_run_independent_work_while_a_call_is_out(py_agent, gate):
+    """The CPU FFI handler is asynchronous: two independent remote calls in
+    one jitted step are both in flight at once (each waits in py_gate until
+    the test has seen both enter). A handler that held XLA's thread would
+    never let the second start while the first is held. (Calls with side
+    effects keep their program order, so these two have none.)"""
+    fj.prefer_host_callback(False)
+    # Two calls that differ (by an attribute), so that XLA keeps both.
+    first, second = (fj.buffer_callback("py_gate", jax.ShapeDtypeStruct((), jnp.float32),
+                                        target=py_agent.address, timeout=60,
+                                        attributes={"n": n}) for n in (1, 2))
+
+    def local(a):  # enough operations that XLA runs the step's parts concurrently
+        for _ in range(5):
+            a = jnp.tanh(a @ a)
+        return a
+
+    step = jax.jit(lambda x: (first(), second(), local(x)))
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        # XLA's CPU runtime runs a program of few operations (under about
+        # 8), or of tiny buffers only, in order whatever the handler.
+        x = jnp.full((64, 64), 0.01, jnp.float32)
+        out = pool.submit(lambda: jax.block_until_ready(step(x)))
+        gate.wait_entered()
+        gate.wait_entered()  # times out (60 s) if the calls ran one after the other
+        assert not out.done()
+        gate.release_all()
+        np.testing.assert_allclose(out.result(timeout=30)[2], local(x), rtol=1e-6)

@@ -1,0 +1,25 @@
+// Runs a task later, on a thread of its own: how the client starts the next
+// attempt of an asynchronous call. Never on a gRPC thread: an attempt may
+// block (it may ask the target what it is first), and a gRPC thread that
+// blocks on gRPC can wait for itself (its resolver and connections run on
+// the same few threads) until the call's deadline.
+//
+//   RunAfter(absl::Milliseconds(100), [call] { call->Start(); });
+//
+// Thread safety: call from any thread; the task keeps what it captures
+// alive, and runs even if the process is about to exit (or never, if it
+// exits first).
+#ifndef FARCALL_CLIENT_RUN_AFTER_H_
+#define FARCALL_CLIENT_RUN_AFTER_H_
+
+#include <functional>
+
+#include "absl/time/time.h"
+
+namespace farcall::client_internal {
+
+void RunAfter(absl::Duration delay, std::function<void()> task);
+
+}  // namespace farcall::client_internal
+
+#endif  // FARCALL_CLIENT_RUN_AFTER_H_
