@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds farcall's container images into the local image store:
 #   localhost/farcall-router:TAG, localhost/farcall-agent-cpu:TAG and
-#   localhost/farcall-agent-oneapi:TAG (and agent-rocm, agent-cuda on request)
+#   localhost/farcall-agent-oneapi:TAG (and agent-rocm, agent-cuda on request),
+#   each tagged with the project's version (CMakeLists.txt) as well,
 # from deploy/docker/Dockerfile, with podman (or docker when podman is not
 # installed and a docker daemon answers). Run with --help for the options.
 set -euo pipefail
@@ -14,13 +15,15 @@ LOCAL_BASE=localhost/debian:12
 PUBLIC_BASE=debian:12-slim
 DEFAULT_IMAGES=router,agent-cpu,agent-oneapi
 ALL_IMAGES=router,agent-cpu,agent-oneapi,agent-rocm,agent-cuda
+VERSION=$(sed -n 's/^project(farcall VERSION \([0-9][0-9.]*\).*/\1/p' "$ROOT/CMakeLists.txt")
 
 usage() {
   cat <<EOF
 Usage: deploy/build_images.sh [OPTIONS]
 
 Builds farcall's images from deploy/docker/Dockerfile into the local store,
-named localhost/farcall-IMAGE:TAG, so that afterwards
+named localhost/farcall-IMAGE:TAG and localhost/farcall-IMAGE:$VERSION (the
+version in CMakeLists.txt), so that afterwards
   podman run --rm localhost/farcall-router:dev --agents=HOST:50051
 works. Podman is used when it is installed, else docker (with a daemon).
 
@@ -28,7 +31,7 @@ Options:
   --images=LIST       images to build, comma-separated, from
                       $ALL_IMAGES, or "all"
                       (default: $DEFAULT_IMAGES)
-  --tag=TAG           image tag (default: dev)
+  --tag=TAG           image tag besides $VERSION (default: dev)
   --prebuilt[=DIR]    copy binaries already built on this host instead of
                       compiling them in the builder stage (which takes about
                       15 minutes on 2 cores). The binaries are DIR/server/farcall-router,
@@ -42,7 +45,10 @@ Options:
                       tarball is cached in $CACHE_DIR), else
                       $PUBLIC_BASE pulled from a registry.
   --refresh-base      make $LOCAL_BASE again from a fresh mmdebstrap run
-  --build-arg=K=V     passed on to the build (e.g. CUDA_DEVEL_IMAGE=...), repeatable
+  --build-arg=K=V     passed on to the build, repeatable: SOURCE=URL (where
+                      the source can be found, the images'
+                      org.opencontainers.image.source label),
+                      CUDA_DEVEL_IMAGE=..., ONEAPI_ICD_PACKAGES=...
   --engine=podman|docker
   --containers-conf   only write the containers.conf that podman needs in
                       sandboxes (see below), print its path and exit
@@ -87,6 +93,7 @@ while (($#)); do
   shift
 done
 [ "$images" = all ] && images=$ALL_IMAGES
+[ -n "$VERSION" ] || die "no project(farcall VERSION ...) in $ROOT/CMakeLists.txt"
 
 # Writes containers.conf into the cache folder and points CONTAINERS_CONF at
 # it, unless the caller already chose one.
@@ -229,7 +236,13 @@ ignore_args=()
 [ "$engine" = podman ] && ignore_args=(--ignorefile "$IGNOREFILE")
 
 # --- the images ---------------------------------------------------------------
+# Each image is copied from a Debian stage, TARGET-root (deploy/docker/
+# Dockerfile), which is built first so that its ID is known: it stays in
+# the store as the build cache, and those of earlier builds are removed at
+# the end.
 IFS=, read -r -a wanted <<<"$images"
+ids=$(mktemp -d "${TMPDIR:-/tmp}/farcall-image-ids.XXXXXX")
+trap 'cleanup; rm -rf "$ids"' EXIT
 built=()
 for target in "${wanted[@]}"; do
   case ",$ALL_IMAGES," in
@@ -237,21 +250,33 @@ for target in "${wanted[@]}"; do
     *) die "unknown image '$target' (known: $ALL_IMAGES)" ;;
   esac
   name="localhost/farcall-$target:$tag"
-  say "building $name (target $target)"
+  say "building $name and :$VERSION (target $target)"
   start=$SECONDS
-  "$engine" build "${pull_args[@]}" -f "$DOCKERFILE" "${ignore_args[@]}" \
-    --target "$target" --build-arg "BASE_IMAGE=$base_image" \
-    "${context_args[@]}" "${extra_args[@]}" -t "$name" "$ROOT"
-  say "built $name in $((SECONDS - start)) s"
+  common=("${pull_args[@]}" -f "$DOCKERFILE" "${ignore_args[@]}" --build-arg "BASE_IMAGE=$base_image"
+          --build-arg "VERSION=$VERSION" "${context_args[@]}" "${extra_args[@]}")
+  "$engine" build "${common[@]}" --target "$target-root" --iidfile "$ids/$target" "$ROOT"
+  "$engine" build "${common[@]}" --target "$target" --quiet \
+    -t "$name" -t "localhost/farcall-$target:$VERSION" "$ROOT" >/dev/null
+  say "built $name in $((SECONDS - start)) s ($("$engine" image inspect --format '{{.Size}}' "$name" |
+    awk '{printf "%.0f MB", $1 / 1e6}'))"
   built+=("$name")
 done
 
-# Earlier builds of these images, now untagged, would pile up in the store
-# (CI builds on every run): remove them. The base and runtime layers stay
-# cached.
-stale=$("$engine" images --filter dangling=true --filter label=org.opencontainers.image.title \
-          --format '{{.ID}} {{index .Labels "org.opencontainers.image.title"}}' 2>/dev/null |
-        awk '$2 ~ /^farcall-/ {print $1}' | sort -u)
+# Earlier builds of these images, now untagged, and their TARGET-root stages
+# would pile up in the store (CI builds on every run): remove them. The base
+# and the layers with the Debian packages stay cached.
+stale=$({ "$engine" images --filter dangling=true --filter label=org.opencontainers.image.title \
+            --format '{{.ID}} {{index .Labels "org.opencontainers.image.title"}}' 2>/dev/null || true; } |
+        awk '$2 ~ /^farcall-/ && $2 !~ /-root$/ {print $1}' | sort -u)
+for target in "${wanted[@]}"; do
+  keep=$(sed 's/^sha256://' "$ids/$target")
+  for id in $({ "$engine" images --no-trunc --quiet --filter dangling=true \
+                  --filter "label=org.opencontainers.image.title=farcall-$target-root" 2>/dev/null ||
+                true; } | sed 's/^sha256://'); do
+    [ "$id" = "$keep" ] || stale+=$'\n'"$id"
+  done
+done
+stale=$(echo "$stale" | sed '/^$/d')
 if [ -n "$stale" ]; then
   say "removing $(echo "$stale" | wc -l) untagged image(s) of earlier builds"
   # shellcheck disable=SC2086

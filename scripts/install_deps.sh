@@ -25,8 +25,10 @@ DEBS=(
   # run the images with no registry (a base image made by mmdebstrap; runc,
   # since crun 1.8 refuses hybrid cgroups); the Prometheus server with
   # promtool (without recommends it brings only its web console's JavaScript
-  # libraries); headless Chromium for the router's status page.
+  # libraries); headless Chromium for the router's status page. Names on
+  # podman's (CNI) networks need the dnsname plugin, and pods catatonit.
   podman buildah skopeo fuse-overlayfs uidmap slirp4netns mmdebstrap runc
+  golang-github-containernetworking-plugin-dnsname catatonit
   prometheus chromium chromium-driver
 )
 
@@ -58,3 +60,7 @@ fi
 # Pinned versions: a second run finds them there and downloads nothing.
 echo "install_deps: Python packages in .venv (python/requirements-dev.txt)"
 .venv/bin/python -m pip install -q --disable-pip-version-check -r python/requirements-dev.txt
+# podman-compose for deploy/compose.yaml (tests/deploy/test_compose.py):
+# Debian 12's (1.0.3), like every one before 1.5, runs a healthcheck's CMD
+# through /bin/sh, which farcall's images do not have.
+.venv/bin/python -m pip install -q --disable-pip-version-check podman-compose==1.6.0

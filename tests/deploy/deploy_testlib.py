@@ -187,6 +187,58 @@ def wait_for(what: str, check, deadline_s: float, interval_s: float = 0.25):
         time.sleep(interval_s)
 
 
+# --- podman and the images (test_containers.py, test_compose.py) ------------
+
+PODMAN_HINT = ("apt-get install podman buildah runc uidmap slirp4netns fuse-overlayfs mmdebstrap "
+               "(scripts/install_deps.sh)")
+
+
+class Podman:
+    """podman with the CONTAINERS_CONF that works in sandboxes (the one
+    deploy/build_images.sh writes, unless one is set)."""
+
+    def __init__(self):
+        self.tool = require_tool("podman", PODMAN_HINT)
+        if os.geteuid() != 0:
+            unavailable("root", "these tests run podman as root, as CI does")
+        self.env = dict(os.environ)
+        if not self.env.get("CONTAINERS_CONF"):
+            r = subprocess.run(["bash", str(DEPLOY / "build_images.sh"), "--containers-conf"],
+                               capture_output=True, text=True, timeout=60)
+            assert r.returncode == 0, r.stderr
+            self.env["CONTAINERS_CONF"] = r.stdout.strip().splitlines()[-1]
+
+    def run(self, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
+        r = subprocess.run([self.tool, *args], capture_output=True, text=True, env=self.env,
+                           timeout=timeout)
+        if check and r.returncode != 0:
+            raise AssertionError(f"podman {' '.join(args)} exited {r.returncode}:\n{r.stdout}{r.stderr}")
+        return r
+
+    def inspect(self, what: str, fmt: str) -> str:
+        return self.run("inspect", "--format", fmt, what).stdout.strip()
+
+
+def build_images(podman: Podman, images: list[str], tag: str) -> str:
+    """deploy/build_images.sh --prebuilt for `images`, from the binaries
+    ctest names (FARCALL_*_BIN) or build/; returns its progress lines. With
+    the base image and packages cached, about a minute for all five, seconds
+    when only the binaries' layers are new or nothing changed."""
+    for env, rel in (("FARCALL_AGENT_BIN", "device_agents/farcall-agent"),
+                     ("FARCALL_ROUTER_BIN", "server/farcall-router"),
+                     ("FARCALL_CLI_BIN", "client/farcall")):
+        path = os.environ.get(env) or str(ROOT / "build" / rel)
+        if not os.access(path, os.X_OK):
+            unavailable(f"{path} ({env})", "build first: bash scripts/build.sh")
+    start = time.monotonic()
+    r = subprocess.run(["bash", str(DEPLOY / "build_images.sh"), "--prebuilt",
+                        "--images=" + ",".join(images), f"--tag={tag}"],
+                       capture_output=True, text=True, env=podman.env, timeout=840)
+    progress = "\n".join(l for l in r.stderr.splitlines() if l.startswith("== build_images"))
+    assert r.returncode == 0, f"build_images.sh failed:\n{r.stdout[-6000:]}\n{r.stderr[-6000:]}"
+    return f"{progress}\nbuilt {len(images)} images in {time.monotonic() - start:.0f} s"
+
+
 # --- Prometheus exposition and PromQL ---------------------------------------
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{| )")

@@ -2,7 +2,12 @@
 
   - deploy/build_images.sh --prebuilt builds all five images (router,
     agent-cpu, agent-oneapi, agent-rocm, agent-cuda) from the binaries
-    already built on this host (CI mode: no compiling inside the builder);
+    already built on this host (CI mode: no compiling inside the builder),
+    tagged dev and with the project's version, with OCI labels;
+  - a scan of every image finds no setuid or setgid file, no shell and no
+    package manager, and the program of every exec probe and compose
+    healthcheck in the image; the cpu image carries no compiler (LLVM,
+    clang, comgr) although the host's agent links HIP;
   - the cuda and rocm images start as uid 65532 on a read-only root and,
     with no GPU here, say so and exit 1;
   - a router, a cpu agent and a oneapi (PoCL) agent run on a podman network,
@@ -21,10 +26,12 @@ Containers and the network are removed at the end, pass or fail.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
 import re
+import stat
 import subprocess
 import sys
 import time
@@ -35,7 +42,6 @@ import pytest
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import deploy_testlib as lib  # noqa: E402
 
-HINT = "apt-get install podman buildah runc uidmap slirp4netns fuse-overlayfs mmdebstrap (scripts/install_deps.sh)"
 TAG = os.environ.get("FARCALL_IMAGE_TAG", "dev")
 IMAGES = ["router", "agent-cpu", "agent-oneapi", "agent-rocm", "agent-cuda"]
 DEADLINE_S = 90
@@ -46,33 +52,9 @@ def image(name: str) -> str:
     return f"localhost/farcall-{name}:{TAG}"
 
 
-class Podman:
-    def __init__(self, tool: str, env: dict):
-        self.tool, self.env = tool, env
-
-    def run(self, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
-        r = subprocess.run([self.tool, *args], capture_output=True, text=True, env=self.env,
-                           timeout=timeout)
-        if check and r.returncode != 0:
-            raise AssertionError(f"podman {' '.join(args)} exited {r.returncode}:\n{r.stdout}{r.stderr}")
-        return r
-
-    def inspect(self, what: str, fmt: str) -> str:
-        return self.run("inspect", "--format", fmt, what).stdout.strip()
-
-
 @pytest.fixture(scope="module")
 def podman():
-    tool = lib.require_tool("podman", HINT)
-    if os.geteuid() != 0:
-        lib.unavailable("root", "this test runs podman as root, as CI does")
-    env = dict(os.environ)
-    if not env.get("CONTAINERS_CONF"):
-        r = subprocess.run(["bash", str(lib.DEPLOY / "build_images.sh"), "--containers-conf"],
-                           capture_output=True, text=True, timeout=60)
-        assert r.returncode == 0, r.stderr
-        env["CONTAINERS_CONF"] = r.stdout.strip().splitlines()[-1]
-    return Podman(tool, env)
+    return lib.Podman()
 
 
 def _dockerfile_apt_lists() -> dict[str, list[str]]:
@@ -124,27 +106,14 @@ def test_runtime_package_lists_cover_what_the_binaries_link():
     missing = _packages_linked(lib.router_bin(), lib.cli_bin()) - router_side
     assert not missing, f"the runtime stage lacks {sorted(missing)} (farcall-router, farcall)"
     agent_side = _with_dependencies(lists["runtime"] + lists["agent-runtime"] +
-                                    lists["agent-oneapi"] + lists["agent-rocm"])
+                                    lists["agent-oneapi-root"] + lists["agent-rocm-root"])
     missing = _packages_linked(lib.agent_bin()) - agent_side
     assert not missing, f"the agent images lack {sorted(missing)} (farcall-agent)"
 
 
 @pytest.fixture(scope="module")
 def images(podman):
-    # ctest's FARCALL_*_BIN variables reach build_images.sh through the environment.
-    for env, rel in (("FARCALL_AGENT_BIN", "device_agents/farcall-agent"),
-                     ("FARCALL_ROUTER_BIN", "server/farcall-router"),
-                     ("FARCALL_CLI_BIN", "client/farcall")):
-        path = os.environ.get(env) or str(lib.ROOT / "build" / rel)
-        if not os.access(path, os.X_OK):
-            lib.unavailable(f"{path} ({env})", "build first: bash scripts/build.sh")
-    start = time.monotonic()
-    r = subprocess.run(["bash", str(lib.DEPLOY / "build_images.sh"), "--prebuilt",
-                        "--images=" + ",".join(IMAGES), f"--tag={TAG}"],
-                       capture_output=True, text=True, env=podman.env, timeout=840)
-    progress = "\n".join(l for l in r.stderr.splitlines() if l.startswith("== build_images"))
-    assert r.returncode == 0, f"build_images.sh failed:\n{r.stdout[-6000:]}\n{r.stderr[-6000:]}"
-    print(f"{progress}\nbuilt {len(IMAGES)} images in {time.monotonic() - start:.0f} s")
+    print(lib.build_images(podman, IMAGES, TAG))
     return IMAGES
 
 
@@ -157,6 +126,114 @@ def test_images_run_as_non_root_with_the_binary_as_entrypoint(podman, images):
         ports = set(cfg.get("ExposedPorts", {}))
         assert ports == ({"50050/tcp", "9150/tcp"} if name == "router" else {"50051/tcp", "9151/tcp"}), name
         assert cfg.get("StopSignal", "SIGTERM") in ("SIGTERM", "15"), name
+
+
+SHELLS = {"sh", "bash", "dash", "rbash", "ash", "zsh", "ksh", "mksh", "busybox"}
+PACKAGE_MANAGERS = {"dpkg", "dpkg-deb", "dpkg-query", "apt", "apt-get", "apt-cache", "aptitude"}
+
+
+@contextlib.contextmanager
+def mounted(podman, ref: str):
+    """The image's files, read-only, at a path on the host."""
+    path = podman.run("image", "mount", ref).stdout.strip()
+    try:
+        yield pathlib.Path(path)
+    finally:
+        podman.run("image", "unmount", ref, check=False)
+
+
+def _scan(root: pathlib.Path) -> dict[str, list[str]]:
+    found = {"setuid": [], "shells": [], "package managers": [], "files": []}
+    for d, dirs, files in os.walk(root):
+        for f in files:
+            p = pathlib.Path(d, f)
+            rel = "/" + str(p.relative_to(root))
+            found["files"].append(rel)
+            st = p.lstat()
+            if stat.S_ISREG(st.st_mode) and st.st_mode & (stat.S_ISUID | stat.S_ISGID):
+                found["setuid"].append(f"{rel} {stat.filemode(st.st_mode)}")
+            if f in SHELLS:
+                found["shells"].append(rel)
+            if f in PACKAGE_MANAGERS:
+                found["package managers"].append(rel)
+    return found
+
+
+def _probe_commands() -> list[list[str]]:
+    """The commands of every exec probe in deploy/k8s and every compose
+    healthcheck: what an image must be able to run."""
+    yaml = lib.require_module("yaml", "pip install -r python/requirements-dev.txt")
+    commands = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            if isinstance(node.get("exec"), dict) and "command" in node["exec"]:
+                commands.append(node["exec"]["command"])
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+    for f in sorted(lib.K8S.rglob("*.yaml")):
+        for doc in yaml.safe_load_all(f.read_text()):
+            walk(doc)
+    compose = yaml.safe_load((lib.DEPLOY / "compose.yaml").read_text())
+    for s in compose["services"].values():
+        test = s.get("healthcheck", {}).get("test")
+        if test:
+            assert test[0] == "CMD", f"a compose healthcheck needs a shell: {test}"
+            commands.append(test[1:])
+    assert commands, "no exec probe found in deploy/k8s or deploy/compose.yaml"
+    return commands
+
+
+def test_images_carry_nothing_setuid_no_shell_no_package_manager(podman, images):
+    probes = _probe_commands()
+    for argv in probes:
+        assert pathlib.PurePath(argv[0]).name not in SHELLS, \
+            f"a probe runs a shell, which no image has: {argv}"
+    report = []
+    for name in images:
+        size = int(podman.run("image", "inspect", "--format", "{{.Size}}", image(name)).stdout)
+        # One layer: no file of a lower layer hides under a later one, so
+        # the mounted image shows every file the image ships.
+        layers = int(podman.run("image", "inspect", "--format", "{{len .RootFS.Layers}}",
+                                image(name)).stdout)
+        assert layers == 1, f"{name} has {layers} layers"
+        with mounted(podman, image(name)) as root:
+            found = _scan(root)
+            for argv in probes:
+                prog = root / argv[0].lstrip("/")
+                assert prog.is_file() and os.access(prog, os.X_OK), f"{name}: no {argv[0]} for {argv}"
+        report.append(f"{name}: {size / 1e6:.0f} MB, {len(found['files'])} files")
+        for what in ("setuid", "shells", "package managers"):
+            assert not found[what], f"{name} has {what}: {found[what]}"
+    print("\n".join(report))
+
+
+def test_cpu_image_carries_no_compiler(podman, images):
+    # The host's agent links HIP (and OpenCL): the cpu image carries those
+    # libraries, but not the compiler HIP's package depends on and loads only
+    # to build kernels, nor PoCL.
+    with mounted(podman, image("agent-cpu")) as root:
+        files = _scan(root)["files"]
+    heavy = [f for f in files if re.search(r"/lib(LLVM|clang|amd_comgr|pocl)[-.]", f)]
+    assert not heavy, heavy
+
+
+def test_images_are_labelled_and_tagged_with_the_version(podman, images):
+    version = re.search(r"^project\(farcall VERSION ([0-9.]+)",
+                        (lib.ROOT / "CMakeLists.txt").read_text(), re.M).group(1)
+    for name in images:
+        labels = json.loads(podman.run("image", "inspect", "--format", "{{json .Labels}}",
+                                       image(name)).stdout)
+        assert labels.get("org.opencontainers.image.version") == version, (name, labels)
+        assert labels.get("org.opencontainers.image.title") == f"farcall-{name}", (name, labels)
+        for key in ("source", "description"):
+            assert labels.get(f"org.opencontainers.image.{key}"), (name, key, labels)
+        ids = {podman.run("image", "inspect", "--format", "{{.Id}}", ref).stdout.strip()
+               for ref in (image(name), f"localhost/farcall-{name}:{version}")}
+        assert len(ids) == 1, f"{name}: :{TAG} and :{version} differ: {ids}"
 
 
 @pytest.mark.parametrize("platform", ["cuda", "rocm"])
@@ -183,7 +260,8 @@ def stack(podman, images):
             podman.run("run", "-d", "--name", names[k], "--network", net, "--read-only",
                        "-p", "127.0.0.1::50051", "-p", "127.0.0.1::9151", image(k))
             created.append(names[k])
-        # The CNI network here has no DNS plugin: the router gets the agents' IPs.
+        # The router gets the agents' IPs, which works whether or not the
+        # network has DNS (test_compose.py checks names).
         ips = [podman.inspect(names[k], "{{(index .NetworkSettings.Networks \"%s\").IPAddress}}" % net)
                for k in ("agent-cpu", "agent-oneapi")]
         assert all(ips), ips

@@ -878,7 +878,23 @@ def test_dockerfile_stages_and_images():
         assert any(a.startswith("--metrics_listen=0.0.0.0:") for a in entry), target
         if target != "router":
             assert f"--platform={target.split('-', 1)[1]}" in entry, target
-        assert any(w == "RUN" and "ldd" in r for w, r in lines), f"{target}: ldd check"
+        # The image is the root filesystem its Debian stage made: on
+        # `scratch`, with nothing to run a RUN step, it holds only what
+        # slim_root.sh copied, after the stage checked the libraries.
+        assert stages[target]["from"] in stages and \
+            stages[stages[target]["from"]]["from"] == "scratch", f"{target}: on scratch"
+        assert ("COPY", f"--from={target}-root /rootfs/ /") in lines, f"{target}: its root"
+        assert "RUN" not in words, f"{target}: a RUN step needs a shell in the image"
+        root_runs = [r for w, r in stages[f"{target}-root"]["lines"] if w == "RUN"]
+        assert any("ldd" in r and "slim_root.sh /rootfs" in r for r in root_runs), \
+            f"{target}-root: ldd check and slim_root.sh"
+    # The labels' version when the build does not pass one (build_images.sh
+    # does) is the project's.
+    version = re.search(r"^project\(farcall VERSION ([0-9.]+)",
+                        (lib.ROOT / "CMakeLists.txt").read_text(), re.M).group(1)
+    (base,) = [st for st in stages.values() if st["from"] == "scratch" and
+               any(w == "LABEL" and "org.opencontainers.image.version" in r for w, r in st["lines"])]
+    assert ("ARG", f"VERSION={version}") in base["lines"], "ARG VERSION in step with CMakeLists.txt"
     for arg in re.findall(r'--build-arg "(\w+)=', script):
         assert arg in args or any(("ARG", arg) == (w, r.partition("=")[0])
                                   for st in stages.values() for w, r in st["lines"]), arg
@@ -915,9 +931,12 @@ def test_compose_file_and_what_it_mounts():
                 assert src in compose.get("volumes", {}), f"{name}: named volume {src}"
         for dep in s.get("depends_on", []):
             assert dep in services, f"{name} depends on unknown {dep}"
+    # The router finds agents by service name, through DNS (dns:///), so
+    # that a name that resolves to nothing is logged and counted as such.
     router_agents = _flag(services["router"]["command"], "agents").split(",")
     for a in router_agents:
-        host, port = a.rsplit(":", 1)
+        assert a.startswith("dns:///"), a
+        host, port = a.removeprefix("dns:///").rsplit(":", 1)
         assert host in services, a
     # Prometheus: the mounted config scrapes the compose services and finds
     # its rules file where it is mounted.
