@@ -1,6 +1,6 @@
 // Raw TCP loopback baselines for bench/run.sh: the ceiling under any RPC.
 //
-//   tcp_echo server [--ready_fd=N]
+//   tcp_echo server [--ready_fd=N] [--host=IP]  (--host: clients too; bench/hosts.sh)
 //   tcp_echo oneway --port=P --bytes=N    client sends, server discards
 //   tcp_echo echo   --port=P --bytes=N    server sends everything back
 //   tcp_echo memcpy --bytes=N              one memcpy between warm buffers
@@ -25,7 +25,10 @@
 #include "core/process.h"
 
 ABSL_FLAG(int, ready_fd, -1, "server: write the port here once listening");
-ABSL_FLAG(int, port, 0, "client: server port on 127.0.0.1");
+ABSL_FLAG(int, port, 0, "client: server port on --host");
+ABSL_FLAG(std::string, host, "127.0.0.1",
+          "server: IPv4 address to listen on; client: the server's (bench/hosts.sh: another "
+          "namespace's)");
 ABSL_FLAG(int64_t, bytes, int64_t{256} << 20, "client: payload bytes");
 
 namespace {
@@ -80,7 +83,10 @@ int Serve() {
   setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   sockaddr_in a{};
   a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (inet_pton(AF_INET, absl::GetFlag(FLAGS_host).c_str(), &a.sin_addr) != 1) {
+    std::fprintf(stderr, "tcp_echo: --host is not an IPv4 address\n");
+    return 2;
+  }
   if (bind(s, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || listen(s, 16) != 0) {
     std::perror("tcp_echo: bind");
     return 1;
@@ -104,7 +110,10 @@ int Client(char mode) {
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(absl::GetFlag(FLAGS_port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (inet_pton(AF_INET, absl::GetFlag(FLAGS_host).c_str(), &a.sin_addr) != 1) {
+    std::fprintf(stderr, "tcp_echo: --host is not an IPv4 address\n");
+    return 2;
+  }
   if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
     std::perror("tcp_echo: connect");
     return 1;

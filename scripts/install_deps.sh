@@ -30,6 +30,9 @@ DEBS=(
   podman buildah skopeo fuse-overlayfs uidmap slirp4netns mmdebstrap runc
   golang-github-containernetworking-plugin-dnsname catatonit
   prometheus chromium chromium-driver
+  # The multi-host test bed (tests/hosts): network namespaces, a bridge,
+  # tbf and iptables inside the namespaces.
+  iproute2 iptables
 )
 
 missing=()

@@ -176,8 +176,11 @@ absl::StatusOr<BenchReport> RunBench(Client& client, const BenchOptions& o) {
 absl::StatusOr<BenchReport> RunBenchWith(Client& client, const BenchOptions& o) {
   Shared shared;
   // Warm-up: connections, the agent's pages, the allocator.
+  absl::Duration warm_call = absl::ZeroDuration();
   for (int w = 0; w < o.warmup; ++w) {
+    const absl::Time t = absl::Now();
     Worker(client, o, 0, /*timed=*/false, 0, shared);
+    warm_call = absl::Now() - t;
     absl::MutexLock l(&shared.mu);
     if (!shared.error.ok()) return shared.error;
   }
@@ -195,7 +198,10 @@ absl::StatusOr<BenchReport> RunBenchWith(Client& client, const BenchOptions& o) 
   absl::Time start = absl::Now();
   std::vector<std::thread> workers;
   for (int i = 0; i < o.concurrency; ++i) {
-    workers.emplace_back([&, i] { Worker(client, o, i, /*timed=*/true, o.calls, shared); });
+    workers.emplace_back([&, i] {
+      if (o.stagger) absl::SleepFor(warm_call * i / o.concurrency);
+      Worker(client, o, i, /*timed=*/true, o.calls, shared);
+    });
   }
   for (std::thread& t : workers) t.join();
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);

@@ -22,6 +22,11 @@ struct BenchOptions {
   bool alias = false;     // copy in place ({0: 0})
   bool shm = false;       // same-host shared memory; fails if not offered
   bool progress = false;  // redraw a progress line on stderr
+  // With concurrency C: worker i starts i/C of a (warm-up) call after the
+  // first, so that one call's upload overlaps another's download on a link
+  // (workers that start together stay in step, all uploading, then all
+  // downloading). Throughput still counts time inside calls.
+  bool stagger = false;
   CallOptions call;
 };
 

@@ -58,6 +58,9 @@ ABSL_FLAG(std::string, handler, "copy",
 ABSL_FLAG(int64_t, bytes, 1 << 20, "bench: arg bytes per call");
 ABSL_FLAG(int64_t, calls, 100, "bench: timed calls");
 ABSL_FLAG(int, concurrency, 1, "bench: calls in flight at once");
+ABSL_FLAG(bool, stagger, false,
+          "bench: start the workers a fraction of a call apart (one call's upload then overlaps "
+          "another's download on a link)");
 ABSL_FLAG(int, warmup, 1, "bench: untimed calls first");
 ABSL_FLAG(bool, alias, false, "bench: copy in place, {0: 0}");
 ABSL_FLAG(bool, json, false, "bench: end with one JSON line");
@@ -288,6 +291,7 @@ int RunBenchCommand() {
   o.bytes = absl::GetFlag(FLAGS_bytes);
   o.calls = absl::GetFlag(FLAGS_calls);
   o.concurrency = absl::GetFlag(FLAGS_concurrency);
+  o.stagger = absl::GetFlag(FLAGS_stagger);
   o.warmup = absl::GetFlag(FLAGS_warmup);
   o.alias = absl::GetFlag(FLAGS_alias);
   o.shm = absl::GetFlag(FLAGS_shm);

@@ -14,7 +14,6 @@ import json
 import os
 import pathlib
 import re
-import select
 import shutil
 import socket
 import subprocess
@@ -25,6 +24,9 @@ import urllib.request
 
 import pytest
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+from ready_process import ReadyProcess  # noqa: E402
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 K8S = DEPLOY / "k8s"
@@ -32,7 +34,6 @@ PROMETHEUS_DIR = DEPLOY / "prometheus"
 RULES_FILE = PROMETHEUS_DIR / "farcall.rules.yml"
 DASHBOARD_FILE = DEPLOY / "grafana" / "farcall.json"
 
-START_TIMEOUT = 60  # seconds for a server to report its port
 
 
 def in_ci() -> bool:
@@ -110,48 +111,12 @@ def die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM))
 
 
-class Server:
-    """A farcall-agent or farcall-router on loopback ports the OS picks.
-
-    It is started with --ready_fd=N and writes "PORT METRICS_PORT" there once
-    it serves; EOF alone means it died."""
+class Server(ReadyProcess):
+    """A farcall-agent or farcall-router on loopback ports the OS picks,
+    killed if this process dies."""
 
     def __init__(self, cmd: list[str]):
-        r, w = os.pipe()
-        self.cmd = cmd
-        self.log = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(cmd + [f"--ready_fd={w}"], pass_fds=(w,),
-                                     stdout=self.log, stderr=subprocess.STDOUT,
-                                     preexec_fn=die_with_parent)
-        os.close(w)
-        with os.fdopen(r) as f:
-            if not select.select([f], [], [], START_TIMEOUT)[0]:
-                self.proc.kill()
-                raise RuntimeError(f"{cmd[0]} did not report its port within "
-                                   f"{START_TIMEOUT} s:\n{self.output()}")
-            line = f.read()
-        if not line.strip():
-            self.proc.wait()
-            raise RuntimeError(f"{cmd[0]} failed to start:\n{self.output()}")
-        ports = [int(p) for p in line.split()]
-        self.port = ports[0]
-        self.metrics_port = ports[1] if len(ports) > 1 else 0
-        self.address = f"127.0.0.1:{self.port}"
-
-    def output(self) -> str:
-        self.log.seek(0)
-        return self.log.read().decode(errors="replace")
-
-    def stop(self) -> int | None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                return self.proc.wait(timeout=40)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-                return None
-        return self.proc.returncode
+        super().__init__(cmd, preexec_fn=die_with_parent)
 
 
 def free_port() -> int:

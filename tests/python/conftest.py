@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import os
 import pathlib
-import select
 import socket
-import subprocess
 import sys
 import tempfile
 
@@ -19,6 +17,8 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+from ready_process import ReadyProcess  # noqa: E402
 
 
 def _bin(env: str, rel: str) -> str:
@@ -32,46 +32,17 @@ HANDLERS = str(HERE / "handlers_for_test.py")
 
 # Where py_gate (handlers_for_test.py) connects; a Gate listens there.
 GATE_PATH = os.path.join(tempfile.mkdtemp(prefix="farcall-test-"), "gate")
-START_TIMEOUT = 120  # seconds for a server to report its port
 
 
-class Server:
+class Server(ReadyProcess):
     """A child process serving on 127.0.0.1:<port>; stopped by stop()."""
 
     def __init__(self, cmd: list[str]):
-        r, w = os.pipe()
-        self.log = tempfile.TemporaryFile()
         env = dict(os.environ, PYTHONUNBUFFERED="1", FARCALL_TEST_GATE=GATE_PATH)
         # Tests leave calls in flight at teardown: drain for 2 s, not 30,
         # unless the test's own flag (later, so it wins) says otherwise.
         first_flag = next(i for i, a in enumerate(cmd) if a.startswith("--"))
-        cmd = cmd[:first_flag] + ["--drain_seconds=2"] + cmd[first_flag:]
-        self.proc = subprocess.Popen(cmd + [f"--ready_fd={w}"], pass_fds=(w,),
-                                     stdout=self.log, stderr=subprocess.STDOUT, env=env)
-        os.close(w)
-        with os.fdopen(r) as f:
-            # The port, then EOF; or EOF alone when it dies.
-            if not select.select([f], [], [], START_TIMEOUT)[0]:
-                self.proc.kill()
-                raise RuntimeError(f"{cmd[0]} did not report its port within "
-                                   f"{START_TIMEOUT} s:\n{self.output()}")
-            line = f.read()
-        if not line.strip():
-            self.proc.wait()
-            raise RuntimeError(f"{cmd[0]} failed to start:\n{self.output()}")
-        words = line.split()
-        self.port = int(words[0])
-        self.metrics_port = int(words[1]) if len(words) > 1 else 0
-        self.address = f"127.0.0.1:{self.port}"
-
-    def output(self) -> str:
-        self.log.seek(0)
-        return self.log.read().decode(errors="replace")
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-        return self.proc.wait(timeout=30)
+        super().__init__(cmd[:first_flag] + ["--drain_seconds=2"] + cmd[first_flag:], env=env)
 
 
 def start_agent(*flags: str) -> Server:
