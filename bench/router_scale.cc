@@ -56,7 +56,9 @@ double CpuSeconds(pid_t pid) {
   buf[n] = 0;
   std::string s(buf);
   const size_t paren = s.rfind(')');
+  if (paren == std::string::npos || paren + 2 > s.size()) return 0;
   std::vector<std::string> f2 = absl::StrSplit(s.substr(paren + 2), ' ');
+  if (f2.size() < 13) return 0;
   double utime = 0, stime = 0;
   (void)absl::SimpleAtod(f2[11], &utime);
   (void)absl::SimpleAtod(f2[12], &stime);
@@ -200,9 +202,10 @@ int Run(int n) {
     std::printf(
         "%4d agents: router CPU %.3f of a core idle (target < 0.25 at 256), %.3f under load; "
         "RSS %.0f MiB (< 256); Resolve p50 %.0f us, p99 %.0f us (< 2000); %zu calls (%d failed), "
-        "p50 %.0f us, p99 %.0f us; a dead agent left Resolve after %.0f ms (< 1000)\n",
+        "p50 %.0f us, p99 %.0f us; a dead agent left Resolve after %s (< 1000 ms)\n",
         n, idle_cpu, loaded_cpu, rss_mib, resolve_p50, resolve_p99, call_us.size(), failed,
-        call_p50, call_p99, removal_ms);
+        call_p50, call_p99,
+        removal_ms < 0 ? "never (30 s)" : absl::StrCat(removal_ms, " ms").c_str());
   }
   std::fflush(stdout);
   return 0;

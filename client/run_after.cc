@@ -1,20 +1,74 @@
 #include "client/run_after.h"
 
+#include <queue>
 #include <thread>
 #include <utility>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 
 namespace farcall::client_internal {
+namespace {
 
-// A thread per task: tasks are an asynchronous call's retries, a handful a
-// second at most, and a thread of their own keeps one slow attempt from
-// holding up another's.
+// Tasks by due time, run by a fixed pool of threads started once (never
+// stopped: the process may exit with tasks pending). A fixed pool, not a
+// thread per task: a rollout that refuses thousands of calls at once must
+// not start thousands of threads (and thread creation that fails aborts).
+class Scheduler {
+ public:
+  static constexpr int kThreads = 4;  // tasks may block (an attempt may ask first)
+
+  Scheduler() {
+    for (int i = 0; i < kThreads; ++i) std::thread([this] { Loop(); }).detach();
+  }
+
+  void Add(absl::Time due, std::function<void()> task) {
+    absl::MutexLock l(&mu_);
+    tasks_.push(Task{due, next_++, std::move(task)});
+  }
+
+ private:
+  struct Task {
+    absl::Time due;
+    uint64_t order;  // first come, first run among equal times
+    std::function<void()> run;
+    bool operator>(const Task& o) const { return due != o.due ? due > o.due : order > o.order; }
+  };
+
+  void Loop() {
+    for (;;) {
+      std::function<void()> run;
+      {
+        absl::MutexLock l(&mu_);
+        for (;;) {
+          auto has_task = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !tasks_.empty(); };
+          mu_.Await(absl::Condition(&has_task));
+          const absl::Time due = tasks_.top().due;
+          if (due <= absl::Now()) break;
+          // Until it is due, or an earlier task comes.
+          auto earlier = [this, due]()
+                             ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return tasks_.top().due < due; };
+          mu_.AwaitWithDeadline(absl::Condition(&earlier), due);
+        }
+        run = std::move(const_cast<Task&>(tasks_.top()).run);
+        tasks_.pop();
+      }
+      run();
+    }
+  }
+
+  absl::Mutex mu_;
+  uint64_t next_ ABSL_GUARDED_BY(mu_) = 0;
+  std::priority_queue<Task, std::vector<Task>, std::greater<Task>> tasks_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
 void RunAfter(absl::Duration delay, std::function<void()> task) {
-  std::thread([delay, task = std::move(task)] {
-    absl::SleepFor(delay);
-    task();
-  }).detach();
+  static auto* scheduler = new Scheduler;  // never freed: its threads outlive main
+  scheduler->Add(absl::Now() + delay, std::move(task));
 }
 
 }  // namespace farcall::client_internal

@@ -79,7 +79,10 @@ void CallRecord::Routed(Platform p, const std::string& handler) {
   handler_ = handler;  // the pool found it registered: bounded label set
 }
 
-void CallRecord::Refused(const char* reason) { Metrics().refused.With({reason}).Increment(); }
+void CallRecord::Refused(const char* reason) {
+  Metrics().refused.With({reason}).Increment();
+  refused_ = reason;
+}
 
 void CallRecord::Attempt(std::shared_ptr<AgentHandle> agent) {
   absl::MutexLock l(&mu_);
@@ -115,7 +118,12 @@ void CallRecord::Finished(const grpc::Status& s) {
         agent != nullptr ? absl::StrCat(" via ", agent->address) : "", ": ", code,
         s.ok() ? absl::StrCat(" in ", absl::FormatDuration(absl::Now() - start_))
                : absl::StrCat(": ", absl::string_view(s.error_message()).substr(0, 512)));
-    log::Write(s.ok() ? log::Level::kDebug : log::Level::kWarning, line,
+    // Refusals of callers without a good token, and of calls while draining,
+    // are counted, not logged but at debug: anyone who can reach the port
+    // could fill the log with them, and clients send refused calls again.
+    const bool quiet =
+        s.ok() || refused_ == std::string_view("auth") || refused_ == std::string_view("draining");
+    log::Write(quiet ? log::Level::kDebug : log::Level::kWarning, line,
                {call_id_, handler_ == "-" ? "" : handler_, principal_, peer_, code});
   }
 }

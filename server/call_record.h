@@ -47,6 +47,7 @@ class CallRecord {
   std::string platform_ = "-";
   std::string handler_ = "-";
   std::string call_id_, principal_, peer_;
+  const char* refused_ = "";  // Refused's reason
   absl::Mutex mu_;
   std::shared_ptr<AgentHandle> agent_ ABSL_GUARDED_BY(mu_);  // the last one tried
 };

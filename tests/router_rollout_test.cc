@@ -117,6 +117,7 @@ TEST(RouterRolloutTest, ReplacingEachRouterInTurnFailsNoCall) {
   CallOptions long_call;
   long_call.timeout = absl::Seconds(30);
   long_call.via_router = true;
+  const absl::Time sleep_started = absl::Now();
   auto in_flight = (*client)->CallFuture(sleep, long_call);
   const std::string held =
       absl::StrCat("farcall_router_agent_inflight_calls{agent=\"", (*agent)->address(), "\"}");
@@ -129,11 +130,13 @@ TEST(RouterRolloutTest, ReplacingEachRouterInTurnFailsNoCall) {
   load.AwaitMore(200);
 
   absl::Duration stopped[2];
+  absl::Time first_stopped;
   for (int i : {first, 1 - first}) {
     const int port = routers[i]->port();
     const absl::Time start = absl::Now();
     EXPECT_EQ(routers[i]->Terminate(), 0);
     stopped[i] = absl::Now() - start;
+    if (i == first) first_stopped = absl::Now();
     load.AwaitMore(200);
     // Its replacement, on its address (a new pod behind the same name).
     routers[i] = StartRouter(absl::StrCat("127.0.0.1:", port), (*agent)->address());
@@ -144,7 +147,9 @@ TEST(RouterRolloutTest, ReplacingEachRouterInTurnFailsNoCall) {
 
   absl::StatusOr<CallResult> slept = in_flight.get();
   EXPECT_TRUE(slept.ok()) << slept.status();
-  EXPECT_GE(stopped[first], absl::Seconds(4)) << "the call in flight did not hold the drain";
+  // Its drain lasted until the 6 s call ended.
+  EXPECT_GE(first_stopped - sleep_started, absl::Milliseconds(5500))
+      << "the call in flight did not hold the drain";
   std::string failed;
   int failures = 0;
   for (const auto& [status, n] : load.failures()) {
@@ -189,15 +194,20 @@ TEST(RouterRolloutTest, ACallCutShortByARoutersShutdownIsUnavailableNotCancelled
   std::printf("cut short: %s\n", r.status().ToString().c_str());
 }
 
-// A server that ends every call with CANCELLED, as one that goes away may.
+// A router that ends every call with CANCELLED, as one that goes away may
+// (it answers Describe as a router does: UNIMPLEMENTED).
 class CancelsEverything : public grpc::CallbackGenericService {
-  grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext*) override {
+  grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext* ctx) override {
     class Reactor : public grpc::ServerGenericBidiReactor {
      public:
-      Reactor() { Finish(grpc::Status::CANCELLED); }
+      explicit Reactor(bool describe) {
+        Finish(describe ? grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "no Describe")
+                        : grpc::Status::CANCELLED);
+      }
       void OnDone() override { delete this; }
     };
-    return new Reactor;
+    const std::string& m = ctx->method();
+    return new Reactor(m.size() >= 9 && m.compare(m.size() - 9, 9, "/Describe") == 0);
   }
 };
 
@@ -214,6 +224,7 @@ TEST(RouterRolloutTest, CancelledFromAServerIsUnavailableToACallerThatDidNotCanc
   for (bool async : {false, true}) {
     CallOptions o;
     o.timeout = absl::Seconds(10);
+    o.via_router = true;  // the router's Execute, which it cancels
     std::vector<float> x = {1, 2, 3, 4};
     absl::StatusOr<CallResult> r =
         async ? (*client)->CallFuture(testing::RequestOnFour("copy", x), o).get()

@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -170,6 +172,18 @@ absl::StatusOr<int> MemoryFile(const char* name, const std::string& bytes) {
 absl::Status Replace(int fd, const char* name, const std::string& bytes) {
   absl::StatusOr<int> fresh = MemoryFile(name, bytes);
   if (!fresh.ok()) return fresh.status();
+  // gRPC's watcher tells a file that changed while it read it by its
+  // modification time, to the second: the new file's is at least a second
+  // past the old one's, so that a read across the swap is never taken for
+  // a whole one.
+  struct stat old_stat {};
+  if (fstat(fd, &old_stat) == 0) {
+    timespec times[2];
+    clock_gettime(CLOCK_REALTIME, &times[0]);
+    times[1] = times[0];
+    if (times[1].tv_sec <= old_stat.st_mtim.tv_sec) times[1].tv_sec = old_stat.st_mtim.tv_sec + 1;
+    futimens(*fresh, times);
+  }
   const int r = dup3(*fresh, fd, O_CLOEXEC);
   const int err = errno;
   close(*fresh);
@@ -224,15 +238,25 @@ absl::StatusOr<std::shared_ptr<ServerTlsFiles>> ServerTlsFiles::Create(const Ser
 }
 
 ServerTlsFiles::~ServerTlsFiles() {
-  // gRPC's watcher holds the paths, not the descriptors; by now the server
-  // and its credentials are gone.
-  if (identity_fd_ >= 0) close(identity_fd_);
-  if (ca_fd_ >= 0) close(ca_fd_);
+  // The memory files stay open: gRPC's watcher may outlive this (it holds
+  // the paths, /proc/self/fd/N), and a descriptor number reused by a pipe
+  // would block its next read. Two small files, once per process.
 }
 
 absl::StatusOr<bool> ServerTlsFiles::Reload(bool force) {
   absl::MutexLock lock(&mu_);
   absl::StatusOr<Raw> raw = ReadAll(tls_.files);
+  absl::StatusOr<Checked> checked =
+      raw.ok() ? Check(tls_.files, *raw) : absl::StatusOr<Checked>(raw.status());
+  // A Secret swapped between the reads of its files gives a mix of the old
+  // and the new: while the files do not belong together and their bytes
+  // keep changing, read them again.
+  for (int again = 0; again < 3 && raw.ok() && !checked.ok(); ++again) {
+    absl::StatusOr<Raw> next = ReadAll(tls_.files);
+    if (!next.ok() || next->digest == raw->digest) break;
+    raw = std::move(next);
+    checked = Check(tls_.files, *raw);
+  }
   // Files that could not be read count as one state, remembered like bad
   // bytes: the error is reported once, not at every tick.
   const std::string attempt =
@@ -240,13 +264,13 @@ absl::StatusOr<bool> ServerTlsFiles::Reload(bool force) {
   if (!force && attempt == tried_) return false;
   tried_ = attempt;
   if (!raw.ok()) return raw.status();
-  absl::StatusOr<Checked> checked = Check(tls_.files, *raw);
   if (!checked.ok()) return checked.status();
-  if (absl::Status s = Replace(identity_fd_, "farcall-tls-identity", checked->identity); !s.ok()) {
-    return s;
-  }
+  // The CA first: should the identity's swap fail, nothing of it is in use.
   if (ca_fd_ >= 0) {
     if (absl::Status s = Replace(ca_fd_, "farcall-tls-ca", raw->ca); !s.ok()) return s;
+  }
+  if (absl::Status s = Replace(identity_fd_, "farcall-tls-identity", checked->identity); !s.ok()) {
+    return s;
   }
   not_after_ = checked->not_after;
   return true;

@@ -13,7 +13,9 @@
 // the credentials there were in use. Accepted files go into memory files
 // (memfd) that gRPC's certificate watcher re-reads every second; new
 // handshakes use them from then on, and connections already open keep
-// theirs. The key and its chain share one memory file, so gRPC never sees
+// theirs. The key and its chain share one memory file, and each new file's
+// modification time is a second past the old one's (gRPC tells a file that
+// changed under its read by that time, to the second), so gRPC never takes
 // a new key with an old certificate.
 //
 // Thread safety: every method may be called from any thread.

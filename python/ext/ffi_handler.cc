@@ -129,9 +129,10 @@ struct AsyncRemoteCall : std::enable_shared_from_this<AsyncRemoteCall> {
   void Ended(const absl::Status& s) {
     if (!SendAgain(s, attempt, retries, request.has_side_effect, pause, deadline)) return done(s);
     ++attempt;
+    const absl::Duration wait = pause;
+    pause = std::min(pause * 2, kLastRetryPause);  // before the next attempt can end
     auto self = shared_from_this();
-    client_internal::RunAfter(pause, [self] { self->Start(); });
-    pause = std::min(pause * 2, kLastRetryPause);
+    client_internal::RunAfter(wait, [self] { self->Start(); });
   }
 };
 
