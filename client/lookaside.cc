@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "client/call_codec.h"
+#include "client/run_after.h"
 #include "core/error_reason.h"
 #include "core/rendezvous.h"
 #include "core/tokens.h"
@@ -439,7 +440,11 @@ class Lookaside::AsyncCall : public std::enable_shared_from_this<AsyncCall> {
       case Next::kNextAgent:
         break;
     }
-    TryNext();
+    // Not here, on the gRPC thread that ended the attempt: the next one may
+    // wait for gRPC (an agent's connection, a new client's Describe, the
+    // router), which that thread may be needed for (client/run_after.h).
+    client_internal::RunAfter(absl::ZeroDuration(),
+                              [self = shared_from_this()] { self->TryNext(); });
   }
 
   const std::shared_ptr<Lookaside> owner_;
