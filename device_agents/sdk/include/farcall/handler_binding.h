@@ -301,6 +301,14 @@ Status Binding<Parts...>::CallWith(Fn&& fn, CallFrame& call, std::index_sequence
       return internal::DecodeAttr<typename P::type>(call, std::get<kK>(parts_).name, error);
     }
   };
+  // A handler that does not fit its binding fails here, with this message,
+  // rather than deep inside std::apply.
+  static_assert(
+      std::is_invocable_r_v<Status, Fn&,
+                            typename decltype(decode(
+                                std::integral_constant<size_t, K>{}))::value_type&...>,
+      "farcall: the handler's parameters do not match its binding: it must take, in order, one "
+      "parameter per Arg, Ret, Ctx and Attr of the binding, of those types, and return Status");
   // Braces: the parts are decoded in order, so the first problem is named.
   std::tuple<decltype(decode(std::integral_constant<size_t, K>{}))...> values{
       decode(std::integral_constant<size_t, K>{})...};
