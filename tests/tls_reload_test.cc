@@ -55,6 +55,12 @@ class TlsReloadTest : public ::testing::TestWithParam<bool /*router*/> {
         // The new certificate with the old key: files that do not belong
         // together.
         "mkdir mismatched; cp new/tls.crt mismatched/; cp old/tls.key mismatched/;",
+        // Hostile or broken files: a certificate over the 1 MiB bound (the
+        // real one, padded), an empty key, and a key that is missing.
+        "mkdir oversize empty missing;",
+        "cp new/tls.crt oversize/; head -c 1100000 /dev/zero | tr '\\0' x >> oversize/tls.crt;",
+        "cp new/tls.key oversize/; cp new/tls.crt empty/; : > empty/tls.key;",
+        "cp new/tls.crt missing/;",
         "ln -s old ..data; ln -s ..data/tls.crt tls.crt; ln -s ..data/tls.key tls.key");
     testing::CommandResult r = RunCommand(script);
     ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -186,6 +192,24 @@ TEST_P(TlsReloadTest, FilesThatDoNotBelongTogetherKeepTheCertificateThereWas) {
   server_->Signal(SIGHUP);
   EXPECT_TRUE(AcceptedWithin("new-ca.pem", absl::Seconds(10)).has_value());
   EXPECT_EQ(Failures(), 2);
+  EXPECT_EQ(server_->Terminate(), 0);
+}
+
+TEST_P(TlsReloadTest, OversizeEmptyOrMissingFilesAreRefusedAndCounted) {
+  double expected = 0;
+  for (const char* bad : {"oversize", "empty", "missing"}) {
+    Swap(bad);
+    ++expected;
+    const absl::Time end = absl::Now() + absl::Seconds(10);
+    while (Failures() < expected && absl::Now() < end) {
+    }
+    EXPECT_EQ(Failures(), expected) << bad;
+    EXPECT_TRUE(Handshakes("old-ca.pem")) << bad;  // the certificate there was
+    EXPECT_FALSE(Handshakes("new-ca.pem")) << bad;
+  }
+  Swap("new");
+  EXPECT_TRUE(AcceptedWithin("new-ca.pem", absl::Seconds(10)).has_value());
+  EXPECT_EQ(Failures(), expected);
   EXPECT_EQ(server_->Terminate(), 0);
 }
 
