@@ -803,7 +803,7 @@ absl::StatusOr<CallResult> Client::Call(const CallRequest& request,
     if (!SendToAnotherRouter(r, request, impl_->IsRouter()) || absl::Now() + wait >= deadline) {
       break;
     }
-    absl::SleepFor(wait);
+    PauseBeforeRetry(wait);
     r = AsCallerSees(CallOnce(request, WithTimeLeft(options, deadline)));
   }
   return r;
@@ -1011,6 +1011,16 @@ absl::StatusOr<std::vector<AgentStatus>> Client::ListAgents(bool refresh, absl::
     out.push_back(std::move(a));
   }
   return out;
+}
+
+void Client::PauseBeforeRetry(absl::Duration pause) {
+  const absl::Time until = absl::Now() + pause;
+  grpc::Channel& channel = *impl_->channel;
+  if (channel.GetState(/*try_to_connect=*/true) != GRPC_CHANNEL_READY &&
+      channel.WaitForConnected(absl::ToChronoTime(until))) {
+    return;
+  }
+  absl::SleepFor(until - absl::Now());
 }
 
 absl::Status Client::Health(absl::Duration timeout) {

@@ -1,14 +1,19 @@
 // Client options against real processes.
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "farcall/client.h"
 #include "gtest/gtest.h"
+#include "tests/process_harness.h"
 #include "tests/test_calls.h"
 #include "tests/test_platform.h"
 
 namespace farcall {
 namespace {
 
+using ::farcall::testing::AgentArgs;
 using ::farcall::testing::CallOnFour;
+using ::farcall::testing::ChildProcess;
 using ::farcall::testing::TestPlatform;
 
 // ---- Client options ------------------------------------------------------------
@@ -25,6 +30,41 @@ TEST(ClientOptionsTest, WaitForReadyWaitsForTheTargetUntilTheDeadline) {
   o.wait_for_ready = true;
   EXPECT_EQ(CallOnFour(**client, "copy", o, TestPlatform()).status().code(),
             absl::StatusCode::kDeadlineExceeded);
+}
+
+// A process whose calls are all blocking ones has nothing driving gRPC
+// between them: before PauseBeforeRetry, a target that came back stayed
+// unreachable from it (each call failed at once on the broken connection,
+// and the reconnection was never completed).
+TEST(ClientOptionsTest, APauseBeforeARetryEndsOnceTheTargetIsBackAndTheCallThenWorks) {
+  SKIP_WITHOUT_DEVICE();
+  auto first = ChildProcess::Start(FARCALL_AGENT_BIN, AgentArgs());
+  ASSERT_TRUE(first.ok()) << first.status();
+  const int port = (*first)->port();
+  auto client = Client::Connect((*first)->address());
+  ASSERT_TRUE(client.ok());
+  ASSERT_TRUE(CallOnFour(**client, "copy", {}, TestPlatform()).ok());
+  ASSERT_EQ((*first)->Terminate(), 0);
+  EXPECT_EQ(CallOnFour(**client, "copy", {}, TestPlatform()).status().code(),
+            absl::StatusCode::kUnavailable);
+  // Nothing listens: the pause is as long as asked.
+  absl::Time start = absl::Now();
+  (*client)->PauseBeforeRetry(absl::Milliseconds(300));
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(300));
+
+  std::vector<std::string> args = AgentArgs();
+  args.push_back(absl::StrCat("--listen=127.0.0.1:", port));
+  auto second = ChildProcess::Start(FARCALL_AGENT_BIN, args);
+  ASSERT_TRUE(second.ok()) << second.status();
+  start = absl::Now();
+  (*client)->PauseBeforeRetry(absl::Seconds(30));
+  // gRPC's reconnect back-off is at most 1 s for farcall's channels.
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_TRUE(CallOnFour(**client, "copy", {}, TestPlatform()).ok());
+  // Connected: a pause asked for is a pause (the target refused for a reason).
+  start = absl::Now();
+  (*client)->PauseBeforeRetry(absl::Milliseconds(200));
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(200));
 }
 
 }  // namespace

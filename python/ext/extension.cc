@@ -3,6 +3,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/dtype.h"
+#include "core/process.h"
 #include "nanobind/stl/string.h"
 
 namespace nb = nanobind;
@@ -39,6 +40,9 @@ void RaiseStatus(const absl::Status& status) {
 NB_MODULE(_farcall, m) {
   using namespace farcall::python;
   m.doc() = "farcall's native layer; use the farcall package, not this module.";
+  // Deadlock detection off for farcall's and gRPC's Abseil (jaxlib has its
+  // own): as in farcall's binaries, a lock must not cost a graph update.
+  farcall::InitFarcallProcess();
   m.def("_set_error_factory", [](nb::object f) {
     if (error_factory == nullptr) error_factory = new nb::object();
     *error_factory = std::move(f);

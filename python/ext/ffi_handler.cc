@@ -3,9 +3,12 @@
 // and no GIL on the path. Built only when jaxlib's FFI headers were found.
 #include <algorithm>
 #include <cstring>
+#include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -13,7 +16,6 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "client/run_after.h"
 #include "core/error_reason.h"
 #include "farcall/client.h"
 #include "nanobind/stl/string.h"
@@ -106,11 +108,62 @@ absl::Status DecodeAttributes(absl::string_view in, std::map<std::string, Attrib
   return absl::OkStatus();
 }
 
-// One call's attempts, from the client's completions: the next attempt of
-// a call that may go again (MaySendAgain) starts after a pause on a thread
-// of its own (RunAfter: never on the gRPC thread that completed the last),
-// and `done` runs once, with the last attempt's status.
-struct AsyncRemoteCall : std::enable_shared_from_this<AsyncRemoteCall> {
+// Threads that wait for remote calls, each running one blocking call at a
+// time: started as calls need them (one per call in flight that is not on
+// XLA's thread), kept for reuse while idle for less than kIdleFor.
+//
+// Why not the client's asynchronous calls: gRPC's callback API keeps
+// threads of its own polling every connection for the rest of the process,
+// so that every blocking call after it is answered through one of them and
+// a hand-off (about 40 us of a 250 us call on loopback). A thread blocked
+// in Client::Call reads its own answer.
+class WaitingThreads {
+ public:
+  static void Run(std::function<void()> task) {
+    static auto* threads = new WaitingThreads();  // never destroyed: threads may outlive main
+    threads->Post(std::move(task));
+  }
+
+ private:
+  static constexpr absl::Duration kIdleFor = absl::Seconds(10);
+
+  void Post(std::function<void()> task) {
+    absl::MutexLock l(&mu_);
+    tasks_.push_back(std::move(task));
+    if (idle_ >= static_cast<int>(tasks_.size())) return;  // an idle thread takes it
+    ++idle_;  // the new thread counts as idle until it takes a task
+    std::thread([this] { Loop(); }).detach();
+  }
+  void Loop() {
+    absl::MutexLock l(&mu_);
+    for (;;) {
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !tasks_.empty(); };
+      if (!mu_.AwaitWithTimeout(absl::Condition(&ready), kIdleFor)) {
+        --idle_;
+        return;
+      }
+      std::function<void()> task = std::move(tasks_.front());
+      tasks_.pop_front();
+      --idle_;
+      mu_.Unlock();
+      task();
+      task = nullptr;  // what it holds goes before the thread waits again
+      mu_.Lock();
+      ++idle_;
+    }
+  }
+
+  absl::Mutex mu_;
+  std::deque<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
+  int idle_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// One call's attempts, each a blocking Client::Call: the first on the
+// calling thread (StartHere) or on a waiting thread (Start); the next
+// attempt of a call that may go again (MaySendAgain) starts on a waiting
+// thread after a pause (PauseBeforeRetry: cut short when the target comes
+// back). `done` runs once, with the last attempt's status.
+struct RemoteCall : std::enable_shared_from_this<RemoteCall> {
   Client* client = nullptr;
   CallRequest request;
   CallOptions options;
@@ -121,30 +174,68 @@ struct AsyncRemoteCall : std::enable_shared_from_this<AsyncRemoteCall> {
   std::function<void(const absl::Status&)> done;
 
   void Start() {
-    options.timeout = deadline - absl::Now();
     auto self = shared_from_this();
-    client->CallAsync(request, options,
-                      [self](absl::StatusOr<CallResult> r) { self->Ended(r.status()); });
+    WaitingThreads::Run([self] { self->StartHere(); });
+  }
+  void StartHere() {
+    options.timeout = deadline - absl::Now();
+    Ended(client->Call(request, options).status());
   }
   void Ended(const absl::Status& s) {
     if (!SendAgain(s, attempt, retries, request.has_side_effect, pause, deadline)) return done(s);
     ++attempt;
     const absl::Duration wait = pause;
-    pause = std::min(pause * 2, kLastRetryPause);  // before the next attempt can end
+    pause = std::min(pause * 2, kLastRetryPause);
     auto self = shared_from_this();
-    client_internal::RunAfter(wait, [self] { self->Start(); });
+    WaitingThreads::Run([self, wait] {
+      self->client->PauseBeforeRetry(wait);
+      self->StartHere();
+    });
   }
 };
 
-// Whether this thread is completing an FFI call's future: XLA may go on
-// with the program right there, on the client's gRPC thread, and call a
-// handler again.
-thread_local bool completing_a_call = false;
+// How long each handler's calls at each target took lately (a moving
+// average of whole calls, retries included), to choose how the next one
+// waits. Keys come from compiled programs, so they are few.
+class RecentDurations {
+ public:
+  static RecentDurations& Get() {
+    static auto* recent = new RecentDurations();
+    return *recent;
+  }
+  // Whether calls to `key` lately ended within `bound` (false until one
+  // ended).
+  bool Within(const std::string& key, absl::Duration bound) {
+    absl::MutexLock l(&mu_);
+    auto it = recent_.find(key);
+    return it != recent_.end() && it->second < bound;
+  }
+  void Add(const std::string& key, absl::Duration took) {
+    absl::MutexLock l(&mu_);
+    auto [it, first] = recent_.try_emplace(key, took);
+    if (!first) it->second = (it->second * 3 + took) / 4;
+  }
 
-// Asynchronous: the call goes out and the handler returns at once, so XLA
-// runs the step's independent work meanwhile; the future completes from
-// the client's completion (a gRPC thread). XLA keeps the buffers and the
-// attributes (the executable's) alive until it does.
+ private:
+  absl::Mutex mu_;
+  std::map<std::string, absl::Duration> recent_ ABSL_GUARDED_BY(mu_);
+};
+
+// Calls that lately took less than this wait on XLA's thread (CpuCall).
+constexpr absl::Duration kBlockingBelow = absl::Microseconds(500);
+
+// Asynchronous: a waiting thread makes the call and the handler returns at
+// once, so XLA runs the step's independent work meanwhile; the future
+// completes on that thread when the call ends (and XLA may go on with the
+// program there). XLA keeps the buffers and the attributes (the
+// executable's) alive until it does.
+//
+// Except for quick calls: a handler whose calls lately ended within
+// kBlockingBelow is called on XLA's thread, which waits for the answer
+// itself. That saves the hand-offs to a waiting thread and back (tens of
+// microseconds of a 250 us call on loopback) and forgoes at most that long
+// of overlap. Should it fail in a way that may go again, the retries run
+// on a waiting thread.
 ffi::Future CpuCall(ffi::RemainingArgs args, ffi::RemainingRets rets, std::string_view target,
                     std::string_view handler, std::string_view platform, std::string_view aliases,
                     std::string_view attributes, double timeout, bool has_side_effect,
@@ -184,24 +275,20 @@ ffi::Future CpuCall(ffi::RemainingArgs args, ffi::RemainingRets rets, std::strin
   if (!request.ok()) return fail(ToFfiError(request.status()));
   absl::StatusOr<Client*> client = ClientFor(attrs.target);
   if (!client.ok()) return fail(ToFfiError(client.status()));
-  auto call = std::make_shared<AsyncRemoteCall>();
+  auto call = std::make_shared<RemoteCall>();
   call->client = *client;
   call->request = *std::move(request);
   call->options = OptionsFor(attrs);
-  call->deadline = absl::Now() + absl::Seconds(attrs.timeout);
+  const absl::Time start = absl::Now();
+  call->deadline = start + absl::Seconds(attrs.timeout);
   call->retries = attrs.retries;
-  call->done = [promise](const absl::Status& s) mutable {
-    completing_a_call = true;
+  std::string key = absl::StrCat(Absl(attrs.target), "#", Absl(attrs.handler));
+  const bool quick = RecentDurations::Get().Within(key, kBlockingBelow);
+  call->done = [promise, start, key = std::move(key)](const absl::Status& s) mutable {
+    RecentDurations::Get().Add(key, absl::Now() - start);
     s.ok() ? promise.SetAvailable() : promise.SetError(ToFfiError(s));
-    completing_a_call = false;
   };
-  if (completing_a_call) {
-    // On a gRPC thread, which must not wait for gRPC (the call may ask its
-    // target what it is first): start it from a thread of its own.
-    client_internal::RunAfter(absl::ZeroDuration(), [call] { call->Start(); });
-  } else {
-    call->Start();
-  }
+  quick ? call->StartHere() : call->Start();
   return future;
 }
 
@@ -285,7 +372,7 @@ absl::Status CallRemote(const FfiCallAttrs& attrs, const std::vector<HostTensor>
     options.timeout = deadline - absl::Now();
     absl::Status s = (*client)->Call(*req, options).status();
     if (!SendAgain(s, attempt, attrs.retries, attrs.has_side_effect, pause, deadline)) return s;
-    absl::SleepFor(pause);  // a restarting agent, a router's next probe
+    (*client)->PauseBeforeRetry(pause);  // a restarting agent, a router's next probe
     pause = std::min(pause * 2, kLastRetryPause);
   }
 }

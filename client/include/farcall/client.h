@@ -322,6 +322,12 @@ class Client {
                                                       absl::Duration timeout = absl::Seconds(5));
   // The standard health check: OK when SERVING.
   absl::Status Health(absl::Duration timeout = absl::Seconds(5));
+  // Waits `pause` before a caller sends a failed call again, or less: a
+  // connection to the target that was not ready and comes up meanwhile ends
+  // the wait at once. Meanwhile the calling thread does the connecting, so
+  // a target that came back is reached even where nothing else drives gRPC
+  // (a process whose calls are all blocking ones).
+  void PauseBeforeRetry(absl::Duration pause);
 
  private:
   friend class client_internal::Lookaside;
