@@ -43,6 +43,9 @@ ABSL_FLAG(std::vector<std::string>, transports,
           "builds with UCX); default: all that were built");
 ABSL_FLAG(std::string, ucx_transports, "",
           "UCX transports to use, in UCX_TLS's syntax (tcp; rc,sm; ...); empty: UCX's choice");
+ABSL_FLAG(int64_t, ucx_max_endpoints, 1024,
+          "UCX endpoints (callers' workers) open at most; past it, with every one in use, a "
+          "new caller's UCX call fails before its handler runs (auto sends it over gRPC)");
 ABSL_FLAG(bool, allow_ucx_with_tls, false,
           "offer UCX even when TLS or tokens are required: UCX authenticates and encrypts "
           "nothing, so only on a fabric where every peer is trusted");
@@ -173,6 +176,11 @@ absl::StatusOr<AgentServer::Options> AgentOptionsFromFlags() {
   }
   if (!shm) options.shm_socket.clear();  // no same-host path offered
   options.ucx_transports = absl::GetFlag(FLAGS_ucx_transports);
+  if (absl::GetFlag(FLAGS_ucx_max_endpoints) < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--ucx_max_endpoints must be at least 1; got ",
+                                                   absl::GetFlag(FLAGS_ucx_max_endpoints), "."));
+  }
+  options.ucx_max_endpoints = static_cast<size_t>(absl::GetFlag(FLAGS_ucx_max_endpoints));
   options.allow_ucx_with_tls = absl::GetFlag(FLAGS_allow_ucx_with_tls);
   if (absl::GetFlag(FLAGS_shm_max_bytes) <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("--shm_max_bytes must be positive; got ",

@@ -662,6 +662,7 @@ absl::Status StartUcx(const AgentServer::Options& options, AgentState& state) {
 #ifdef FARCALL_WITH_UCX
   ucx::Worker::Options o;
   o.transports = options.ucx_transports;
+  o.max_endpoints = options.ucx_max_endpoints;
   // Clients send only what the agent asked for (core/ucx/transfer_set.h):
   // anything else is thrown away, so that nobody can park bytes here.
   o.discard_unexpected = true;

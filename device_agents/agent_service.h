@@ -53,6 +53,8 @@ class AgentServer {
     // UCX transports, in UCX_TLS's syntax ("tcp", "rc,sm"); empty: UCX's
     // own choice.
     std::string ucx_transports;
+    // UCX endpoints open at most (ucx::Worker::Options::max_endpoints).
+    size_t ucx_max_endpoints = 1024;
     // Handlers of the program that embeds the agent (RegisteredHandler's
     // `invoke` and `pool`), registered after the built-ins and plugins.
     std::vector<RegisteredHandler> in_process_handlers;

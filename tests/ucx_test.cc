@@ -82,14 +82,16 @@ grpc::Status RawCall(const ChildProcess& agent, const v1::ExecuteRequest& req,
   return v1::Agent::NewStub(channel)->Call(&ctx, req, &resp);
 }
 
-int64_t InflightCalls(const ChildProcess& agent) {
+v1::AgentInfo Describe(const ChildProcess& agent) {
   auto channel = grpc::CreateChannel(agent.address(), grpc::InsecureChannelCredentials());
   grpc::ClientContext ctx;
   v1::AgentInfo info;
   grpc::Status s = v1::Agent::NewStub(channel)->Describe(&ctx, v1::DescribeRequest(), &info);
   EXPECT_TRUE(s.ok()) << s.error_message();
-  return info.inflight_calls();
+  return info;
 }
+
+int64_t InflightCalls(const ChildProcess& agent) { return Describe(agent).inflight_calls(); }
 
 // A header for `copy` of `n` bytes over UCX, answering to `worker`.
 v1::ExecuteRequest UcxCopy(int64_t n, const std::string& worker_address) {
@@ -330,46 +332,101 @@ TEST(UcxTest, ShortPiecesAreDataLossNotAnotherCallersBytes) {
 // finds it out by its MAC: the handler never sees it, the call ends as one
 // whose args did not arrive (so that the client may send them again by
 // gRPC), and the client's own piece is thrown away.
+// A raw UCX call of `copy` of `n` bytes from `worker`, told to send: its
+// answer comes once its args were sent (SendArgs) or it ended otherwise.
+struct UcxCallInFlight {
+  v1::ExecuteRequest req;
+  std::future<grpc::Status> answer;
+  uint64_t agent_tag = 0;
+  std::shared_ptr<ucx::TransferSet> sends;
+  std::vector<uint8_t> args;  // what SendArgs sends, kept until the sends end
+
+  static std::unique_ptr<UcxCallInFlight> Start(const ChildProcess& agent, ucx::Worker& worker,
+                                                int64_t n) {
+    auto c = std::make_unique<UcxCallInFlight>();
+    c->req = UcxCopy(n, worker.address());
+    const v1::UcxTensors& u = c->req.header().ucx();
+    ucx::ReadyBytes ready{};
+    auto told = worker.StartReceive(ucx::TagOf(u.tag(), ucx::Carries::kReady, 0), ready.data(),
+                                    ready.size());
+    c->answer =
+        std::async(std::launch::async, [&agent, req = &c->req] { return RawCall(agent, *req); });
+    absl::Status s = told->Wait(absl::Now() + absl::Seconds(20));
+    EXPECT_TRUE(s.ok()) << s;
+    absl::StatusOr<uint64_t> tag = ucx::ReadReady(u.key(), ready);
+    EXPECT_TRUE(tag.ok()) << tag.status();
+    if (!s.ok() || !tag.ok()) return nullptr;
+    c->agent_tag = *tag;
+    return c;
+  }
+  // Sends `bytes` as the call's args (with their MACs) to the agent at `to`.
+  void SendArgs(ucx::Worker& worker, const std::string& to, std::vector<uint8_t> bytes) {
+    args = std::move(bytes);
+    sends = ucx::TransferSet::Create(worker, nullptr);
+    ucx::SendPieces(*sends, to, agent_tag, ucx::Carries::kArg,
+                    ucx::PiecesOf({static_cast<int64_t>(args.size())}), {args.data()},
+                    req.header().ucx().key());
+    sends->Seal();
+  }
+};
+
 TEST(UcxTest, AThirdWorkersForgedPieceNeverReachesTheHandler) {
   auto agent = Start({});
   ASSERT_TRUE(agent);
-  auto channel = grpc::CreateChannel(agent->address(), grpc::InsecureChannelCredentials());
-  grpc::ClientContext info_ctx;
-  v1::AgentInfo info;
-  ASSERT_TRUE(v1::Agent::NewStub(channel)->Describe(&info_ctx, {}, &info).ok());
+  const v1::AgentInfo info = Describe(*agent);
   auto client = TestWorker(), forger = TestWorker();
   ASSERT_TRUE(client && forger);
   constexpr int64_t kBytes = ucx::kPieceBytes;  // one piece, sent by rendezvous
-  v1::ExecuteRequest req = UcxCopy(kBytes, client->address());
-  const v1::UcxTensors& u = req.header().ucx();
-  ucx::ReadyBytes ready{};
-  auto told = client->StartReceive(ucx::TagOf(u.tag(), ucx::Carries::kReady, 0), ready.data(),
-                                   ready.size());
-  std::future<grpc::Status> answer =
-      std::async(std::launch::async, [&] { return RawCall(*agent, req); });
-  ASSERT_TRUE(told->Wait(absl::Now() + absl::Seconds(20)).ok());
-  absl::StatusOr<uint64_t> agent_tag = ucx::ReadReady(u.key(), ready);
-  ASSERT_TRUE(agent_tag.ok()) << agent_tag.status();
+  auto call = UcxCallInFlight::Start(*agent, *client, kBytes);
+  ASSERT_TRUE(call);
   // The forger's piece lands first: its rendezvous send ends once taken.
   std::vector<uint8_t> forged(kBytes, 0xEE);
-  auto f = forger->StartSend(info.ucx_address(), ucx::TagOf(*agent_tag, ucx::Carries::kArg, 0),
+  auto f = forger->StartSend(info.ucx_address(), ucx::TagOf(call->agent_tag, ucx::Carries::kArg, 0),
                              forged.data(), forged.size());
   ASSERT_TRUE(f->Wait(absl::Now() + absl::Seconds(20)).ok());
   // Then the client's, and its MACs.
-  std::vector<uint8_t> mine = Pattern(kBytes, 5);
-  const std::vector<ucx::Piece> pieces = ucx::PiecesOf({kBytes});
-  auto sends = ucx::TransferSet::Create(*client, nullptr);
-  ucx::SendPieces(*sends, info.ucx_address(), *agent_tag, ucx::Carries::kArg, pieces, {mine.data()},
-                  u.key());
-  sends->Seal();
-  grpc::Status s = answer.get();
+  call->SendArgs(*client, info.ucx_address(), Pattern(kBytes, 5));
+  grpc::Status s = call->answer.get();
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
   EXPECT_EQ(s.error_message(),
             "ucx: the call's inputs did not arrive (ucx: piece 0 of the call's args failed its "
             "integrity check: bytes the other side did not send reached this call (another UCX "
             "peer that knows its tag), and none of them is used.); the handler did not run.");
-  sends->Wait(absl::Now() + absl::Seconds(20)).IgnoreError();
+  call->sends->Wait(absl::Now() + absl::Seconds(20)).IgnoreError();
   EXPECT_EQ(InflightCalls(*agent), 0);
+}
+
+// Endpoints to callers are capped (--ucx_max_endpoints): with the one
+// allowed held by a call in flight, another caller's UCX call fails before
+// its handler runs, in words that name the flag, and works once the first
+// call is over.
+TEST(UcxTest, CallersPastTheEndpointCapAreRefusedUntilOneIsFree) {
+  auto agent = Start({"--ucx_max_endpoints=1"});
+  ASSERT_TRUE(agent);
+  const v1::AgentInfo info = Describe(*agent);
+  auto first = TestWorker(), second = TestWorker();
+  ASSERT_TRUE(first && second);
+  constexpr int64_t kBytes = 4096;
+  const std::vector<uint8_t> args = Pattern(kBytes, 9);
+  // The first caller's call is told to send, and holds its endpoint.
+  auto held = UcxCallInFlight::Start(*agent, *first, kBytes);
+  ASSERT_TRUE(held);
+  grpc::Status refused = RawCall(*agent, UcxCopy(kBytes, second->address()));
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(refused.error_message(),
+            "ucx: the call's inputs did not arrive (ucx: all 1 of this worker's endpoints are in "
+            "use (--ucx_max_endpoints). This peer gets none now.); the handler did not run.");
+  // The first call ends well; then the second caller is served.
+  held->SendArgs(*first, info.ucx_address(), args);
+  grpc::Status s = held->answer.get();
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_TRUE(held->sends->Wait(absl::Now() + absl::Seconds(20)).ok());
+  auto next = UcxCallInFlight::Start(*agent, *second, kBytes);
+  ASSERT_TRUE(next);
+  next->SendArgs(*second, info.ucx_address(), args);
+  s = next->answer.get();
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_TRUE(next->sends->Wait(absl::Now() + absl::Seconds(20)).ok());
 }
 
 // A client that says it will send over UCX and never does holds the agent's

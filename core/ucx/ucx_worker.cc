@@ -58,7 +58,8 @@ struct Worker::Ucx {
 
   // The endpoint to `peer`, made on first use; null when UCX refuses it.
   // Past `max` endpoints, the least recently used one with no sends in
-  // flight is closed first.
+  // flight and no hold is closed first; when every one is busy or held,
+  // none is made (UCS_ERR_EXCEEDS_LIMIT): `max` is a hard cap.
   Endpoint* Get(const std::string& peer, size_t max, ucs_status_t* status) {
     auto it = endpoints.find(peer);
     if (it != endpoints.end()) {
@@ -74,7 +75,10 @@ struct Worker::Ucx {
           oldest = e;
         }
       }
-      if (oldest == endpoints.end()) break;  // all busy or held: one more for now
+      if (oldest == endpoints.end()) {  // all busy or held
+        *status = UCS_ERR_EXCEEDS_LIMIT;
+        return nullptr;
+      }
       Close(oldest->first);
     }
     ucp_ep_params_t p{};
@@ -485,6 +489,13 @@ std::shared_ptr<Transfer> Worker::StartSend(const std::string& peer, uint64_t ta
     Ucx::Endpoint* e = ucx_->Get(t->peer_, options_.max_endpoints, &s);
     if (e == nullptr) {
       t->peer_.clear();  // no endpoint counts it
+      if (s == UCS_ERR_EXCEEDS_LIMIT) {
+        return t->Finish(absl::UnavailableError(absl::StrCat(
+                             "ucx: all ", options_.max_endpoints,
+                             " of this worker's endpoints are in use (--ucx_max_endpoints)."
+                             " This peer gets none now.")),
+                         0);
+      }
       return t->Finish(FromUcs(s), 0);
     }
     ++e->sends;

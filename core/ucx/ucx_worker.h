@@ -97,8 +97,9 @@ class Worker {
     std::string transports;
     // Throw away tagged messages that match no posted receive.
     bool discard_unexpected = false;
-    // Endpoints kept open at most; the least recently used idle ones close
-    // past it.
+    // Endpoints open at most (each is a peer's connection and its memory);
+    // the least recently used idle ones close to make room. Past it, with
+    // every one held or busy, a send to a new peer fails UNAVAILABLE.
     size_t max_endpoints = 1024;
     // How long a cancelled send may take to end before its endpoint is
     // closed by force.
@@ -132,7 +133,8 @@ class Worker {
                                          OnEnd on_end = nullptr);
   // Keeps the endpoint to `peer` open while the returned handle lives: past
   // max_endpoints, endpoints are closed to make room only when no handle
-  // holds them and no send is on them. A call holds its peer for its whole
+  // holds them and no send is on them (when none may close, a new peer
+  // gets no endpoint). A call holds its peer for its whole
   // life, between its transfers too. Any thread; drop every handle before
   // the worker.
   std::shared_ptr<void> HoldPeer(const std::string& peer);

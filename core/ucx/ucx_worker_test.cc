@@ -167,11 +167,11 @@ TEST(UcxWorkerCancelTest, ASendToAStuckPeerEndsAfterItsGrace) {
 
 // A call holds its peer's endpoint between its transfers: past
 // max_endpoints, the endpoints closed to make room are only those no call
-// holds.
-TEST(UcxWorkerEndpointTest, AHeldEndpointIsNeverClosedToMakeRoom) {
+// holds, and with every one held a new peer gets none: the cap is hard.
+TEST(UcxWorkerEndpointTest, AHeldEndpointIsNeverClosedToMakeRoomAndTheCapIsHard) {
   Worker::Options o;
   o.transports = "tcp";
-  o.max_endpoints = 1;
+  o.max_endpoints = 2;
   auto a = Worker::Create(o);
   ASSERT_TRUE(a.ok()) << a.status();
   auto b = Make("tcp"), c = Make("tcp"), d = Make("tcp");
@@ -182,18 +182,26 @@ TEST(UcxWorkerEndpointTest, AHeldEndpointIsNeverClosedToMakeRoom) {
     EXPECT_TRUE((*a)->StartSend(to.address(), 7, &byte, 1)->Wait(Soon()).ok());
     EXPECT_TRUE(rx->Wait(Soon()).ok());
   };
-  std::shared_ptr<void> hold = (*a)->HoldPeer(b->address());
+  std::shared_ptr<void> hold_b = (*a)->HoldPeer(b->address());
   send(*b);
-  send(*c);  // b is held: it stays, one over the limit
-  (*a)->Flush();
-  EXPECT_EQ((*a)->endpoints(), 2u);
+  send(*c);
   send(*d);  // c is not held: it goes
   (*a)->Flush();
   EXPECT_EQ((*a)->endpoints(), 2u);
-  hold.reset();
-  send(*c);  // now b may go too
+  std::shared_ptr<void> hold_d = (*a)->HoldPeer(d->address());
+  uint8_t byte = 1;
+  absl::Status refused = (*a)->StartSend(c->address(), 7, &byte, 1)->Wait(Soon());
+  // b and d are held: c gets none
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(refused.message(),
+            "ucx: all 2 of this worker's endpoints are in use (--ucx_max_endpoints). This peer "
+            "gets none now.");
   (*a)->Flush();
-  EXPECT_EQ((*a)->endpoints(), 1u);
+  EXPECT_EQ((*a)->endpoints(), 2u);
+  hold_b.reset();
+  send(*c);  // now b may go
+  (*a)->Flush();
+  EXPECT_EQ((*a)->endpoints(), 2u);
 }
 
 TEST(UcxWorkerStopTest, DestroyingAWorkerCancelsWhatIsInFlight) {
