@@ -150,12 +150,10 @@ std::shared_ptr<const Lookaside::Answer> Lookaside::Resolved(const CallRequest& 
   v1::ResolveResponse resp;
   grpc::Status s = router_->Resolve(&ctx, req, &resp);
   if (!s.ok()) {
-    // A router without Resolve says so with UNIMPLEMENTED and gRPC's words;
-    // an unsupported platform gets UNIMPLEMENTED and the contract's.
-    if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED &&
-        !absl::StartsWith(s.error_message(), "`buffer_callback`")) {
-      resolve_missing_ = true;
-    }
+    // UNIMPLEMENTED is a router without Resolve (gRPC's own answer): a
+    // Resolve names one platform, so the contract's UNIMPLEMENTED for more
+    // than one cannot come, and an unsupported platform is INVALID_ARGUMENT.
+    if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED) resolve_missing_ = true;
     absl::MutexLock l(&mu_);
     if (last != nullptr && RouterUnreachable(s) && now - last->resolved < kStaleFor) {
       // The router is away (a restart, a network split): its last answer
