@@ -2,7 +2,8 @@
 // and whatever is built on it: a dtype (XLA's PrimitiveType numbers, as on
 // the wire) and dims. Tensors are dense and row-major; the byte size is the
 // product of the dims times the item size, and rank 0 is a scalar.
-// Installed as <farcall/tensor_spec.h>; needs only Abseil's headers.
+// Installed as <farcall/tensor_spec.h>; needs only Abseil's headers and the
+// handler SDK's C header, whose FarcallDType numbers DType takes.
 #ifndef FARCALL_TENSOR_SPEC_H_
 #define FARCALL_TENSOR_SPEC_H_
 
@@ -11,32 +12,33 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "farcall/handler_api.h"
 
 namespace farcall {
 
 // Same numbers as farcall.v1.DType and XLA's PrimitiveType.
 enum class DType : int32_t {
-  kInvalid = 0,
-  kPred = 1,
-  kS8 = 2,
-  kS16 = 3,
-  kS32 = 4,
-  kS64 = 5,
-  kU8 = 6,
-  kU16 = 7,
-  kU32 = 8,
-  kU64 = 9,
-  kF16 = 10,
-  kF32 = 11,
-  kF64 = 12,
-  kC64 = 15,
-  kBF16 = 16,
-  kC128 = 18,
-  kF8E5M2 = 19,
-  kF8E4M3FN = 20,
-  kF8E4M3B11FNUZ = 23,
-  kF8E5M2FNUZ = 24,
-  kF8E4M3FNUZ = 25,
+  kInvalid = FARCALL_DTYPE_INVALID,
+  kPred = FARCALL_DTYPE_PRED,
+  kS8 = FARCALL_DTYPE_S8,
+  kS16 = FARCALL_DTYPE_S16,
+  kS32 = FARCALL_DTYPE_S32,
+  kS64 = FARCALL_DTYPE_S64,
+  kU8 = FARCALL_DTYPE_U8,
+  kU16 = FARCALL_DTYPE_U16,
+  kU32 = FARCALL_DTYPE_U32,
+  kU64 = FARCALL_DTYPE_U64,
+  kF16 = FARCALL_DTYPE_F16,
+  kF32 = FARCALL_DTYPE_F32,
+  kF64 = FARCALL_DTYPE_F64,
+  kC64 = FARCALL_DTYPE_C64,
+  kBF16 = FARCALL_DTYPE_BF16,
+  kC128 = FARCALL_DTYPE_C128,
+  kF8E5M2 = FARCALL_DTYPE_F8E5M2,
+  kF8E4M3FN = FARCALL_DTYPE_F8E4M3FN,
+  kF8E4M3B11FNUZ = FARCALL_DTYPE_F8E4M3B11FNUZ,
+  kF8E5M2FNUZ = FARCALL_DTYPE_F8E5M2FNUZ,
+  kF8E4M3FNUZ = FARCALL_DTYPE_F8E4M3FNUZ,
 };
 
 struct TensorSpec {
