@@ -10,6 +10,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "client/call_codec.h"
+#include "client/call_stop.h"
 #include "client/lookaside.h"
 #include "client/run_after.h"
 #include "core/capability.h"
@@ -135,8 +136,10 @@ absl::StatusOr<CallResult> DecodeUnary(ResponseReader& reader, const grpc::ByteB
 // A streamed call: request frames out, one at a time; response frames in.
 class StreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
+  // `closer`: the client's own CallStop (Client::Close), which stops the
+  // call as options.stop does.
   StreamCall(PreparedCall call, const CallOptions& options, const CallCredentials& credentials,
-             CallCallback done)
+             const CallStop* closer, CallCallback done)
       : call_(std::move(call)),
         completion_(std::make_shared<Completion>(std::move(done))),
         writer_(call_, options.chunk_bytes, completion_),
@@ -144,6 +147,7 @@ class StreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::
     ctx_.set_deadline(DeadlineAfter(options.timeout));
     ctx_.set_wait_for_ready(options.wait_for_ready);
     AddCredentials(ctx_, credentials);
+    stop_hook_.emplace(options.stop.get(), closer, [this] { ctx_.TryCancel(); });
   }
 
   void Start(grpc::GenericStub& stub, const std::string& method) {
@@ -207,6 +211,7 @@ class StreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::
   grpc::ByteBuffer out_;
   absl::Mutex mu_;
   absl::Status local_error_ ABSL_GUARDED_BY(mu_);
+  std::optional<client_internal::StopHook> stop_hook_;  // last: it goes first
 };
 
 // Whether a call over UCX failed because its args could not reach the agent
@@ -242,14 +247,19 @@ constexpr absl::Duration kRouterRetryWaits[] = {absl::Milliseconds(100), absl::M
                                                 absl::Milliseconds(1600)};
 
 // A call's outcome as its caller gets it. CANCELLED means the caller
-// cancelled, which this API offers no way to do: a server that ended the
-// call by going away (its drain ran out, it crashed) is UNAVAILABLE.
-absl::StatusOr<CallResult> AsCallerSees(absl::StatusOr<CallResult> r) {
-  if (r.ok() || !absl::IsCancelled(r.status())) return r;
+// stopped the call (`stopped`: CallOptions::stop, Client::Close): a server
+// that ended the call by going away (its drain ran out, it crashed) is
+// UNAVAILABLE.
+absl::StatusOr<CallResult> AsCallerSees(absl::StatusOr<CallResult> r, bool stopped) {
+  if (r.ok()) return r;
+  if (stopped) return client_internal::StoppedStatus();
+  if (!absl::IsCancelled(r.status())) return r;
   return absl::UnavailableError(
       "the server ended the call before it answered (it shut down or went away); the call may "
       "have run.");
 }
+
+absl::Status ClosedStatus() { return absl::FailedPreconditionError("this client is closed."); }
 
 bool SendToAnotherRouter(const absl::StatusOr<CallResult>& r, const CallRequest& request,
                          bool to_router) {
@@ -270,8 +280,9 @@ struct UcxRoute {
 // A unary call: one frame each way.
 class UnaryCall {
  public:
+  // `closer`: as StreamCall's.
   UnaryCall(PreparedCall call, const CallOptions& options, const CallCredentials& credentials,
-            CallCallback done, const UcxRoute& ucx = {})
+            const CallStop* closer, CallCallback done, const UcxRoute& ucx = {})
       : call_(std::move(call)),
         completion_(std::make_shared<Completion>(std::move(done))),
         reader_(call_),
@@ -279,6 +290,7 @@ class UnaryCall {
     ctx_.set_deadline(DeadlineAfter(options.timeout));
     ctx_.set_wait_for_ready(options.wait_for_ready);
     AddCredentials(ctx_, credentials);
+    stop_hook_.emplace(options.stop.get(), closer, [this] { ctx_.TryCancel(); });
 #ifdef FARCALL_WITH_UCX
     if (ucx.worker != nullptr && reader_.init_status().ok()) {
       exchange_ = client_internal::UcxExchange::Start(*static_cast<ucx::Worker*>(ucx.worker), call_,
@@ -323,6 +335,7 @@ class UnaryCall {
   grpc::ClientContext ctx_;
   grpc::ByteBuffer request_;
   grpc::ByteBuffer response_;
+  std::optional<client_internal::StopHook> stop_hook_;  // last: it goes first
 };
 
 // One channel per target for the life of the process, shared by every Client.
@@ -385,6 +398,7 @@ AgentDescription DescriptionFromProto(const v1::AgentInfo& info) {
   d.offers_ucx = !info.ucx_address().empty();
   d.calls_total = info.calls_total();
   d.failed_calls_total = info.failed_calls_total();
+  d.inflight_calls = info.inflight_calls();
   return d;
 }
 
@@ -392,6 +406,7 @@ AgentDescription DescriptionFromProto(const v1::AgentInfo& info) {
 
 struct Client::Impl {
   std::shared_ptr<grpc::Channel> channel;
+  CallStop closer;  // stopped by Close()
   ClientOptions options;
   std::string authorization;  // "Bearer TOKEN", or empty
   bool direct = false;        // MarkDirect
@@ -725,6 +740,7 @@ namespace {
 struct AsyncAttempts : std::enable_shared_from_this<AsyncAttempts> {
   std::function<void(const CallOptions&, CallCallback)> start;  // one attempt
   std::function<bool()> to_router;
+  std::function<bool()> stopped;  // by CallOptions::stop or Client::Close
   CallRequest request;
   CallOptions options;  // with the call's id
   absl::Time deadline;
@@ -732,9 +748,12 @@ struct AsyncAttempts : std::enable_shared_from_this<AsyncAttempts> {
   size_t attempt = 0;
 
   void Start() {
+    if (stopped()) return done(client_internal::StoppedStatus());
     auto self = shared_from_this();
     start(attempt == 0 ? options : WithTimeLeft(options, deadline),
-          [self](absl::StatusOr<CallResult> r) { self->Ended(AsCallerSees(std::move(r))); });
+          [self](absl::StatusOr<CallResult> r) {
+            self->Ended(AsCallerSees(std::move(r), self->stopped()));
+          });
   }
   void Ended(absl::StatusOr<CallResult> r) {
     if (attempt >= std::size(kRouterRetryWaits) || !SendToAnotherRouter(r, request, to_router()) ||
@@ -750,6 +769,7 @@ struct AsyncAttempts : std::enable_shared_from_this<AsyncAttempts> {
 
 void Client::CallAsync(const CallRequest& request, const CallOptions& caller_options,
                        CallCallback done) {
+  if (impl_->closer.stopped()) return done(ClosedStatus());
   auto attempts = std::make_shared<AsyncAttempts>();
   attempts->options = client_internal::WithCallId(caller_options);
   attempts->deadline = absl::Now() + attempts->options.timeout;
@@ -760,6 +780,9 @@ void Client::CallAsync(const CallRequest& request, const CallOptions& caller_opt
     StartAsync(impl, request, options, std::move(d));
   };
   attempts->to_router = [impl] { return impl->IsRouter(); };
+  attempts->stopped = [impl, stop = caller_options.stop] {
+    return client_internal::Stopped(stop.get(), &impl->closer);
+  };
   attempts->Start();
 }
 
@@ -783,12 +806,14 @@ void Client::StartAsync(const std::shared_ptr<Impl>& impl, const CallRequest& re
     };
   }
   if (plan->unary) {
-    auto* call = new UnaryCall(std::move(plan->prepared), options,
-                               impl->CredentialsFor(request.handler), std::move(done), plan->ucx);
+    auto* call =
+        new UnaryCall(std::move(plan->prepared), options, impl->CredentialsFor(request.handler),
+                      &impl->closer, std::move(done), plan->ucx);
     call->Start(*impl->generic, plan->method);
   } else {
-    auto* call = new StreamCall(std::move(plan->prepared), options,
-                                impl->CredentialsFor(request.handler), std::move(done));
+    auto* call =
+        new StreamCall(std::move(plan->prepared), options, impl->CredentialsFor(request.handler),
+                       &impl->closer, std::move(done));
     call->Start(*impl->generic, plan->method);
   }
 }
@@ -796,15 +821,21 @@ void Client::StartAsync(const std::shared_ptr<Impl>& impl, const CallRequest& re
 absl::StatusOr<CallResult> Client::Call(const CallRequest& request,
                                         const CallOptions& caller_options) {
   // One call_id for every attempt of this call.
+  if (impl_->closer.stopped()) return ClosedStatus();
   const CallOptions options = client_internal::WithCallId(caller_options);
   const absl::Time deadline = absl::Now() + options.timeout;
-  absl::StatusOr<CallResult> r = AsCallerSees(CallOnce(request, options));
+  auto stopped = [&] { return client_internal::Stopped(options.stop.get(), &impl_->closer); };
+  // (Whether it was stopped is asked once the attempt ended.)
+  absl::StatusOr<CallResult> r = CallOnce(request, options);
+  r = AsCallerSees(std::move(r), stopped());
   for (absl::Duration wait : kRouterRetryWaits) {
     if (!SendToAnotherRouter(r, request, impl_->IsRouter()) || absl::Now() + wait >= deadline) {
       break;
     }
     PauseBeforeRetry(wait);
-    r = AsCallerSees(CallOnce(request, WithTimeLeft(options, deadline)));
+    if (stopped()) return client_internal::StoppedStatus();
+    r = CallOnce(request, WithTimeLeft(options, deadline));
+    r = AsCallerSees(std::move(r), stopped());
   }
   return r;
 }
@@ -844,6 +875,7 @@ absl::StatusOr<CallResult> Client::CallOnce(const CallRequest& request,
       ctx.set_deadline(DeadlineAfter(options.timeout));
       ctx.set_wait_for_ready(options.wait_for_ready);
       AddCredentials(ctx, impl_->CredentialsFor(request.handler));
+      client_internal::StopHook hook(options.stop.get(), &impl_->closer, [&] { ctx.TryCancel(); });
       grpc::ByteBuffer request_frame, response_frame;
       RequestWriter(plan->prepared, 0, completion).Next(&request_frame);
       grpc::Status s =
@@ -858,7 +890,7 @@ absl::StatusOr<CallResult> Client::CallOnce(const CallRequest& request,
   absl::StatusOr<CallResult> result;
   auto* call =
       new StreamCall(std::move(plan->prepared), options, impl_->CredentialsFor(request.handler),
-                     [&](absl::StatusOr<CallResult> r) {
+                     &impl_->closer, [&](absl::StatusOr<CallResult> r) {
                        result = std::move(r);
                        done.Notify();
                      });
@@ -872,7 +904,7 @@ absl::StatusOr<CallResult> Client::CallOverUcx(Plan plan, const CallOptions& opt
   absl::StatusOr<CallResult> result;
   const CallCredentials credentials = impl_->CredentialsFor(plan.prepared.header.handler());
   auto* call = new UnaryCall(
-      std::move(plan.prepared), options, credentials,
+      std::move(plan.prepared), options, credentials, &impl_->closer,
       [&](absl::StatusOr<CallResult> r) {
         result = std::move(r);
         done.Notify();
@@ -1011,6 +1043,16 @@ absl::StatusOr<std::vector<AgentStatus>> Client::ListAgents(bool refresh, absl::
     out.push_back(std::move(a));
   }
   return out;
+}
+
+void Client::Close() {
+  impl_->closer.Stop();
+  std::shared_ptr<client_internal::Lookaside> lookaside;
+  {
+    absl::MutexLock l(&impl_->mu);
+    lookaside = impl_->lookaside;
+  }
+  if (lookaside != nullptr) lookaside->Close();
 }
 
 void Client::PauseBeforeRetry(absl::Duration pause) {

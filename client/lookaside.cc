@@ -248,6 +248,7 @@ std::vector<std::shared_ptr<Lookaside::Agent>> Lookaside::Choose(const CallReque
 std::shared_ptr<Client> Lookaside::Ready(Agent& agent, absl::Time deadline, bool insist) {
   std::shared_ptr<Client> client;
   absl::Duration wait = absl::ZeroDuration();
+  if (closed_) return nullptr;  // the call goes to Proxy(), closed too
   {
     absl::MutexLock l(&agent.mu);
     if (absl::Now() < agent.avoid_until && !insist) return nullptr;
@@ -305,6 +306,8 @@ void Lookaside::Avoid(Agent& agent, absl::Duration at_least) {
 
 Lookaside::Next Lookaside::Judge(Agent& agent, const CallRequest& request,
                                  absl::StatusOr<CallResult>& result) {
+  // CANCELLED: the caller stopped the call (CallOptions::stop, Close).
+  if (!result.ok() && absl::IsCancelled(result.status())) return Next::kDone;
   if (result.ok()) {
     absl::MutexLock l(&agent.mu);
     agent.backoff = kFirstBackoff;
@@ -357,8 +360,23 @@ Client& Lookaside::Proxy() {
   if (proxy_ == nullptr) {
     // The router's target was connected with these options already.
     proxy_ = std::move(Client::Connect(router_target_, options_)).value();
+    if (closed_) proxy_->Close();
   }
   return *proxy_;
+}
+
+void Lookaside::Close() {
+  closed_ = true;
+  std::vector<std::shared_ptr<Agent>> agents;
+  {
+    absl::MutexLock l(&mu_);
+    if (proxy_ != nullptr) proxy_->Close();
+    for (const auto& [address, agent] : agents_) agents.push_back(agent);
+  }
+  for (const std::shared_ptr<Agent>& agent : agents) {
+    absl::MutexLock l(&agent->mu);
+    if (agent->client != nullptr) agent->client->Close();
+  }
 }
 
 absl::StatusOr<CallResult> Lookaside::Call(const CallRequest& request,

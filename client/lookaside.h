@@ -58,6 +58,9 @@ class Lookaside : public std::enable_shared_from_this<Lookaside> {
 
   absl::StatusOr<CallResult> Call(const CallRequest& request, const CallOptions& options);
   void CallAsync(const CallRequest& request, const CallOptions& options, CallCallback done);
+  // Closes the agents' clients and the router's (Client::Close): their calls
+  // in flight stop, and later ones are refused.
+  void Close();
 
   // Agents that failed this client stay out of its choice for a while.
   static constexpr absl::Duration kFirstBackoff = absl::Seconds(1);
@@ -115,6 +118,7 @@ class Lookaside : public std::enable_shared_from_this<Lookaside> {
   std::map<std::string, std::shared_ptr<const Answer>> answers_ ABSL_GUARDED_BY(mu_);
   // A router that has no Resolve (an older version): every call through it.
   std::atomic<bool> resolve_missing_{false};
+  std::atomic<bool> closed_{false};
 };
 
 }  // namespace farcall::client_internal

@@ -20,34 +20,16 @@ namespace farcall {
 namespace {
 
 using ::farcall::testing::ChildProcess;
+using ::farcall::testing::HoldsCalls;
 using ::farcall::testing::HttpGet;
 using ::farcall::testing::MetricValue;
-
-CallRequest Sleep(int64_t ms) {
-  CallRequest req;
-  req.platform = "cpu";
-  req.handler = "sleep";
-  req.attributes["ms"] = ms;
-  return req;
-}
+using ::farcall::testing::SleepRequest;
 
 // A sleep of `ms` through `client`, in the background.
 std::future<absl::StatusOr<CallResult>> SleepInBackground(Client& client, int64_t ms) {
   CallOptions o;
   o.timeout = absl::Seconds(60);
-  return client.CallFuture(Sleep(ms), o);
-}
-
-// Waits, bounded, until `agent` holds `calls` calls (its own gauge).
-bool HoldsCalls(const ChildProcess& agent, double calls) {
-  const absl::Time end = absl::Now() + absl::Seconds(20);
-  while (absl::Now() < end) {
-    if (MetricValue(HttpGet(agent.metrics_port(), "/metrics"), "farcall_agent_inflight_calls") ==
-        calls) {
-      return true;
-    }
-  }
-  return false;
+  return client.CallFuture(SleepRequest(ms), o);
 }
 
 // The server's own health answer: SERVING, NOT_SERVING, or the RPC's
@@ -140,7 +122,7 @@ TEST(DrainTest, ThroughARouterACallCutShortByTheDrainIsUnavailableNotCancelled) 
   CallOptions o;
   o.timeout = absl::Seconds(60);
   o.via_router = true;
-  CallRequest sleep = Sleep(50000);
+  CallRequest sleep = SleepRequest(50000);
   sleep.has_side_effect = true;
   auto held = (*client)->CallFuture(sleep, o);
   ASSERT_TRUE(HoldsCalls(**agent, 1));

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
 
 namespace farcall::testing {
 
@@ -109,6 +110,17 @@ double MetricValue(const std::string& page, const std::string& name) {
   size_t at = page.find("\n" + name + " ");
   if (at == std::string::npos) return -1;
   return std::stod(page.substr(at + name.size() + 2));
+}
+
+bool HoldsCalls(const ChildProcess& agent, double calls) {
+  const absl::Time end = absl::Now() + absl::Seconds(20);
+  while (absl::Now() < end) {
+    if (MetricValue(HttpGet(agent.metrics_port(), "/metrics"), "farcall_agent_inflight_calls") ==
+        calls) {
+      return true;
+    }
+  }
+  return false;
 }
 
 void ChildProcess::Signal(int sig) const { kill(pid_, sig); }

@@ -77,6 +77,9 @@ std::string BinaryPath(const char* env_name, const char* built_path);
 // one unlabelled sample of a Prometheus text page (-1 when absent).
 std::string HttpGet(int port, const std::string& path);
 double MetricValue(const std::string& page, const std::string& name);
+// Waits, bounded (20 s), until the agent `agent` (started with
+// --metrics_listen) holds `calls` calls (its farcall_agent_inflight_calls).
+bool HoldsCalls(const ChildProcess& agent, double calls);
 
 struct CommandResult {
   int exit_code = -1;

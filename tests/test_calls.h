@@ -39,6 +39,15 @@ inline absl::StatusOr<CallResult> CallOnFour(Client& client, const std::string& 
   return client.Call(RequestOnFour(handler, x, platform), options);
 }
 
+// The cpu agent's built-in `sleep` for `ms` milliseconds: no tensors.
+inline CallRequest SleepRequest(int64_t ms) {
+  CallRequest req;
+  req.platform = "cpu";
+  req.handler = "sleep";
+  req.attributes["ms"] = ms;
+  return req;
+}
+
 }  // namespace farcall::testing
 
 #endif  // FARCALL_TESTS_TEST_CALLS_H_

@@ -17,6 +17,7 @@
 #include "farcall/client.h"
 #include "nanobind/ndarray.h"
 #include "nanobind/stl/map.h"
+#include "nanobind/stl/shared_ptr.h"
 #include "nanobind/stl/string.h"
 #include "nanobind/stl/tuple.h"
 #include "nanobind/stl/vector.h"
@@ -146,6 +147,7 @@ nb::dict AgentInfoToDict(const AgentDescription& a) {
   d["offers_ucx"] = a.offers_ucx;
   d["calls_total"] = a.calls_total;
   d["failed_calls_total"] = a.failed_calls_total;
+  d["inflight_calls"] = a.inflight_calls;
   return d;
 }
 
@@ -279,12 +281,13 @@ class PyClient {
                  const std::vector<ArgTuple>& args, const std::vector<SpecTuple>& results,
                  const std::map<uint32_t, uint32_t>& aliases, const nb::dict& attributes,
                  bool has_side_effect, double timeout, const std::string& rpc, bool validate,
-                 const std::string& call_id, nb::object done) {
+                 const std::string& call_id, nb::object done, std::shared_ptr<CallStop> stop) {
     PyCall c = BuildCall(handler, platform, args, results, aliases, attributes, has_side_effect,
                          timeout, rpc, validate, call_id, {});
     c.options.via_router = via_router_;
     c.options.wait_for_ready = wait_for_ready_;
     c.options.transport = transport_;
+    c.options.stop = std::move(stop);
     // Dropped only with the GIL (run), or leaked once Python is going away
     // (drop): never released on a gRPC thread.
     auto fn = std::make_shared<nb::object>(std::move(done));
@@ -312,6 +315,11 @@ class PyClient {
           },
           [fn] { fn->release(); });
     });
+  }
+
+  void Close() {
+    nb::gil_scoped_release release;
+    client_->Close();
   }
 
   nb::object AllocateShared(size_t bytes) {
@@ -384,11 +392,20 @@ void DefineClient(nb::module_& m) {
            nb::arg("tls_server_name") = "", nb::arg("agent_tls_server_name") = "",
            nb::arg("allow_insecure_tokens") = false, nb::arg("wait_for_ready") = false)
       .def("call", &PyClient::Call)
-      .def("call_async", &PyClient::CallAsync)
+      .def("call_async", &PyClient::CallAsync, nb::arg("handler"), nb::arg("platform"),
+           nb::arg("args"), nb::arg("results"), nb::arg("aliases"), nb::arg("attributes"),
+           nb::arg("has_side_effect"), nb::arg("timeout"), nb::arg("rpc"), nb::arg("validate"),
+           nb::arg("call_id"), nb::arg("done"), nb::arg("stop").none())
+      .def("close", &PyClient::Close)
       .def("allocate_shared", &PyClient::AllocateShared)
       .def("describe", &PyClient::Describe)
       .def("agents", &PyClient::Agents)
       .def("health", &PyClient::Health);
+  // farcall::CallStop: stops the asynchronous calls given it.
+  nb::class_<CallStop>(m, "CallStop")
+      .def(nb::init<>())
+      .def("stop", &CallStop::Stop, nb::call_guard<nb::gil_scoped_release>())
+      .def_prop_ro("stopped", &CallStop::stopped);
   m.def("_drain_completions",
         [](double timeout) { return PythonCompletions::Get().Drain(timeout); });
 }

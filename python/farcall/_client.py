@@ -79,6 +79,7 @@ class AgentInfo:
     offers_ucx: bool  # the agent moves arrays over UCX for calls that ask
     calls_total: int  # calls it ended since it started, however they came
     failed_calls_total: int  # of those, the ones that ended with a code other than OK
+    inflight_calls: int  # calls it holds now, from every client
 
     @classmethod
     def _from(cls, d: dict) -> "AgentInfo":
@@ -208,6 +209,23 @@ class _Prepared:
 
 def _info(d: dict) -> CallInfo:
     return CallInfo(**d)
+
+
+class _CallFuture(concurrent.futures.Future):
+    """``call_async``'s future. ``cancel()`` works while the call is in
+    flight too: the future is cancelled at once (``result()`` raises
+    ``concurrent.futures.CancelledError``) and the call is stopped, on the
+    wire or between its attempts. Its handler may have run, or be running."""
+
+    def __init__(self, stop):
+        super().__init__()
+        self._stop = stop
+
+    def cancel(self) -> bool:
+        if not super().cancel():
+            return False
+        self._stop.stop()
+        return True
 
 
 class Client:
@@ -343,10 +361,12 @@ class Client:
         Futures complete on a thread of farcall's (never gRPC's), where
         their done-callbacks run too."""
         p = _Prepared(args, results, input_output_aliases, attributes)
-        fut: concurrent.futures.Future = concurrent.futures.Future()
-        fut.set_running_or_notify_cancel()
+        stop = _farcall.CallStop()
+        fut = _CallFuture(stop)
 
         def done(out, code, message, traceback, p=p):  # p keeps the arrays alive
+            if fut.cancelled():
+                return
             try:
                 if code is None:
                     fut.set_result(p.finish(out[0]))
@@ -359,8 +379,21 @@ class Client:
         self._native.call_async(
             *self._native_args(handler, platform, p, has_side_effect, timeout, rpc, validate,
                                call_id),
-            done)
+            done, stop)
         return fut
+
+    def close(self) -> None:
+        """Stops this client's calls in flight (their futures end with
+        ``CancelledError`` from farcall, code ``CANCELLED``) and refuses new
+        ones with ``FAILED_PRECONDITION``. Also what ``with Client(...) as c:``
+        does on leaving the block. Closing twice does nothing more."""
+        self._native.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def describe(self, timeout: float = 5.0) -> AgentInfo:
         """The agent's id, platform, devices and handlers (agents only)."""

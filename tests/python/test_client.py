@@ -1,6 +1,7 @@
 """farcall.Client against a real CPU agent and router."""
 
 import concurrent.futures
+import time
 import urllib.request
 
 import jax
@@ -279,3 +280,48 @@ def test_a_router_says_when_an_agents_entry_names_no_agent():
         assert s.stop() == 0
     assert ("--agents entry 'dns:///no-such-agent.invalid:50051' names no agent" in s.output()), \
         s.output()
+
+
+def _wait_until_holding(client, calls, within=30.0):
+    """Waits, bounded, until the agent says it holds `calls` calls."""
+    end = time.monotonic() + within
+    while time.monotonic() < end:
+        if client.describe().inflight_calls == calls:
+            return True
+    return False
+
+
+def test_cancelling_a_future_stops_its_call_and_the_handler_sees_it(py_agent):
+    client = farcall.Client(py_agent.address)
+    fut = client.call_async("py_until_cancelled", results=[], timeout=30)
+    assert _wait_until_holding(client, 1)
+    assert fut.cancel()
+    assert fut.cancelled() and fut.done()
+    with pytest.raises(concurrent.futures.CancelledError):
+        fut.result(timeout=0)
+    # The agent ends the call, and the handler's ctx.cancelled() turns true
+    # long before the call's 30 s timeout.
+    assert _wait_until_holding(client, 0)
+    end = time.monotonic() + 30
+    waits = np.full(8, -1.0)
+    while time.monotonic() < end and waits[0] < 0:
+        (waits,) = client.call("py_cancel_waits", results=[farcall.Spec((8,), np.float64)])
+    assert 0 <= waits[0] < 10, waits
+    # A finished future cannot be cancelled.
+    done = client.call_async("py_affine", np.zeros(2, F32), results=[farcall.Spec((2,), F32)])
+    done.result(timeout=30)
+    assert not done.cancel()
+
+
+def test_close_stops_calls_in_flight_and_refuses_new_ones(agent):
+    with farcall.Client(agent.address) as client:
+        fut = client.call_async("sleep", results=[], attributes={"ms": 30000}, timeout=60)
+        assert _wait_until_holding(client, 1)
+        client.close()
+        with pytest.raises(farcall.CancelledError) as e:
+            fut.result(timeout=10)
+        assert e.value.message == "the caller stopped the call."
+        with pytest.raises(farcall.FailedPreconditionError) as e:
+            client.call("sum", np.ones(4, F32), results=[farcall.Spec((), F32)])
+        assert e.value.message == "this client is closed."
+    # Leaving the block closed it again: nothing more happens.

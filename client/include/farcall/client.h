@@ -112,6 +112,36 @@ enum class Transport { kAuto, kGrpc, kShm, kUcx };
 // results each fit in one chunk.
 enum class Rpc { kAuto, kUnary, kStream };
 
+namespace client_internal {
+class StopHook;
+}
+
+// Stops calls on request, from any thread (as Arrow Flight's stop token
+// does): share one with calls through CallOptions::stop, then Stop(). Each
+// call that carries it and has not ended ends CANCELLED, "the caller stopped
+// the call.": at once while it is on the wire, and before its next attempt
+// while it waits to be sent again. Its handler may have run, or be running.
+// One CallStop may stop many calls; Stop() again does nothing more.
+//
+//   auto stop = std::make_shared<farcall::CallStop>();
+//   options.stop = stop;
+//   client->CallAsync(request, options, done);
+//   stop->Stop();  // done gets CANCELLED unless the call had ended
+class CallStop {
+ public:
+  CallStop();
+  ~CallStop();
+  CallStop(const CallStop&) = delete;
+  CallStop& operator=(const CallStop&) = delete;
+  void Stop();
+  bool stopped() const;
+
+ private:
+  friend class client_internal::StopHook;
+  struct State;
+  std::shared_ptr<State> state_;
+};
+
 struct CallOptions {
   absl::Duration timeout = absl::Seconds(60);
   // Bytes of tensor data per message. Calls whose args and results each fit
@@ -150,6 +180,8 @@ struct CallOptions {
   // refuses this client's token. true: every call goes through the router,
   // for clients that cannot reach the agents.
   bool via_router = false;
+  // Stops this call when stopped (null: nothing but the deadline does).
+  std::shared_ptr<CallStop> stop;
 };
 
 // One result. An aliased result's bytes were written into the caller's
@@ -259,6 +291,7 @@ struct AgentDescription {
   // that failed (its own counts: with lookaside none pass a router).
   uint64_t calls_total = 0;
   uint64_t failed_calls_total = 0;
+  int64_t inflight_calls = 0;  // calls it holds now, from every client
 };
 
 // One agent as a router sees it (Client::ListAgents).
@@ -322,6 +355,11 @@ class Client {
                                                       absl::Duration timeout = absl::Seconds(5));
   // The standard health check: OK when SERVING.
   absl::Status Health(absl::Duration timeout = absl::Seconds(5));
+  // Stops this client's calls in flight, as CallStop::Stop does, and refuses
+  // new ones: FAILED_PRECONDITION, "this client is closed." Closing twice
+  // does nothing more. Destroying a client does not stop its asynchronous
+  // calls (they keep what they need).
+  void Close();
   // Waits `pause` before a caller sends a failed call again, or less: a
   // connection to the target that was not ready and comes up meanwhile ends
   // the wait at once. Meanwhile the calling thread does the connecting, so
