@@ -37,7 +37,9 @@ TEST(CallStopTest, AHookOnAStopAlreadyStoppedRunsAtOnce) {
 TEST(CallStopTest, AHookGoneBeforeTheStopNeverRuns) {
   CallStop a;
   int runs = 0;
-  { StopHook hook(&a, nullptr, [&] { ++runs; }); }
+  {
+    StopHook hook(&a, nullptr, [&] { ++runs; });
+  }
   a.Stop();
   EXPECT_EQ(runs, 0);
   EXPECT_EQ(StoppedStatus().code(), absl::StatusCode::kCancelled);

@@ -134,7 +134,33 @@ absl::StatusOr<CallResult> DecodeUnary(ResponseReader& reader, const grpc::ByteB
 }
 
 // A streamed call: request frames out, one at a time; response frames in.
-class StreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+// A call object that deletes itself when its RPC is done (Unref from
+// OnDone), unless its stop hook is cancelling it right then: gRPC may end
+// the call inline, within TryCancel, and the object must outlive that.
+class SelfDeleting {
+ public:
+  virtual ~SelfDeleting() = default;
+
+ protected:
+  // The stop hook's work: cancel `ctx` unless the call is already done.
+  void Cancel(grpc::ClientContext& ctx) {
+    int r = refs_.load();
+    while (r > 0 && !refs_.compare_exchange_weak(r, r + 1)) {
+    }
+    if (r == 0) return;  // done: being deleted
+    ctx.TryCancel();
+    Unref();
+  }
+  void Unref() {
+    if (refs_.fetch_sub(1) == 1) delete this;
+  }
+
+ private:
+  std::atomic<int> refs_{1};  // OnDone's, and a running stop hook's
+};
+
+class StreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
+                         public SelfDeleting {
  public:
   // `closer`: the client's own CallStop (Client::Close), which stops the
   // call as options.stop does.
@@ -147,13 +173,13 @@ class StreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::
     ctx_.set_deadline(DeadlineAfter(options.timeout));
     ctx_.set_wait_for_ready(options.wait_for_ready);
     AddCredentials(ctx_, credentials);
-    stop_hook_.emplace(options.stop.get(), closer, [this] { ctx_.TryCancel(); });
+    stop_hook_.emplace(options.stop.get(), closer, [this] { Cancel(ctx_); });
   }
 
   void Start(grpc::GenericStub& stub, const std::string& method) {
     if (!reader_.init_status().ok()) {
       completion_->Set(reader_.init_status());
-      delete this;
+      Unref();
       return;
     }
     stub.PrepareBidiStreamingCall(&ctx_, method, grpc::StubOptions(), this);
@@ -189,7 +215,7 @@ class StreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::
         Conclude(local.ok() ? status : ToGrpcStatus(local), ctx_, call_, Rpc::kStream,
                  [this] { return reader_.Finish(); });
     completion_->Set(std::move(result));
-    delete this;  // the callback runs once gRPC has released our slices
+    Unref();  // the callback runs once gRPC has released our slices
   }
 
  private:
@@ -278,7 +304,7 @@ struct UcxRoute {
 };
 
 // A unary call: one frame each way.
-class UnaryCall {
+class UnaryCall : public SelfDeleting {
  public:
   // `closer`: as StreamCall's.
   UnaryCall(PreparedCall call, const CallOptions& options, const CallCredentials& credentials,
@@ -290,7 +316,7 @@ class UnaryCall {
     ctx_.set_deadline(DeadlineAfter(options.timeout));
     ctx_.set_wait_for_ready(options.wait_for_ready);
     AddCredentials(ctx_, credentials);
-    stop_hook_.emplace(options.stop.get(), closer, [this] { ctx_.TryCancel(); });
+    stop_hook_.emplace(options.stop.get(), closer, [this] { Cancel(ctx_); });
 #ifdef FARCALL_WITH_UCX
     if (ucx.worker != nullptr && reader_.init_status().ok()) {
       exchange_ = client_internal::UcxExchange::Start(*static_cast<ucx::Worker*>(ucx.worker), call_,
@@ -305,7 +331,7 @@ class UnaryCall {
   void Start(grpc::GenericStub& stub, const std::string& method) {
     if (!reader_.init_status().ok()) {
       completion_->Set(reader_.init_status());
-      delete this;
+      Unref();
       return;
     }
     stub.UnaryCall(&ctx_, method, grpc::StubOptions(), &request_, &response_,
@@ -322,7 +348,7 @@ class UnaryCall {
     if (exchange_ != nullptr) r = exchange_->Conclude(std::move(r), deadline_);
 #endif
     completion_->Set(std::move(r));
-    delete this;  // the callback runs once gRPC has released our slices
+    Unref();  // the callback runs once gRPC has released our slices
   }
 
   PreparedCall call_;
