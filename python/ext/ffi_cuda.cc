@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "python/ext/ffi_call.h"
+#include "python/ext/host_buffer_pool.h"
 
 namespace nb = nanobind;
 namespace ffi = xla::ffi;
@@ -23,24 +24,26 @@ absl::Status CudaStatus(cudaError_t e, const char* what) {
   return absl::InternalError(absl::StrCat("farcall: ", what, " failed: ", cudaGetErrorString(e)));
 }
 
-// Host memory for one call's tensors, pinned so the copies can be async.
-class PinnedBuffer {
- public:
-  ~PinnedBuffer() {
-    if (p_ != nullptr) cudaFreeHost(p_);
-  }
-  absl::Status Allocate(size_t bytes) {
-    return bytes == 0 ? absl::OkStatus() : CudaStatus(cudaMallocHost(&p_, bytes), "cudaMallocHost");
-  }
-  void* data() const { return p_; }
+// Pinned host memory for the calls' tensors (the copies are asynchronous),
+// reused across calls: cudaMallocHost and cudaFreeHost for every tensor of
+// every call cost more than a small call's copies. At most kMaxCachedPinned
+// bytes wait for reuse.
+constexpr size_t kMaxCachedPinned = size_t{1} << 30;
 
- private:
-  void* p_ = nullptr;
-};
+HostBufferPool& PinnedPool() {
+  static auto* pool = new HostBufferPool(  // never destroyed: calls may run at exit
+      [](size_t bytes) -> absl::StatusOr<void*> {
+        void* p = nullptr;
+        absl::Status s = CudaStatus(cudaMallocHost(&p, bytes), "cudaMallocHost");
+        if (!s.ok()) return s;
+        return p;
+      },
+      [](void* p) { cudaFreeHost(p); }, kMaxCachedPinned);
+  return *pool;
+}
 
 absl::Status RunOnHost(cudaStream_t stream, ffi::RemainingArgs& args, ffi::RemainingRets& rets,
-                       const FfiCallAttrs& attrs,
-                       std::vector<std::unique_ptr<PinnedBuffer>>& memory) {
+                       const FfiCallAttrs& attrs, std::vector<HostBufferPool::Lease>& memory) {
   std::vector<ffi::AnyBuffer> dev_in, dev_out;
   for (size_t i = 0; i < args.size(); ++i) {
     ffi::ErrorOr<ffi::AnyBuffer> b = args.get<ffi::AnyBuffer>(i);
@@ -62,9 +65,10 @@ absl::Status RunOnHost(cudaStream_t stream, ffi::RemainingArgs& args, ffi::Remai
   // Device to host, on XLA's stream, after the work that made the operands.
   std::vector<HostTensor> in, out;
   for (ffi::AnyBuffer& b : dev_in) {
-    memory.push_back(std::make_unique<PinnedBuffer>());
-    if (s = memory.back()->Allocate(b.size_bytes()); !s.ok()) return s;
-    in.push_back({SpecOf(b), memory.back()->data(), b.size_bytes()});
+    absl::StatusOr<HostBufferPool::Lease> lease = PinnedPool().Take(b.size_bytes());
+    if (!lease.ok()) return lease.status();
+    memory.push_back(*std::move(lease));
+    in.push_back({SpecOf(b), memory.back().data(), b.size_bytes()});
     if (b.size_bytes() > 0) {
       s = CudaStatus(cudaMemcpyAsync(in.back().data, b.untyped_data(), b.size_bytes(),
                                      cudaMemcpyDeviceToHost, stream),
@@ -78,13 +82,15 @@ absl::Status RunOnHost(cudaStream_t stream, ffi::RemainingArgs& args, ffi::Remai
       out.push_back({SpecOf(dev_out[o]), in[i].data, dev_out[o].size_bytes()});
       continue;
     }
-    memory.push_back(std::make_unique<PinnedBuffer>());
-    if (s = memory.back()->Allocate(dev_out[o].size_bytes()); !s.ok()) return s;
-    out.push_back({SpecOf(dev_out[o]), memory.back()->data(), dev_out[o].size_bytes()});
+    absl::StatusOr<HostBufferPool::Lease> lease = PinnedPool().Take(dev_out[o].size_bytes());
+    if (!lease.ok()) return lease.status();
+    memory.push_back(*std::move(lease));
+    out.push_back({SpecOf(dev_out[o]), memory.back().data(), dev_out[o].size_bytes()});
   }
   if (s = CudaStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize"); !s.ok()) return s;
   if (s = CallRemote(attrs, in, out, output_of_input); !s.ok()) return s;
-  // Host to device, then wait: the pinned memory is freed on return.
+  // Host to device, then wait: the pinned memory goes back to the pool on
+  // return.
   for (size_t o = 0; o < dev_out.size(); ++o) {
     if (out[o].bytes == 0) continue;
     s = CudaStatus(cudaMemcpyAsync(dev_out[o].untyped_data(), out[o].data, out[o].bytes,
@@ -101,11 +107,12 @@ ffi::Error CudaCall(cudaStream_t stream, ffi::RemainingArgs args, ffi::Remaining
                     bool has_side_effect, bool wait_for_ready, int64_t retries) {
   FfiCallAttrs attrs{target,  handler,         platform,       aliases, attributes,
                      timeout, has_side_effect, wait_for_ready, retries};
-  std::vector<std::unique_ptr<PinnedBuffer>> memory;
+  std::vector<HostBufferPool::Lease> memory;
   absl::Status s = RunOnHost(stream, args, rets, attrs, memory);
   if (!s.ok()) {
-    // Copies may still be queued on the pinned memory, which is freed on
-    // return: wait for them (their own errors are the stream's to report).
+    // Copies may still be queued on the pinned memory, which goes back to
+    // the pool on return: wait for them (their own errors are the stream's
+    // to report).
     cudaStreamSynchronize(stream);
   }
   return ToFfiError(s);

@@ -40,13 +40,29 @@ absl::Mutex clients_mu(absl::kConstInit);
 std::map<std::string, std::unique_ptr<Client>, std::less<>>* clients ABSL_GUARDED_BY(clients_mu) =
     new std::map<std::string, std::unique_ptr<Client>, std::less<>>();
 
-absl::StatusOr<Client*> ClientFor(std::string_view key) {
-  absl::MutexLock l(&clients_mu);
+absl::StatusOr<Client*> ClientForLocked(std::string_view key)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(clients_mu) {
   auto it = clients->find(key);
   if (it != clients->end()) return it->second.get();
   absl::StatusOr<std::unique_ptr<Client>> c = Client::Connect(std::string(key));
   if (!c.ok()) return c.status();
   return clients->emplace(std::string(key), *std::move(c)).first->second.get();
+}
+
+absl::StatusOr<Client*> ClientFor(std::string_view key) {
+  // Each XLA thread remembers the last client it used, so that the global
+  // lock is off the path of a step that calls one target (clients are never
+  // destroyed, so the pointer stays good).
+  thread_local std::string last_key;
+  thread_local Client* last = nullptr;
+  if (last != nullptr && key == last_key) return last;
+  absl::MutexLock l(&clients_mu);
+  absl::StatusOr<Client*> c = ClientForLocked(key);
+  if (c.ok()) {
+    last_key = std::string(key);
+    last = *c;
+  }
+  return c;
 }
 
 // A connection key for `target` reached with `options`.
