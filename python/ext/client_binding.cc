@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -232,6 +233,23 @@ class PythonCompletions {
   bool running_ ABSL_GUARDED_BY(mu_) = false;
 };
 
+// Runs `f` (a client call) without the GIL; its value, or its failure
+// raised as farcall.Error.
+template <typename F>
+auto WithoutGil(F f) {
+  decltype(f()) r;
+  {
+    nb::gil_scoped_release release;
+    r = f();
+  }
+  if constexpr (std::is_same_v<decltype(r), absl::Status>) {
+    if (!r.ok()) RaiseStatus(r);
+  } else {
+    if (!r.ok()) RaiseStatus(r.status());
+    return *std::move(r);
+  }
+}
+
 class PyClient {
  public:
   PyClient(const std::string& target, const std::string& tls_ca, const std::string& tls_cert,
@@ -265,13 +283,7 @@ class PyClient {
     c.options.via_router = via_router_;
     c.options.wait_for_ready = wait_for_ready_;
     c.options.transport = transport_;
-    absl::StatusOr<CallResult> r;
-    {
-      nb::gil_scoped_release release;
-      r = client_->Call(c.request, c.options);
-    }
-    if (!r.ok()) RaiseStatus(r.status());
-    return ToPython(*std::move(r));
+    return ToPython(WithoutGil([&] { return client_->Call(c.request, c.options); }));
   }
 
   // `done(results_and_info, code, message, traceback)` runs once, holding the GIL, on
@@ -323,35 +335,20 @@ class PyClient {
   }
 
   nb::object AllocateShared(size_t bytes) {
-    absl::StatusOr<SharedBuffer> b;
-    {
-      nb::gil_scoped_release release;
-      b = client_->AllocateShared(bytes);
-    }
-    if (!b.ok()) RaiseStatus(b.status());
-    uint8_t* data = b->data();
-    return OwnedBytes(data, static_cast<int64_t>(bytes), *std::move(b));
+    SharedBuffer b = WithoutGil([&] { return client_->AllocateShared(bytes); });
+    uint8_t* data = b.data();
+    return OwnedBytes(data, static_cast<int64_t>(bytes), std::move(b));
   }
 
   nb::dict Describe(double timeout) {
-    absl::StatusOr<AgentDescription> info;
-    {
-      nb::gil_scoped_release release;
-      info = client_->Describe(absl::Seconds(timeout));
-    }
-    if (!info.ok()) RaiseStatus(info.status());
-    return AgentInfoToDict(*info);
+    return AgentInfoToDict(WithoutGil([&] { return client_->Describe(absl::Seconds(timeout)); }));
   }
 
   nb::list Agents(bool refresh, double timeout) {
-    absl::StatusOr<std::vector<AgentStatus>> agents;
-    {
-      nb::gil_scoped_release release;
-      agents = client_->ListAgents(refresh, absl::Seconds(timeout));
-    }
-    if (!agents.ok()) RaiseStatus(agents.status());
+    const std::vector<AgentStatus> agents =
+        WithoutGil([&] { return client_->ListAgents(refresh, absl::Seconds(timeout)); });
     nb::list out;
-    for (const AgentStatus& e : *agents) {
+    for (const AgentStatus& e : agents) {
       nb::dict d;
       d["address"] = e.address;
       d["info"] = AgentInfoToDict(e.info);
@@ -365,12 +362,7 @@ class PyClient {
   }
 
   void Health(double timeout) {
-    absl::Status s;
-    {
-      nb::gil_scoped_release release;
-      s = client_->Health(absl::Seconds(timeout));
-    }
-    if (!s.ok()) RaiseStatus(s);
+    WithoutGil([&] { return client_->Health(absl::Seconds(timeout)); });
   }
 
  private:
