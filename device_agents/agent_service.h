@@ -2,7 +2,8 @@
 // Agent.Describe and grpc.health.v1, on gRPC's callback API.
 //
 // Layers:
-//   1. AgentServer: owns the gRPC server, the worker pool and AgentState.
+//   1. AgentServer (agent_server.cc): owns the gRPC server, the worker pool
+//      and AgentState.
 //   2. Reactors (agent_service.cc): move frames between gRPC and AgentCall,
 //      one read and one write in flight, and run handlers on the pool.
 //   3. AgentCall: the call itself, shared by Execute and Call.

@@ -1,0 +1,207 @@
+// AgentServer (agent_service.h): assembles the agent from its options (the
+// backend, handlers, tokens, shared memory, UCX, the worker pool and the
+// watchdog) and serves the reactors of agent_service.cc.
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/log.h"
+#include "core/memory_limit.h"
+#include "core/metrics.h"
+#include "core/shm_protocol.h"
+#include "core/status_macros.h"
+#include "core/version.h"
+#include "core/wire/grpc_server.h"
+#include "device_agents/agent_metrics.h"
+#include "device_agents/agent_reactors.h"
+#include "device_agents/builtins/builtin_handlers.h"
+#include "device_agents/plugin_loader.h"
+#include "grpcpp/health_check_service_interface.h"
+#ifdef FARCALL_WITH_UCX
+#include "core/ucx/ucx_worker.h"
+#endif
+
+namespace farcall::agent {
+namespace {
+
+// The UCX data plane, when asked for and allowed (see Options::ucx).
+absl::Status StartUcx(const AgentServer::Options& options, AgentState& state) {
+  if (!options.ucx) return absl::OkStatus();
+  // (The tokens are the state's by now.)
+  const bool secured = options.tls || state.tokens.required();
+  if (secured && !options.allow_ucx_with_tls) {
+    log::Warning(
+        "UCX is off: this agent requires TLS or tokens, and UCX has neither; pass "
+        "--allow_ucx_with_tls when the fabric between clients and agents is trusted.");
+    return absl::OkStatus();
+  }
+  if (state.config.platform != Platform::kCpu) {
+    log::Info(absl::StrCat("UCX is off: ", PlatformName(state.config.platform),
+                           " tensors live in device memory, which this UCX build does not "
+                           "reach; calls move them over gRPC."));
+    return absl::OkStatus();
+  }
+#ifdef FARCALL_WITH_UCX
+  ucx::Worker::Options o;
+  o.transports = options.ucx_transports;
+  o.max_endpoints = options.ucx_max_endpoints;
+  // Clients send only what the agent asked for (core/ucx/transfer_set.h):
+  // anything else is thrown away, so that nobody can park bytes here.
+  o.discard_unexpected = true;
+  absl::StatusOr<std::unique_ptr<ucx::Worker>> w = ucx::Worker::Create(o);
+  if (!w.ok()) {
+    if (absl::IsInvalidArgument(w.status())) return w.status();  // a bad --ucx_transports
+    log::Warning(absl::StrCat("UCX is off: ", w.status().message()));
+    return absl::OkStatus();
+  }
+  state.ucx = std::shared_ptr<ucx::Worker>(*std::move(w));
+  log::Info(absl::StrCat("UCX data plane on (transports: ",
+                         options.ucx_transports.empty() ? "UCX's choice" : options.ucx_transports,
+                         ")"));
+  return absl::OkStatus();
+#else
+  return absl::FailedPreconditionError("UCX: this agent was built without UCX.");
+#endif
+}
+
+}  // namespace
+
+struct AgentServer::Impl {
+  // First: it outlives the server, whose streams leave it in OnDone.
+  std::unique_ptr<IdleWatchdog> watchdog;
+  std::unique_ptr<metrics::MetricsServer> metrics;
+  Shared shared;
+  std::unique_ptr<grpc::Service> service;
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;
+  absl::Duration drain;
+  int scrape_hook = 0;  // sets the device memory gauges from shared.state
+  ~Impl() {
+    if (scrape_hook != 0) metrics::RemoveScrapeHook(scrape_hook);
+    // The server and its streams go first; then the watchdog, whose thread
+    // asks `shared` (the admission queue) whether others wait: it must stop
+    // before `shared` goes (it used to outlive it, and read freed memory at
+    // every shutdown that raced its next turn).
+    server.reset();
+    service.reset();
+    watchdog.reset();
+  }
+};
+
+AgentServer::AgentServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+AgentServer::~AgentServer() { Shutdown(); }
+
+absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(Options options) {
+  auto impl = std::make_unique<Impl>();
+  AgentState& state = impl->shared.state;
+  state.config = options.config;
+  if (state.config.max_inflight_bytes <= 0) {
+    // A container's memory limit, not only the host's memory.
+    state.config.max_inflight_bytes = MemoryLimitBytes() / 4 * 3;
+  }
+  state.admission = std::make_unique<Admission>(state.config.max_inflight_bytes);
+  state.ledger = std::make_unique<CallLedger>(state.config.ledger);
+  FARCALL_ASSIGN_OR_RETURN(state.backend, OpenBackend(state.config.platform, state.config.backend));
+  if (!state.config.faults.empty()) {
+    log::Warning("injecting device faults (--inject_faults=" + state.config.faults.ToString() +
+                 "): calls will fail on purpose");
+    InjectFaults(state.config.faults, state.backend);
+  }
+  ExportAgentSeries();
+  builtins::MaxSleepMs() = absl::ToInt64Milliseconds(state.config.max_sleep);
+  metrics::ExportBuildInfo("farcall-agent", Version());
+  Metrics().budget.With({}).Set(static_cast<double>(state.config.max_inflight_bytes));
+  Metrics().draining.With({}).Set(0);
+  impl->scrape_hook = metrics::AddScrapeHook([&backend = state.backend] {
+    for (const auto& d : backend.devices) {
+      const std::string device = absl::StrCat(d->ordinal());
+      Metrics().device_used.With({device}).Set(static_cast<double>(d->memory_used_bytes()));
+      Metrics().device_total.With({device}).Set(static_cast<double>(d->memory_bytes()));
+    }
+  });
+  for (const FarcallHandlerDef& def : state.backend.builtin_handlers) {
+    FARCALL_RETURN_IF_ERROR(state.registry.Register(def, "builtin"));
+  }
+  for (const std::string& path : options.plugins) {
+    FARCALL_RETURN_IF_ERROR(LoadPlugin(path, state.registry));
+  }
+  for (RegisteredHandler& h : options.in_process_handlers) {
+    FARCALL_RETURN_IF_ERROR(state.registry.RegisterInProcess(std::move(h)));
+  }
+  state.tokens = std::move(options.tokens);
+  state.capability_key = std::move(options.capability_key);
+  for (const std::string& name : options.disabled_handlers) {
+    FARCALL_RETURN_IF_ERROR(state.registry.Disable(name));
+  }
+  if (!options.metrics_listen.empty()) {
+    FARCALL_ASSIGN_OR_RETURN(impl->metrics, metrics::MetricsServer::Start(options.metrics_listen));
+  }
+  if (!options.shm_socket.empty() && state.config.platform == Platform::kCpu) {
+    // A random name: unique even for agents in one network namespace but
+    // separate PID namespaces (containers of one pod), and never found by a
+    // client whose "local" target is really a forwarded remote agent.
+    std::string address = options.shm_socket == "auto"
+                              ? absl::StrCat("@farcall-agent-", shm::NewToken().substr(0, 16))
+                              : options.shm_socket;
+    ShmService::Options shm_options;
+    shm_options.allowed_uids = options.shm_allow_uids;
+    shm_options.max_bytes_per_connection = options.shm_max_bytes;
+    FARCALL_ASSIGN_OR_RETURN(state.shm, ShmService::Start(address, shm_options));
+  }
+  FARCALL_RETURN_IF_ERROR(StartUcx(options, state));
+  int workers =
+      options.workers > 0 ? options.workers : static_cast<int>(std::thread::hardware_concurrency());
+  impl->shared.pool = std::make_unique<WorkerPool>(workers);
+  impl->shared.device_steps_on_workers = state.config.platform != Platform::kCpu;
+  if (options.idle_limits.idle > absl::ZeroDuration() ||
+      options.idle_limits.stall > absl::ZeroDuration() ||
+      options.idle_limits.max_call < absl::InfiniteDuration()) {
+    Admission* admission = state.admission.get();
+    impl->watchdog = std::make_unique<IdleWatchdog>(
+        options.idle_limits, [admission] { return admission->waiting() > 0; });
+    impl->shared.watchdog = impl->watchdog.get();
+  }
+  impl->service = NewAgentService(impl->shared);
+
+  FARCALL_ASSIGN_OR_RETURN(RunningServer running,
+                           StartGrpcServer(
+                               options.listen, impl->service.get(),
+                               [&] {
+                                 GrpcServerLimits limits = options.grpc_limits;
+                                 limits.max_message_bytes =
+                                     static_cast<int>(state.config.max_message_bytes);
+                                 return limits;
+                               }(),
+                               "farcall-agent", options.credentials));
+  impl->server = std::move(running.server);
+  impl->port = running.port;
+  if (state.shm != nullptr) state.shm->set_server_port(running.port);
+  impl->drain = options.grpc_limits.drain;
+  // A sticky device error: stop being picked by routers; serve nothing new.
+  grpc::Server* server = impl->server.get();
+  state.SetDeviceFailureHandler([server](const absl::Status& error) {
+    log::Error(absl::StrCat("device failed, now NOT_SERVING: ", error.ToString()));
+    server->GetHealthCheckService()->SetServingStatus(false);
+  });
+  state.set_agent_id(state.config.agent_id.empty()
+                         ? absl::StrCat(PlatformName(state.config.platform), "-agent-", impl->port)
+                         : state.config.agent_id);
+  return std::unique_ptr<AgentServer>(new AgentServer(std::move(impl)));
+}
+
+int AgentServer::port() const { return impl_->port; }
+
+int AgentServer::metrics_port() const { return impl_->metrics ? impl_->metrics->port() : 0; }
+
+const AgentState& AgentServer::state() const { return impl_->shared.state; }
+
+void AgentServer::Shutdown() {
+  if (impl_->server == nullptr) return;
+  Metrics().draining.With({}).Set(1);
+  StopGrpcServer(impl_->server.get(), impl_->shared.gate, impl_->drain);
+  impl_->server.reset();
+  impl_->shared.pool.reset();  // runs what is queued, then joins
+}
+
+}  // namespace farcall::agent
