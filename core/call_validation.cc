@@ -24,10 +24,7 @@ absl::StatusOr<std::pair<Platform, bool>> ValidatePlatforms(
   }
   if (IsGpuAlias(platforms[0])) return std::make_pair(Platform::kCuda, true);
   std::optional<Platform> p = ParsePlatform(platforms[0]);
-  if (!p) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("`buffer_callback` not supported on ", platforms[0], " backend."));
-  }
+  if (!p) return UnsupportedPlatformError(platforms[0]);
   return std::make_pair(*p, false);
 }
 
@@ -117,6 +114,11 @@ absl::Status HandlerNotFoundError(absl::string_view handler, absl::string_view p
                     more > 0 ? absl::StrCat(" and ", more, " more") : "", ".");
   }
   return absl::NotFoundError(message);
+}
+
+absl::Status UnsupportedPlatformError(absl::string_view platform) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("`buffer_callback` not supported on ", platform, " backend."));
 }
 
 absl::Status NoLiveAgentError(absl::string_view platform) {

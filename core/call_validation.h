@@ -54,6 +54,10 @@ absl::StatusOr<ValidatedCall> ValidateCall(const CallDescriptor& call, int64_t m
 absl::Status HandlerNotFoundError(absl::string_view handler, absl::string_view platform,
                                   std::vector<std::string> registered = {});
 absl::Status NoLiveAgentError(absl::string_view platform);
+// JAX's own words for a platform farcall does not serve, as the caller
+// wrote it: INVALID_ARGUMENT "`buffer_callback` not supported on {platform}
+// backend."
+absl::Status UnsupportedPlatformError(absl::string_view platform);
 absl::Status PlatformNotServedError(absl::string_view served, absl::string_view requested);
 
 }  // namespace farcall

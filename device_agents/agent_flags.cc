@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "core/call_validation.h"
 #include "core/limit_flags.h"
 #include "core/log.h"
 #include "core/platform.h"
@@ -103,14 +104,10 @@ ABSL_FLAG(int, ready_fd, -1, "write the bound port to this file descriptor once 
 
 namespace farcall::agent {
 
-absl::StatusOr<AgentServer::Options> AgentOptionsFromFlags() {
-  const std::string platform_name = absl::GetFlag(FLAGS_platform);
-  std::optional<Platform> platform = ParsePlatform(platform_name);
-  if (!platform) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("`buffer_callback` not supported on ", platform_name, " backend."));
-  }
-  AgentServer::Options options;
+namespace {
+
+// --devices, the staging pool and the graph cache.
+absl::Status DeviceOptionsFromFlags(AgentServer::Options& options) {
   for (const std::string& d : absl::GetFlag(FLAGS_devices)) {
     int ordinal = -1;
     if (!absl::SimpleAtoi(d, &ordinal) || ordinal < 0) {
@@ -128,28 +125,16 @@ absl::StatusOr<AgentServer::Options> AgentOptionsFromFlags() {
                                                    options.config.backend.graph_cache_entries,
                                                    "."));
   }
-  options.config.ledger.ttl = absl::GetFlag(FLAGS_call_id_ttl);
-  options.config.ledger.max_bytes = absl::GetFlag(FLAGS_call_id_cache_bytes);
-  if (options.config.ledger.ttl <= absl::ZeroDuration() || options.config.ledger.max_bytes < 0) {
-    return absl::InvalidArgumentError(
-        "--call_id_ttl must be positive and --call_id_cache_bytes not negative.");
-  }
   if (options.config.backend.graph_cache_bytes < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--graph_cache_bytes must be 0 or positive; got ",
                      options.config.backend.graph_cache_bytes, "."));
   }
-  options.listen = absl::GetFlag(FLAGS_listen);
-  options.plugins = absl::GetFlag(FLAGS_plugins);
-  options.disabled_handlers = absl::GetFlag(FLAGS_disable_handlers);
-  FARCALL_ASSIGN_OR_RETURN(ServerSecurity security, ServerSecurityFromFlags());
-  options.credentials = std::move(security.credentials);
-  options.tls = security.tls;
-  options.tls_files = security.tls_files;
-  options.tokens = std::move(security.tokens);
-  options.capability_key = std::move(security.capability_key);
-  options.workers = absl::GetFlag(FLAGS_workers);
-  options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  return absl::OkStatus();
+}
+
+// --transports, shared memory and UCX.
+absl::Status TransportOptionsFromFlags(AgentServer::Options& options) {
   options.shm_socket = absl::GetFlag(FLAGS_shm_socket);
   bool grpc = false, shm = false;
   for (const std::string& t : absl::GetFlag(FLAGS_transports)) {
@@ -195,8 +180,12 @@ absl::StatusOr<AgentServer::Options> AgentOptionsFromFlags() {
     }
     options.shm_allow_uids.push_back(uid);
   }
-  options.config.platform = *platform;
-  options.config.agent_id = absl::GetFlag(FLAGS_agent_id);
+  return absl::OkStatus();
+}
+
+// The limits on a call: its bytes, its time in every phase, idle and slow
+// streams, headers, the budget.
+absl::Status CallLimitsFromFlags(AgentServer::Options& options) {
   options.config.max_call_bytes = absl::GetFlag(FLAGS_max_call_bytes);
   FARCALL_ASSIGN_OR_RETURN(options.grpc_limits, GrpcServerLimitsFromFlags());
   options.config.max_message_bytes = options.grpc_limits.max_message_bytes;
@@ -233,6 +222,38 @@ absl::StatusOr<AgentServer::Options> AgentOptionsFromFlags() {
   FARCALL_ASSIGN_OR_RETURN(options.config.header_limits, HeaderLimitsFromFlags());
   options.config.max_inflight_bytes = absl::GetFlag(FLAGS_max_inflight_bytes);
   options.config.response_chunk_bytes = absl::GetFlag(FLAGS_response_chunk_bytes);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<AgentServer::Options> AgentOptionsFromFlags() {
+  const std::string platform_name = absl::GetFlag(FLAGS_platform);
+  std::optional<Platform> platform = ParsePlatform(platform_name);
+  if (!platform) return UnsupportedPlatformError(platform_name);
+  AgentServer::Options options;
+  options.config.platform = *platform;
+  options.config.agent_id = absl::GetFlag(FLAGS_agent_id);
+  FARCALL_RETURN_IF_ERROR(DeviceOptionsFromFlags(options));
+  options.config.ledger.ttl = absl::GetFlag(FLAGS_call_id_ttl);
+  options.config.ledger.max_bytes = absl::GetFlag(FLAGS_call_id_cache_bytes);
+  if (options.config.ledger.ttl <= absl::ZeroDuration() || options.config.ledger.max_bytes < 0) {
+    return absl::InvalidArgumentError(
+        "--call_id_ttl must be positive and --call_id_cache_bytes not negative.");
+  }
+  options.listen = absl::GetFlag(FLAGS_listen);
+  options.plugins = absl::GetFlag(FLAGS_plugins);
+  options.disabled_handlers = absl::GetFlag(FLAGS_disable_handlers);
+  FARCALL_ASSIGN_OR_RETURN(ServerSecurity security, ServerSecurityFromFlags());
+  options.credentials = std::move(security.credentials);
+  options.tls = security.tls;
+  options.tls_files = security.tls_files;
+  options.tokens = std::move(security.tokens);
+  options.capability_key = std::move(security.capability_key);
+  options.workers = absl::GetFlag(FLAGS_workers);
+  options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  FARCALL_RETURN_IF_ERROR(TransportOptionsFromFlags(options));
+  FARCALL_RETURN_IF_ERROR(CallLimitsFromFlags(options));
   FARCALL_ASSIGN_OR_RETURN(options.config.faults,
                            ParseFaultPlan(absl::GetFlag(FLAGS_inject_faults)));
   return options;
