@@ -270,6 +270,8 @@ std::shared_ptr<Client> Lookaside::Ready(Agent& agent, absl::Time deadline, bool
         return it == a->capabilities.end() ? std::string() : it->second;
       });
       agent.client = *std::move(c);
+      // Close() may have passed this agent before its client existed.
+      if (closed_) agent.client->Close();
     }
     if (agent.reached) return agent.client;
     if (agent.connecting && !insist) return nullptr;  // another call's first contact

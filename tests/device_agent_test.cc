@@ -76,6 +76,14 @@ TEST(DeviceAgentFlagsTest, LimitsOutOfRangeAreRefusedAtStart) {
   }
 }
 
+TEST(DeviceAgentFlagsTest, AUcxEndpointCapBelowOneIsRefusedAtStart) {
+  ::farcall::testing::CommandResult r = ::farcall::testing::RunCommand(
+      FARCALL_AGENT_BIN + " --listen=127.0.0.1:0 --ucx_max_endpoints=0");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output,
+              HasSubstr("INVALID_ARGUMENT: --ucx_max_endpoints must be at least 1; got 0."));
+}
+
 TEST(DeviceAgentFlagsTest, ListDevicesNamesTheCpu) {
   ::farcall::testing::CommandResult r = RunAgent("--platform=cpu --list_devices");
   EXPECT_EQ(r.exit_code, 0) << r.output;

@@ -211,8 +211,9 @@ struct RemoteCall : std::enable_shared_from_this<RemoteCall> {
 };
 
 // How long each handler's calls at each target took lately (a moving
-// average of whole calls, retries included), to choose how the next one
-// waits. Keys come from compiled programs, so they are few.
+// average of whole calls that succeeded, retries included: a failure that
+// came at once, an agent away, says nothing of the handler), to choose how
+// the next one waits. Keys come from compiled programs, so they are few.
 class RecentDurations {
  public:
   static RecentDurations& Get() {
@@ -301,7 +302,7 @@ ffi::Future CpuCall(ffi::RemainingArgs args, ffi::RemainingRets rets, std::strin
   std::string key = absl::StrCat(Absl(attrs.target), "#", Absl(attrs.handler));
   const bool quick = RecentDurations::Get().Within(key, kBlockingBelow);
   call->done = [promise, start, key = std::move(key)](const absl::Status& s) mutable {
-    RecentDurations::Get().Add(key, absl::Now() - start);
+    if (s.ok()) RecentDurations::Get().Add(key, absl::Now() - start);
     s.ok() ? promise.SetAvailable() : promise.SetError(ToFfiError(s));
   };
   quick ? call->StartHere() : call->Start();
