@@ -19,8 +19,6 @@
 namespace farcall::client_internal {
 namespace {
 
-constexpr char kNotDeliveredPayload[] = "type.farcall.dev/not-delivered";
-
 std::string AnswerKey(const CallRequest& request) {
   return absl::StrCat(request.platform, "\n", request.handler);
 }
@@ -36,17 +34,6 @@ bool RouterUnreachable(const grpc::Status& s) {
 }
 
 }  // namespace
-
-void MarkNotDelivered(absl::Status& s) { s.SetPayload(kNotDeliveredPayload, absl::Cord()); }
-
-bool IsLoopbackTarget(absl::string_view t) {
-  absl::ConsumePrefix(&t, "ipv4:") || absl::ConsumePrefix(&t, "ipv6:");
-  if (absl::StartsWith(t, "[::1]:") || absl::StartsWith(t, "localhost:")) return true;
-  // 127.0.0.0/8, written as an IPv4 literal (not a name that starts so).
-  const absl::string_view host = t.substr(0, t.find(':'));
-  return absl::StartsWith(host, "127.") && host.find_first_not_of("0123456789.") == host.npos &&
-         host.size() < t.size();
-}
 
 bool IsHostPort(absl::string_view address) {
   absl::string_view host, port;
@@ -75,21 +62,14 @@ bool IsHostPort(absl::string_view address) {
   return p > 0 && p < 65536 && port.find_first_not_of("0123456789") == port.npos;
 }
 
-bool TokenMayGo(absl::string_view target, const ClientOptions& options) {
-  const bool tls = !options.tls_ca.empty() || !options.tls_cert.empty();
-  return tls || options.allow_insecure_tokens || IsLoopbackTarget(target);
-}
-
-bool NotDelivered(const absl::Status& s) { return s.GetPayload(kNotDeliveredPayload).has_value(); }
-
-// One agent that some answer named. Its client is made on first use and
+// One agent that some answer named. Its channel is made on first use and
 // kept, so that its connection (and shared memory, on this host) is reused.
 struct Lookaside::Agent : std::enable_shared_from_this<Agent> {
   explicit Agent(std::string a) : address(std::move(a)) {}
   const std::string address;
   std::atomic<int64_t> inflight{0};  // this client's calls there now
   absl::Mutex mu;
-  std::shared_ptr<Client> client ABSL_GUARDED_BY(mu);
+  std::shared_ptr<TargetChannel> channel ABSL_GUARDED_BY(mu);
   bool reached ABSL_GUARDED_BY(mu) = false;     // connected since it last failed
   bool contacted ABSL_GUARDED_BY(mu) = false;   // its first contact was tried
   bool connecting ABSL_GUARDED_BY(mu) = false;  // that first contact waits now
@@ -109,12 +89,12 @@ struct Lookaside::Answer {
   absl::Time resolved;  // when the router gave it
 };
 
-Lookaside::Lookaside(std::string router_target, ClientOptions options,
-                     std::shared_ptr<grpc::Channel> channel, std::string authorization)
-    : router_target_(std::move(router_target)),
-      options_(std::move(options)),
-      authorization_(std::move(authorization)),
-      router_(v1::Router::NewStub(channel)) {}
+Lookaside::Lookaside(std::shared_ptr<TargetChannel> router)
+    : router_channel_(std::move(router)),
+      router_target_(router_channel_->target()),
+      options_(router_channel_->options()),
+      authorization_(router_channel_->authorization()),
+      router_(v1::Router::NewStub(router_channel_->channel())) {}
 
 bool Lookaside::Usable(const v1::ResolvedAgent& a) const {
   if (!IsHostPort(a.address())) return false;
@@ -245,19 +225,20 @@ std::vector<std::shared_ptr<Lookaside::Agent>> Lookaside::Choose(const CallReque
   return out;
 }
 
-std::shared_ptr<Client> Lookaside::Ready(Agent& agent, absl::Time deadline, bool insist) {
-  std::shared_ptr<Client> client;
+std::shared_ptr<TargetChannel> Lookaside::Ready(Agent& agent, absl::Time deadline, bool insist) {
+  std::shared_ptr<TargetChannel> channel;
   absl::Duration wait = absl::ZeroDuration();
-  if (closed_) return nullptr;  // the call goes to Proxy(), closed too
+  if (router_channel_->closer()->stopped()) return nullptr;
   {
     absl::MutexLock l(&agent.mu);
     if (absl::Now() < agent.avoid_until && !insist) return nullptr;
-    if (agent.client == nullptr) {
+    if (agent.channel == nullptr) {
       ClientOptions direct = options_;
       direct.tls_server_name = options_.agent_tls_server_name;
       // An agent the router mints capabilities for never gets the token.
       if (!agent.capabilities.empty()) direct.token.clear();
-      absl::StatusOr<std::unique_ptr<Client>> c = Client::Connect(agent.address, direct);
+      absl::StatusOr<std::shared_ptr<TargetChannel>> c =
+          TargetChannel::Open(agent.address, direct, router_channel_->closer());
       if (!c.ok()) return nullptr;  // TLS files the router's target took: not here
       (*c)->MarkDirect();
       // Calls present the router's capability for their handler here, not
@@ -269,13 +250,11 @@ std::shared_ptr<Client> Lookaside::Ready(Agent& agent, absl::Time deadline, bool
         auto it = a->capabilities.find(handler);
         return it == a->capabilities.end() ? std::string() : it->second;
       });
-      agent.client = *std::move(c);
-      // Close() may have passed this agent before its client existed.
-      if (closed_) agent.client->Close();
+      agent.channel = *std::move(c);
     }
-    if (agent.reached) return agent.client;
+    if (agent.reached) return agent.channel;
     if (agent.connecting && !insist) return nullptr;  // another call's first contact
-    client = agent.client;
+    channel = agent.channel;
     // The first contact waits a little for a connection, so that an address
     // this client cannot route to costs that once, not each call's whole
     // deadline. Later (after a failure) nothing waits: gRPC reconnects in
@@ -287,12 +266,12 @@ std::shared_ptr<Client> Lookaside::Ready(Agent& agent, absl::Time deadline, bool
     }
   }
   // Outside the lock: other calls skip this agent meanwhile.
-  const bool connected = client->Connected(wait);
+  const bool connected = channel->Connected(wait);
   absl::MutexLock l(&agent.mu);
   agent.connecting = false;
   if (connected) {
     agent.reached = true;
-    return client;
+    return channel;
   }
   agent.avoid_until = absl::Now() + agent.backoff;
   agent.backoff = std::min(agent.backoff * 2, kMaxBackoff);
@@ -317,7 +296,7 @@ Lookaside::Next Lookaside::Judge(Agent& agent, const CallRequest& request,
   }
   absl::Status s = result.status();
   if (NotDelivered(s)) {
-    s.ErasePayload(kNotDeliveredPayload);
+    ClearNotDelivered(s);
     result = s;
     Avoid(agent, kFirstBackoff);
     {
@@ -357,51 +336,27 @@ CallOptions Lookaside::ProxyOptions(const CallOptions& options, absl::Time deadl
   return o;
 }
 
-Client& Lookaside::Proxy() {
-  absl::MutexLock l(&mu_);
-  if (proxy_ == nullptr) {
-    // The router's target was connected with these options already.
-    proxy_ = std::move(Client::Connect(router_target_, options_)).value();
-    if (closed_) proxy_->Close();
-  }
-  return *proxy_;
-}
-
-void Lookaside::Close() {
-  closed_ = true;
-  std::vector<std::shared_ptr<Agent>> agents;
-  {
-    absl::MutexLock l(&mu_);
-    if (proxy_ != nullptr) proxy_->Close();
-    for (const auto& [address, agent] : agents_) agents.push_back(agent);
-  }
-  for (const std::shared_ptr<Agent>& agent : agents) {
-    absl::MutexLock l(&agent->mu);
-    if (agent->client != nullptr) agent->client->Close();
-  }
-}
-
 absl::StatusOr<CallResult> Lookaside::Call(const CallRequest& request,
                                            const CallOptions& caller_options) {
   const bool insist = Insists(request, caller_options);
   const CallOptions options = WithCallId(caller_options);
   const absl::Time deadline = absl::Now() + options.timeout;
   for (const std::shared_ptr<Agent>& agent : Choose(request, options, deadline, insist)) {
-    std::shared_ptr<Client> client = Ready(*agent, deadline, insist);
-    if (client == nullptr) {
+    std::shared_ptr<TargetChannel> channel = Ready(*agent, deadline, insist);
+    if (channel == nullptr) {
       if (insist) return LedgerAgentUnreachable(*agent, options);
       continue;
     }
     CallOptions o = options;
     o.timeout = deadline - absl::Now();
     ++agent->inflight;
-    absl::StatusOr<CallResult> r = client->Call(request, o);
+    absl::StatusOr<CallResult> r = channel->Call(request, o);
     --agent->inflight;
     const Next next = Judge(*agent, request, r);
     if (next == Next::kDone) return r;
     if (next == Next::kViaRouter) break;
   }
-  return Proxy().Call(request, ProxyOptions(options, deadline));
+  return router_channel_->Call(request, ProxyOptions(options, deadline));
 }
 
 // CallAsync's state between attempts: its own copy of the request (the
@@ -428,23 +383,23 @@ class Lookaside::AsyncCall : public std::enable_shared_from_this<AsyncCall> {
   void TryNext() {
     while (next_ < agents_.size()) {
       std::shared_ptr<Agent> agent = agents_[next_++];
-      std::shared_ptr<Client> client = owner_->Ready(*agent, deadline_, insist_);
-      if (client == nullptr) {
+      std::shared_ptr<TargetChannel> channel = owner_->Ready(*agent, deadline_, insist_);
+      if (channel == nullptr) {
         if (insist_) return done_(LedgerAgentUnreachable(*agent, options_));
         continue;
       }
       CallOptions o = options_;
       o.timeout = deadline_ - absl::Now();
       ++agent->inflight;
-      client->CallAsync(request_, o,
-                        [self = shared_from_this(), agent](absl::StatusOr<CallResult> r) {
-                          --agent->inflight;
-                          self->Finished(*agent, std::move(r));
-                        });
+      channel->CallAsync(request_, o,
+                         [self = shared_from_this(), agent](absl::StatusOr<CallResult> r) {
+                           --agent->inflight;
+                           self->Finished(*agent, std::move(r));
+                         });
       return;
     }
-    owner_->Proxy().CallAsync(request_, owner_->ProxyOptions(options_, deadline_),
-                              std::move(done_));
+    owner_->router_channel_->CallAsync(request_, owner_->ProxyOptions(options_, deadline_),
+                                       std::move(done_));
   }
 
   void Finished(Agent& agent, absl::StatusOr<CallResult> r) {
@@ -459,7 +414,7 @@ class Lookaside::AsyncCall : public std::enable_shared_from_this<AsyncCall> {
         break;
     }
     // Not here, on the gRPC thread that ended the attempt: the next one may
-    // wait for gRPC (an agent's connection, a new client's Describe, the
+    // wait for gRPC (an agent's connection, a new channel's Describe, the
     // router), which that thread may be needed for (client/run_after.h).
     client_internal::RunAfter(absl::ZeroDuration(),
                               [self = shared_from_this()] { self->TryNext(); });

@@ -3,12 +3,13 @@
 // tensors never pass through the router. The router still decides which
 // agents are live and allowed; this class only chooses among them.
 //
-//   auto la = std::make_shared<Lookaside>(router_target, client_options, channel);
+//   auto la = std::make_shared<Lookaside>(router);  // the router's TargetChannel
 //   absl::StatusOr<CallResult> r = la->Call(request, options);
 //
 // Answers are cached per (platform, handler) for as long as the router says
 // (its probe interval) and dropped when an agent of theirs cannot be reached.
-// A call goes through the router instead (as with CallOptions::via_router)
+// Each agent is one TargetChannel, made on first use. A call goes through
+// the router's own channel instead (as with CallOptions::via_router)
 // when Resolve fails (the router then gives the call the answer it would
 // have given it anyway), when no agent of the answer can be reached, or when
 // an agent refuses this client's token.
@@ -28,39 +29,26 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "farcall/client.h"
+#include "client/target_channel.h"
+#include "farcall/call_types.h"
 #include "farcall/v1/farcall.grpc.pb.h"
-#include "grpcpp/channel.h"
 
 namespace farcall::client_internal {
 
-// A direct call's failure that never reached its agent (NeverReachedAgent):
-// the call may go elsewhere. A payload on the status, set only on the
-// lookaside's own agent clients and removed before callers see it.
-void MarkNotDelivered(absl::Status& s);
-bool NotDelivered(const absl::Status& s);
-
-// Whether `target` is a loopback address (this host).
-bool IsLoopbackTarget(absl::string_view target);
 // Whether `address` is a plain HOST:PORT (a name or an IP literal, IPv6 in
 // brackets, and a port): the only addresses taken from a router's answer,
 // never a unix: socket or another resolver's target.
 bool IsHostPort(absl::string_view address);
-// Whether `options` may send its token to `target`: over TLS, to this host,
-// or where allow_insecure_tokens says so.
-bool TokenMayGo(absl::string_view target, const ClientOptions& options);
 
 class Lookaside : public std::enable_shared_from_this<Lookaside> {
  public:
-  // `channel` reaches the router; `authorization` is what calls carry.
-  Lookaside(std::string router_target, ClientOptions options,
-            std::shared_ptr<grpc::Channel> channel, std::string authorization);
+  // `router` reaches the router; the agents' channels take its options,
+  // token and closer (Client::Close stops their calls too).
+  explicit Lookaside(std::shared_ptr<TargetChannel> router);
 
+  // One attempt of a call, as TargetChannel::Call's.
   absl::StatusOr<CallResult> Call(const CallRequest& request, const CallOptions& options);
   void CallAsync(const CallRequest& request, const CallOptions& options, CallCallback done);
-  // Closes the agents' clients and the router's (Client::Close): their calls
-  // in flight stop, and later ones are refused.
-  void Close();
 
   // Agents that failed this client stay out of its choice for a while.
   static constexpr absl::Duration kFirstBackoff = absl::Seconds(1);
@@ -97,28 +85,29 @@ class Lookaside : public std::enable_shared_from_this<Lookaside> {
   bool Usable(const v1::ResolvedAgent& a) const;
   // The router's answer for `key`, asked afresh when it has expired.
   std::shared_ptr<const Answer> Resolved(const CallRequest& request, absl::Time deadline);
-  // The agent's client, connected and checked on first use; null when it
-  // cannot be reached now (it is then avoided for a while).
-  std::shared_ptr<Client> Ready(Agent& agent, absl::Time deadline, bool insist = false);
+  // The agent's channel, connected and checked on first use; null when it
+  // cannot be reached now (it is then avoided for a while), and once the
+  // client is closed (the call then goes to the router's channel, which
+  // ends it).
+  std::shared_ptr<TargetChannel> Ready(Agent& agent, absl::Time deadline, bool insist = false);
   // What to do after an attempt on `agent`; clears the not-delivered mark.
   Next Judge(Agent& agent, const CallRequest& request, absl::StatusOr<CallResult>& result);
   // Leaves `agent` out of this client's choice for a while.
   void Avoid(Agent& agent, absl::Duration at_least);
-  // The client for calls through the router, made on first use.
-  Client& Proxy();
+  // A call's options through the router.
   CallOptions ProxyOptions(const CallOptions& options, absl::Time deadline) const;
 
+  // The router's channel: for Resolve, and for calls through the router.
+  const std::shared_ptr<TargetChannel> router_channel_;
   const std::string router_target_;
   const ClientOptions options_;
   const std::string authorization_;
   std::unique_ptr<v1::Router::Stub> router_;
   absl::Mutex mu_;
-  std::unique_ptr<Client> proxy_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::shared_ptr<Agent>> agents_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::shared_ptr<const Answer>> answers_ ABSL_GUARDED_BY(mu_);
   // A router that has no Resolve (an older version): every call through it.
   std::atomic<bool> resolve_missing_{false};
-  std::atomic<bool> closed_{false};
 };
 
 }  // namespace farcall::client_internal

@@ -1,10 +1,14 @@
 // The client's half of a call over UCX: the exchange of
 // core/ucx/transfer_set.h, with the process's UCX worker. Internal to
-// client/; built only with UCX.
+// client/. CMake builds ucx_exchange.cc with UCX and ucx_exchange_absent.cc
+// without it; this header names no UCX type but by declaration, so the rest
+// of the client is the same in both builds.
 #ifndef FARCALL_CLIENT_UCX_EXCHANGE_H_
 #define FARCALL_CLIENT_UCX_EXCHANGE_H_
 
+#include <array>
 #include <atomic>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -14,15 +18,21 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "client/call_codec.h"
-#include "core/ucx/piece_transfers.h"
-#include "core/ucx/transfer_set.h"
-#include "core/ucx/ucx_worker.h"
+
+namespace farcall::ucx {
+class TransferSet;
+class Worker;
+}  // namespace farcall::ucx
 
 namespace farcall::client_internal {
 
+// Whether this build moves tensors over UCX at all.
+bool UcxBuiltIn();
+
 // The process's UCX worker for `transports` (UCX_TLS's syntax; empty: UCX's
 // choice, or the UCX_TLS environment variable), made on first use and kept
-// for the life of the process. UNAVAILABLE when UCX cannot start here.
+// for the life of the process. UNAVAILABLE when UCX cannot start here;
+// FAILED_PRECONDITION in a build without UCX.
 absl::StatusOr<ucx::Worker*> ProcessUcxWorker(const std::string& transports);
 
 class UcxExchange {
@@ -46,7 +56,7 @@ class UcxExchange {
 
  private:
   std::shared_ptr<ucx::TransferSet> set_;
-  ucx::ReadyBytes ready_{};
+  std::array<uint8_t, 24> ready_{};       // ucx::ReadyBytes
   std::atomic<bool> args_failed_{false};  // an arg failed to go: nothing ran
 };
 

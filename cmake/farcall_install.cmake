@@ -37,7 +37,8 @@ install(TARGETS ${FARCALL_EXPORTED} farcall_handler_sdk EXPORT farcallTargets
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(TARGETS farcall-agent farcall-router farcall
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT bin)
-install(FILES client/include/farcall/client.h core/include/farcall/tensor_spec.h
+install(FILES client/include/farcall/client.h client/include/farcall/call_types.h
+              core/include/farcall/tensor_spec.h
               device_agents/sdk/include/farcall/handler.h
               device_agents/sdk/include/farcall/handler_api.h
               device_agents/sdk/include/farcall/handler_binding.h
