@@ -18,11 +18,6 @@
 #include "core/wire/protocol.h"
 #include "device_agents/agent_metrics.h"
 #include "device_agents/idle_watchdog.h"
-#ifdef FARCALL_WITH_UCX
-#include "core/ucx/piece_mac.h"
-#include "core/ucx/piece_transfers.h"
-#include "core/ucx/transfer_set.h"
-#endif
 
 namespace farcall::agent {
 namespace {
@@ -63,16 +58,9 @@ AgentCall::AgentCall(AgentState& agent, std::string peer) : agent_(agent), peer_
 }
 
 AgentCall::~AgentCall() {
-#ifdef FARCALL_WITH_UCX
   // UCX may still be writing the args or reading the results: take it back
   // before the memory goes.
-  // (On the UCX thread, the call ends inside its set's on_end: every
-  // transfer ended already, and waiting there would never end.)
-  if (ucx_set_ != nullptr && !ucx_set_->ended() && !agent_.ucx->OnThread()) {
-    ucx_set_->Cancel();
-    ucx_set_->Wait(absl::InfiniteFuture()).IgnoreError();
-  }
-#endif
+  ucx_exchange_.reset();
   // Device work of this call may still read or write its memory (a call
   // cancelled while its inputs were being copied): finish it before the
   // memory goes back to the pool for other calls.
@@ -290,43 +278,26 @@ absl::Status AgentCall::CheckUcx() const {
   return absl::OkStatus();
 }
 
-#ifdef FARCALL_WITH_UCX
 void AgentCall::StartUcxInputs(std::function<void()> progress,
                                std::function<void(const absl::Status&)> done) {
-  static_assert(kUcxKeyBytes == ucx::kMacKeyBytes);
-  static_assert(std::tuple_size_v<decltype(ucx_ready_)> == ucx::kReadyBytes);
-  const v1::UcxTensors& u = header_.ucx();
-  // The client's endpoint stays open for the whole call (inputs, results).
-  ucx_peer_hold_ = agent_.ucx->HoldPeer(u.worker_address());
+  ucx_exchange_ = std::make_unique<UcxCallExchange>(*agent_.ucx, header_.ucx());
   std::vector<int64_t> sizes;
   std::vector<uint8_t*> places;
   for (const Tensor& t : args_) {
     sizes.push_back(t.size);
     places.push_back(t.host());
   }
-  ucx_set_ = ucx::TransferSet::Create(*agent_.ucx,
-                                      [this, sizes, done = std::move(done)](const absl::Status& s) {
-                                        if (s.ok()) {
-                                          for (int64_t n : sizes) ucx_received_bytes_ += n;
-                                        }
-                                        done(s);
-                                      });
-  ucx_set_->OnEachEnd(std::move(progress));
-  // The args come under a tag of this agent's choosing, so that no caller
-  // can post its receives under another call's tag; each piece is checked.
-  const uint64_t tag = ucx::NewCallTag();
-  ucx::ReceivePieces(*ucx_set_, u.key(), tag, ucx::Carries::kArg, ucx::PiecesOf(sizes), places);
-  // Only now may the client send: every piece has its receive.
-  const ucx::ReadyBytes ready = ucx::ReadyMessage(u.key(), tag);
-  std::copy(ready.begin(), ready.end(), ucx_ready_.begin());
-  ucx_set_->AddSend(u.worker_address(), ucx::TagOf(u.tag(), ucx::Carries::kReady, 0),
-                    ucx_ready_.data(), ucx::kReadyBytes);
-  ucx_set_->Seal();
+  ucx_exchange_->ReceiveArgs(sizes, places, std::move(progress),
+                             [this, sizes, done = std::move(done)](const absl::Status& s) {
+                               if (s.ok()) {
+                                 for (int64_t n : sizes) ucx_received_bytes_ += n;
+                               }
+                               done(s);
+                             });
 }
 
 void AgentCall::StartUcxResults(std::function<void()> progress,
                                 std::function<void(const absl::Status&)> done) {
-  const v1::UcxTensors& u = header_.ucx();
   std::vector<int64_t> sizes;
   std::vector<const uint8_t*> data;
   for (const Tensor& t : results_) {
@@ -334,30 +305,12 @@ void AgentCall::StartUcxResults(std::function<void()> progress,
     data.push_back(t.host());
     sent_bytes_ += t.size;
   }
-  ucx_set_ = ucx::TransferSet::Create(*agent_.ucx, std::move(done));
-  ucx_set_->OnEachEnd(std::move(progress));
-  const std::vector<ucx::Piece> pieces = ucx::PiecesOf(sizes);
-  // Each piece's MAC is computed here while the pieces before it go.
-  ucx::SendPieces(*ucx_set_, u.worker_address(), u.tag(), ucx::Carries::kResult, pieces, data,
-                  u.key());
-  ucx_set_->Seal();
+  ucx_exchange_->SendResults(sizes, data, std::move(progress), std::move(done));
 }
 
 void AgentCall::CancelUcx() {
-  if (ucx_set_ != nullptr) ucx_set_->Cancel();
+  if (ucx_exchange_ != nullptr) ucx_exchange_->Cancel();
 }
-#else
-// Never reached: without UCX no call is a UCX call (CheckUcx refuses it).
-void AgentCall::StartUcxInputs(std::function<void()>,
-                               std::function<void(const absl::Status&)> done) {
-  done(absl::UnimplementedError("this agent was built without UCX."));
-}
-void AgentCall::StartUcxResults(std::function<void()>,
-                                std::function<void(const absl::Status&)> done) {
-  done(absl::UnimplementedError("this agent was built without UCX."));
-}
-void AgentCall::CancelUcx() {}
-#endif
 
 absl::Status AgentCall::OnRequestFrame(const grpc::ByteBuffer& frame) {
   ++frames_;

@@ -35,11 +35,8 @@
 #include "device_agents/handler_registry.h"
 #include "device_agents/handler_runtime.h"
 #include "device_agents/shm_service.h"
+#include "device_agents/ucx_exchange.h"
 #include "farcall/v1/farcall.pb.h"
-
-namespace farcall::ucx {
-class TransferSet;
-}
 
 namespace farcall::agent {
 
@@ -188,11 +185,9 @@ class AgentCall final : private FrameVisitor {
   std::optional<ChunkAssembler> assembler_;
   int64_t admitted_bytes_ = 0;
   int64_t sent_bytes_ = 0;
-  bool shm_ = false;                           // tensors live in a client's region: no chunks
-  bool ucx_ = false;                           // tensors travel over UCX: no chunks
-  std::shared_ptr<ucx::TransferSet> ucx_set_;  // the UCX transfers of now
-  std::shared_ptr<void> ucx_peer_hold_;        // the client's endpoint, kept open
-  std::array<uint8_t, 24> ucx_ready_{};        // the ready message, while it is sent
+  bool shm_ = false;                               // tensors live in a client's region: no chunks
+  bool ucx_ = false;                               // tensors travel over UCX: no chunks
+  std::unique_ptr<UcxCallExchange> ucx_exchange_;  // its transfers, once they start
   int64_t ucx_received_bytes_ = 0;
 
   // Response cursor.

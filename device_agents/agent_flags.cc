@@ -18,6 +18,7 @@
 #include "core/status_macros.h"
 #include "core/version.h"
 #include "device_agents/fault_injection.h"
+#include "device_agents/ucx_exchange.h"
 
 ABSL_FLAG(std::string, platform, "cpu", "cpu, cuda, rocm or oneapi");
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "HOST:PORT to serve on; port 0 picks a free one");
@@ -32,13 +33,9 @@ ABSL_FLAG(int64_t, response_chunk_bytes, 1 << 20, "result bytes per streamed res
 ABSL_FLAG(std::string, metrics_listen, "",
           "HOST:PORT to serve Prometheus /metrics on; a bare PORT binds loopback only "
           "(empty: off)");
-#ifdef FARCALL_WITH_UCX
-#define FARCALL_DEFAULT_TRANSPORTS "grpc", "shm", "ucx"
-#else
-#define FARCALL_DEFAULT_TRANSPORTS "grpc", "shm"
-#endif
 ABSL_FLAG(std::vector<std::string>, transports,
-          (std::vector<std::string>{FARCALL_DEFAULT_TRANSPORTS}),
+          (farcall::agent::UcxBuiltIn() ? std::vector<std::string>{"grpc", "shm", "ucx"}
+                                        : std::vector<std::string>{"grpc", "shm"}),
           "how calls' tensors may travel: grpc (always; calls themselves are gRPC), shm "
           "(same-host shared memory, cpu agents) and ucx (UCX between hosts, cpu agents, "
           "builds with UCX); default: all that were built");
@@ -143,12 +140,11 @@ absl::Status TransportOptionsFromFlags(AgentServer::Options& options) {
     } else if (t == "shm") {
       shm = true;
     } else if (t == "ucx") {
-#ifdef FARCALL_WITH_UCX
+      if (!UcxBuiltIn()) {
+        return absl::InvalidArgumentError(
+            "--transports=ucx: this agent was built without UCX; use grpc,shm.");
+      }
       options.ucx = true;
-#else
-      return absl::InvalidArgumentError(
-          "--transports=ucx: this agent was built without UCX; use grpc,shm.");
-#endif
     } else {
       return absl::InvalidArgumentError(absl::StrCat(
           "--transports takes grpc and shm (and ucx in builds with UCX); got '", t, "'."));

@@ -16,10 +16,8 @@
 #include "device_agents/agent_reactors.h"
 #include "device_agents/builtins/builtin_handlers.h"
 #include "device_agents/plugin_loader.h"
+#include "device_agents/ucx_exchange.h"
 #include "grpcpp/health_check_service_interface.h"
-#ifdef FARCALL_WITH_UCX
-#include "core/ucx/ucx_worker.h"
-#endif
 
 namespace farcall::agent {
 namespace {
@@ -41,27 +39,19 @@ absl::Status StartUcx(const AgentServer::Options& options, AgentState& state) {
                            "reach; calls move them over gRPC."));
     return absl::OkStatus();
   }
-#ifdef FARCALL_WITH_UCX
-  ucx::Worker::Options o;
-  o.transports = options.ucx_transports;
-  o.max_endpoints = options.ucx_max_endpoints;
-  // Clients send only what the agent asked for (core/ucx/transfer_set.h):
-  // anything else is thrown away, so that nobody can park bytes here.
-  o.discard_unexpected = true;
-  absl::StatusOr<std::unique_ptr<ucx::Worker>> w = ucx::Worker::Create(o);
+  if (!UcxBuiltIn()) return absl::FailedPreconditionError("UCX: this agent was built without UCX.");
+  absl::StatusOr<std::shared_ptr<ucx::Worker>> w =
+      StartUcxWorker({options.ucx_transports, options.ucx_max_endpoints});
   if (!w.ok()) {
     if (absl::IsInvalidArgument(w.status())) return w.status();  // a bad --ucx_transports
     log::Warning(absl::StrCat("UCX is off: ", w.status().message()));
     return absl::OkStatus();
   }
-  state.ucx = std::shared_ptr<ucx::Worker>(*std::move(w));
+  state.ucx = *std::move(w);
   log::Info(absl::StrCat("UCX data plane on (transports: ",
                          options.ucx_transports.empty() ? "UCX's choice" : options.ucx_transports,
                          ")"));
   return absl::OkStatus();
-#else
-  return absl::FailedPreconditionError("UCX: this agent was built without UCX.");
-#endif
 }
 
 }  // namespace

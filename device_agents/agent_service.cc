@@ -24,23 +24,9 @@
 #include "farcall/v1/farcall.grpc.pb.h"
 #include "grpc/grpc.h"
 #include "grpcpp/grpcpp.h"
-#ifdef FARCALL_WITH_UCX
-#include "core/ucx/piece_transfers.h"
-#include "core/ucx/ucx_worker.h"
-#endif
 
 namespace farcall::agent {
 namespace {
-
-// Whether a UCX phase ended because a piece failed its check.
-bool UcxIntegrityFailure(const absl::Status& s) {
-#ifdef FARCALL_WITH_UCX
-  return ucx::IsIntegrityFailure(s);
-#else
-  (void)s;
-  return false;
-#endif
-}
 
 // The answer to a call that arrives while the agent drains: UNAVAILABLE,
 // without the agent's id, so that a router sends it to another agent.
@@ -563,9 +549,7 @@ class AgentService final
       info->set_shm_socket(s.shm->address());
       info->set_shm_regions(s.shm->region_count());
     }
-#ifdef FARCALL_WITH_UCX
-    if (s.ucx != nullptr) info->set_ucx_address(s.ucx->address());
-#endif
+    if (s.ucx != nullptr) info->set_ucx_address(UcxWorkerAddress(*s.ucx));
     for (const auto& d : s.backend.devices) {
       v1::DeviceInfo* di = info->add_devices();
       di->set_ordinal(d->ordinal());

@@ -21,6 +21,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "server/balancer.h"
 #include "server/call_record.h"
+#include "server/flow_hold.h"
 #include "server/status_page.h"
 
 namespace farcall::router {
@@ -220,14 +221,13 @@ class ForwardingExecute final : public grpc::ServerBidiReactor<grpc::ByteBuffer,
       if (!awaiting_caller_) return;
       awaiting_caller_ = false;
       down = down_;
-      // Until the write started below completes, only this thread may end
-      // the write flow: its hold keeps the stream for the write.
-      if (!ok) writes_held_ = false;
     }
     if (ok) {
+      // Until this write completes, only this thread may end the write
+      // flow (awaiting_caller_ is clear): its hold keeps the stream for it.
       record_.Received(up_in_.Length());
       down->StartWrite(&up_in_);
-    } else {
+    } else if (down->writes.Claim()) {
       down->StartWritesDone();
       down->RemoveHold();  // the write flow: nothing more goes up
     }
@@ -244,7 +244,7 @@ class ForwardingExecute final : public grpc::ServerBidiReactor<grpc::ByteBuffer,
       down->StartRead(&down_in_);  // the read flow's hold keeps the stream
     } else {
       down->ctx.TryCancel();
-      ReleaseHold(&ForwardingExecute::reads_held_);
+      down->reads.Release();
     }
     MaybeFinish();
   }
@@ -265,12 +265,12 @@ class ForwardingExecute final : public grpc::ServerBidiReactor<grpc::ByteBuffer,
   struct Downstream final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
     Downstream(ForwardingExecute* up, std::shared_ptr<AgentHandle> agent)
         : up(up), agent(std::move(agent)) {}
-    void OnReadInitialMetadataDone(bool ok) override { up->OnAccepted(ok); }
-    void OnWriteDone(bool ok) override { up->OnFrameForwarded(ok); }
+    void OnReadInitialMetadataDone(bool ok) override { up->OnAccepted(*this, ok); }
+    void OnWriteDone(bool ok) override { up->OnFrameForwarded(*this, ok); }
     void OnReadDone(bool ok) override {
       // The agent's stream ended (it finished, or died): its status comes
       // in OnDone, which must not wait for a caller that sends no more.
-      if (!ok) return up->DownstreamEnded();
+      if (!ok) return up->DownstreamEnded(*this);
       up->ForwardResult();
     }
     void OnDone(const grpc::Status& s) override { up->OnAttemptDone(s); }
@@ -278,6 +278,9 @@ class ForwardingExecute final : public grpc::ServerBidiReactor<grpc::ByteBuffer,
     ForwardingExecute* up;
     std::shared_ptr<AgentHandle> agent;
     grpc::ClientContext ctx;
+    // The stream stays open while either flow goes on (server/flow_hold.h):
+    // the caller's frames going to the agent, the agent's coming back.
+    FlowHold<grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>> writes, reads;
   };
 
   void StartAttempt() {
@@ -298,46 +301,32 @@ class ForwardingExecute final : public grpc::ServerBidiReactor<grpc::ByteBuffer,
       down->ctx.set_deadline(server_ctx_->deadline());
       AddAgentCredentials(shared_, route_, *agent, down->ctx);
       if (cancelled_) down->ctx.TryCancel();
-      writes_held_ = reads_held_ = true;
       awaiting_caller_ = down_reads_ended_ = false;
     }
     agent->generic->PrepareBidiStreamingCall(&down->ctx, kAgentExecuteMethod, grpc::StubOptions(),
                                              down);
-    down->AddMultipleHolds(2);  // the write flow and the read flow
+    down->writes.Take(down);
+    down->reads.Take(down);
     down->StartCall();
   }
 
-  // Removes the hold that `held` stands for, if it is still there.
-  void ReleaseHold(bool ForwardingExecute::*held) {
-    Downstream* down;
-    {
-      absl::MutexLock l(&mu_);
-      if (!(this->*held)) return;
-      this->*held = false;
-      down = down_;
-    }
-    down->RemoveHold();
-  }
-
-  void OnAccepted(bool ok) {
+  void OnAccepted(Downstream& down, bool ok) {
     if (!ok) {  // nothing will be started; OnAttemptDone follows with the reason
-      ReleaseHold(&ForwardingExecute::writes_held_);
-      ReleaseHold(&ForwardingExecute::reads_held_);
+      down.writes.Release();
+      down.reads.Release();
       return;
     }
-    Downstream* down;
     {
       absl::MutexLock l(&mu_);
       accepted_ = true;
-      down = down_;
     }
     record_.Received(up_in_.Length());
-    down->StartWrite(&up_in_);  // the first frame, header included
-    down->StartRead(&down_in_);
+    down.StartWrite(&up_in_);  // the first frame, header included
+    down.StartRead(&down_in_);
   }
 
   // A frame of the caller's reached the agent (or the stream broke).
-  void OnFrameForwarded(bool ok) {
+  void OnFrameForwarded(Downstream& down, bool ok) {
     bool more;
     {
       absl::MutexLock l(&mu_);
@@ -345,14 +334,17 @@ class ForwardingExecute final : public grpc::ServerBidiReactor<grpc::ByteBuffer,
       more = ok && !down_reads_ended_;
       awaiting_caller_ = more;
     }
-    if (!more) return ReleaseHold(&ForwardingExecute::writes_held_);
+    if (!more) {
+      down.writes.Release();
+      return;
+    }
     StartRead(&up_in_);  // the caller's next frame
   }
 
   // The agent's stream has no more frames: the read flow is over, and so is
   // the write flow if it only waits for the caller.
-  void DownstreamEnded() {
-    ReleaseHold(&ForwardingExecute::reads_held_);
+  void DownstreamEnded(Downstream& down) {
+    down.reads.Release();
     bool end_writes;
     {
       absl::MutexLock l(&mu_);
@@ -360,7 +352,7 @@ class ForwardingExecute final : public grpc::ServerBidiReactor<grpc::ByteBuffer,
       end_writes = awaiting_caller_;
       awaiting_caller_ = false;  // a frame still read from the caller is dropped
     }
-    if (end_writes) ReleaseHold(&ForwardingExecute::writes_held_);
+    if (end_writes) down.writes.Release();
   }
 
   void ForwardResult() {
@@ -398,18 +390,19 @@ class ForwardingExecute final : public grpc::ServerBidiReactor<grpc::ByteBuffer,
     Unref();
   }
 
+  // Ends the call once the agent's stream is done and no result is still
+  // being written to the caller.
   void MaybeFinish() {
     grpc::Status s;
     {
       absl::MutexLock l(&mu_);
-      if (!down_done_ || up_write_pending_ || finished_) return;
-      finished_ = true;
+      if (!down_done_ || up_write_pending_) return;
       s = AsCallerSees(final_, cancelled_);
     }
-    record_.Finished(s);
-    Finish(s);
+    FinishUp(s);
   }
 
+  // The one way the call ends: recorded, then finished, once.
   void FinishUp(const grpc::Status& s) {
     {
       absl::MutexLock l(&mu_);
@@ -435,9 +428,6 @@ class ForwardingExecute final : public grpc::ServerBidiReactor<grpc::ByteBuffer,
   // The current attempt (owned by attempts_, so a pointer read under mu_
   // stays valid for the call's life).
   Downstream* down_ ABSL_GUARDED_BY(mu_) = nullptr;
-  // The two holds StartAttempt put on the current attempt, while held.
-  bool writes_held_ ABSL_GUARDED_BY(mu_) = false;
-  bool reads_held_ ABSL_GUARDED_BY(mu_) = false;
   // A read of the caller's next frame is out, and the frame goes to the
   // agent; cleared by whoever takes that frame or ends the write flow.
   bool awaiting_caller_ ABSL_GUARDED_BY(mu_) = false;

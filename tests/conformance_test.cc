@@ -18,6 +18,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "client/ucx_exchange.h"
 #include "core/dtype.h"
 #include "farcall/client.h"
 #include "farcall/v1/farcall.grpc.pb.h"
@@ -93,12 +94,10 @@ std::vector<Param> AllPaths() {
                           {Target::kAgent, Rpc::kStream},
                           {Target::kRouter, Rpc::kUnary},
                           {Target::kRouter, Rpc::kStream}};
-#ifdef FARCALL_WITH_UCX
-  if (TestPlatform() == "cpu") {
+  if (client_internal::UcxBuiltIn() && TestPlatform() == "cpu") {
     v.push_back({Target::kAgent, Rpc::kUnary, Transport::kUcx});
     v.push_back({Target::kRouter, Rpc::kUnary, Transport::kUcx});
   }
-#endif
   return v;
 }
 
@@ -142,7 +141,9 @@ class ConformanceTest : public ::testing::TestWithParam<Param> {
   bool ucx() const { return GetParam().transport == Transport::kUcx; }
   // A UCX row's calls went over UCX (not gRPC by a quiet fallback).
   void ExpectTransport(const CallResult& r) const {
-    if (ucx()) EXPECT_EQ(r.transport, Transport::kUcx);
+    if (ucx()) {
+      EXPECT_EQ(r.transport, Transport::kUcx);
+    }
   }
 
   std::shared_ptr<grpc::Channel> Channel() {

@@ -9,6 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "client/ucx_exchange.h"
+#include "farcall/client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/process_harness.h"
@@ -82,6 +84,26 @@ TEST(DeviceAgentFlagsTest, AUcxEndpointCapBelowOneIsRefusedAtStart) {
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_THAT(r.output,
               HasSubstr("INVALID_ARGUMENT: --ucx_max_endpoints must be at least 1; got 0."));
+}
+
+// Built with UCX, an agent offers it by default (--transports names it);
+// built without (scripts/check_without_ucx.sh), it offers none, and asking
+// for it stops the agent at start.
+TEST(DeviceAgentFlagsTest, AnAgentOffersUcxExactlyWhenItWasBuiltWithIt) {
+  absl::StatusOr<std::unique_ptr<::farcall::testing::ChildProcess>> agent =
+      ::farcall::testing::ChildProcess::Start(FARCALL_AGENT_BIN, {"--listen=127.0.0.1:0"});
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  auto client = Client::Connect((*agent)->address());
+  ASSERT_TRUE(client.ok()) << client.status();
+  absl::StatusOr<AgentDescription> info = (*client)->Describe();
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->offers_ucx, client_internal::UcxBuiltIn());
+  if (client_internal::UcxBuiltIn()) return;  // ucx_test covers --transports=ucx
+  ::farcall::testing::CommandResult r = ::farcall::testing::RunCommand(
+      FARCALL_AGENT_BIN + " --listen=127.0.0.1:0 --transports=grpc,ucx");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("INVALID_ARGUMENT: --transports=ucx: this agent was built "
+                                  "without UCX; use grpc,shm."));
 }
 
 TEST(DeviceAgentFlagsTest, ListDevicesNamesTheCpu) {

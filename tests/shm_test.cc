@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/shm_channel.h"
+#include "client/ucx_exchange.h"
 #include "core/shm_protocol.h"
 #include "farcall/client.h"
 #include "farcall/v1/farcall.grpc.pb.h"
@@ -209,14 +210,14 @@ TEST_F(ShmTest, ATransportAskedForIsUsedOrRefused) {
   CallOptions ucx;
   ucx.transport = Transport::kUcx;
   r = AgentClient()->Call(CopyRequest(spec, x.data()), ucx);
-#ifdef FARCALL_WITH_UCX
-  ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->transport, Transport::kUcx);
-#else
-  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
-  EXPECT_EQ(r.status().message(),
-            "transport ucx: this build of farcall has no UCX data plane; use auto, grpc or shm.");
-#endif
+  if (client_internal::UcxBuiltIn()) {
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->transport, Transport::kUcx);
+  } else {
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+    EXPECT_EQ(r.status().message(),
+              "transport ucx: this build of farcall has no UCX data plane; use auto, grpc or shm.");
+  }
 }
 
 TEST_F(ShmTest, SharedBuffersGoWithoutACopyAndAreUpdatedInPlace) {
