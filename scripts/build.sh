@@ -29,8 +29,10 @@ else
   cmake --build build -j "$jobs"
 fi
 # The farcall package into .venv, built by the same build tree (so the C++
-# compiled above is reused, not built again).
+# compiled above is reused, not built again), which keeps its tests and the
+# extension's stub (.venv has what making it imports).
 if [ -x .venv/bin/python ] && grep -q "farcall: Python extension with" build/configure.log; then
   .venv/bin/python -m pip install -q --disable-pip-version-check --no-build-isolation \
-    --no-deps -C build-dir=../build -C cmake.define.FARCALL_BUILD_TESTS=ON ./python
+    --no-deps -C build-dir=../build -C cmake.define.FARCALL_BUILD_TESTS=ON \
+    -C cmake.define.FARCALL_PYTHON_STUB=ON ./python
 fi

@@ -312,7 +312,8 @@ nb::object DlpackView(uintptr_t ptr, std::vector<size_t> shape, int dtype, bool 
 }  // namespace
 
 void DefineAgent(nb::module_& m) {
-  m.def("dlpack_view", &DlpackView);
+  m.def("dlpack_view", &DlpackView, nb::arg("ptr"), nb::arg("shape"), nb::arg("dtype"),
+        nb::arg("readonly"), nb::arg("device_type"), nb::arg("device_id"), nb::arg("owner"));
   nb::class_<MemoryLease>(m, "MemoryLease");
   nb::class_<CallCancel>(m, "CallCancel").def("cancelled", &CallCancel::cancelled);
   nb::class_<PyAgent>(m, "Agent")

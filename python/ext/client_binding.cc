@@ -6,7 +6,9 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <type_traits>
 #include <utility>
@@ -46,18 +48,13 @@ nb::object OwnedBytes(uint8_t* data, int64_t size, Owner owner) {
   return nb::cast(nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>>(data, 1, shape, cap));
 }
 
-struct PyCall {
-  CallRequest request;
-  CallOptions options;
-};
-
-PyCall BuildCall(const std::string& handler, const std::vector<std::string>& platforms,
-                 const std::vector<ArgTuple>& args, const std::vector<SpecTuple>& results,
-                 const std::map<uint32_t, uint32_t>& aliases, const nb::dict& attributes,
-                 bool has_side_effect, double timeout, const std::string& rpc, bool validate,
-                 const std::string& call_id, const std::vector<uintptr_t>& result_memory) {
-  PyCall c;
-  CallRequest& r = c.request;
+// A call's request from the Python layer's pieces (farcall/_client.py
+// prepares them): the arrays as (address, dtype code, dims, writable).
+CallRequest BuildRequest(const std::string& handler, const std::vector<std::string>& platforms,
+                         const std::vector<ArgTuple>& args, const std::vector<SpecTuple>& results,
+                         const std::map<uint32_t, uint32_t>& aliases, const nb::dict& attributes,
+                         bool has_side_effect, const std::vector<uintptr_t>& result_memory) {
+  CallRequest r;
   r.handler = handler;
   if (platforms.size() == 1) {
     r.platform = platforms[0];
@@ -86,11 +83,7 @@ PyCall BuildCall(const std::string& handler, const std::vector<std::string>& pla
   }
   r.has_side_effect = has_side_effect;
   for (uintptr_t p : result_memory) r.result_memory.push_back(reinterpret_cast<void*>(p));
-  c.options.timeout = absl::Seconds(timeout);
-  c.options.validate_locally = validate;
-  c.options.call_id = call_id;
-  c.options.rpc = RpcNamed(rpc).value_or(Rpc::kAuto);  // the Python layer checked it
-  return c;
+  return r;
 }
 
 // (results, info): each result a uint8 array, or None where it is aliased
@@ -252,60 +245,34 @@ auto WithoutGil(F f) {
 
 class PyClient {
  public:
-  PyClient(const std::string& target, const std::string& tls_ca, const std::string& tls_cert,
-           const std::string& tls_key, const std::string& token, bool via_router,
-           const std::string& transport, const std::string& tls_server_name,
-           const std::string& agent_tls_server_name, bool allow_insecure_tokens,
-           bool wait_for_ready)
-      : via_router_(via_router),
-        wait_for_ready_(wait_for_ready),
-        transport_(TransportNamed(transport).value_or(Transport::kAuto)) {
-    ClientOptions options;
-    options.tls_ca = tls_ca;
-    options.tls_cert = tls_cert;
-    options.tls_key = tls_key;
-    options.token = token;
-    options.tls_server_name = tls_server_name;
-    options.agent_tls_server_name = agent_tls_server_name;
-    options.allow_insecure_tokens = allow_insecure_tokens;
-    absl::StatusOr<std::unique_ptr<Client>> c = Client::Connect(target, options);
-    if (!c.ok()) RaiseStatus(c.status());
-    client_ = *std::move(c);
-  }
+  PyClient(const std::string& target, const ClientOptions& options)
+      : client_(WithoutGil([&] { return Client::Connect(target, options); })) {}
 
-  nb::tuple Call(const std::string& handler, const std::vector<std::string>& platform,
+  nb::tuple Call(const std::string& handler, const std::vector<std::string>& platforms,
                  const std::vector<ArgTuple>& args, const std::vector<SpecTuple>& results,
                  const std::map<uint32_t, uint32_t>& aliases, const nb::dict& attributes,
-                 bool has_side_effect, double timeout, const std::string& rpc, bool validate,
-                 const std::string& call_id, const std::vector<uintptr_t>& result_memory) {
-    PyCall c = BuildCall(handler, platform, args, results, aliases, attributes, has_side_effect,
-                         timeout, rpc, validate, call_id, result_memory);
-    c.options.via_router = via_router_;
-    c.options.wait_for_ready = wait_for_ready_;
-    c.options.transport = transport_;
-    return ToPython(WithoutGil([&] { return client_->Call(c.request, c.options); }));
+                 bool has_side_effect, const CallOptions& options,
+                 const std::vector<uintptr_t>& result_memory) {
+    const CallRequest request = BuildRequest(handler, platforms, args, results, aliases, attributes,
+                                             has_side_effect, result_memory);
+    return ToPython(WithoutGil([&] { return client_->Call(request, options); }));
   }
 
   // `done(results_and_info, code, message, traceback)` runs once, holding the GIL, on
   // farcall's completion thread; `done` (and the caller's arrays it keeps)
   // is held until then.
-  void CallAsync(const std::string& handler, const std::vector<std::string>& platform,
+  void CallAsync(const std::string& handler, const std::vector<std::string>& platforms,
                  const std::vector<ArgTuple>& args, const std::vector<SpecTuple>& results,
                  const std::map<uint32_t, uint32_t>& aliases, const nb::dict& attributes,
-                 bool has_side_effect, double timeout, const std::string& rpc, bool validate,
-                 const std::string& call_id, nb::object done, std::shared_ptr<CallStop> stop) {
-    PyCall c = BuildCall(handler, platform, args, results, aliases, attributes, has_side_effect,
-                         timeout, rpc, validate, call_id, {});
-    c.options.via_router = via_router_;
-    c.options.wait_for_ready = wait_for_ready_;
-    c.options.transport = transport_;
-    c.options.stop = std::move(stop);
+                 bool has_side_effect, const CallOptions& options, nb::object done) {
+    const CallRequest request =
+        BuildRequest(handler, platforms, args, results, aliases, attributes, has_side_effect, {});
     // Dropped only with the GIL (run), or leaked once Python is going away
     // (drop): never released on a gRPC thread.
     auto fn = std::make_shared<nb::object>(std::move(done));
     PythonCompletions::Get().Begin();
     nb::gil_scoped_release release;
-    client_->CallAsync(c.request, c.options, [fn](absl::StatusOr<CallResult> r) {
+    client_->CallAsync(request, options, [fn](absl::StatusOr<CallResult> r) {
       auto result = std::make_shared<absl::StatusOr<CallResult>>(std::move(r));
       PythonCompletions::Get().Post(
           [fn, result] {
@@ -367,39 +334,91 @@ class PyClient {
 
  private:
   std::unique_ptr<Client> client_;
-  const bool via_router_;      // every call through the router (CallOptions::via_router)
-  const bool wait_for_ready_;  // every call waits for the target (CallOptions::wait_for_ready)
-  const Transport transport_;  // CallOptions::transport for every call
 };
+
+// A transport or RPC shape by its name; ValueError naming the choices.
+template <typename T>
+T Named(std::optional<T> (*named)(std::string_view), const char* what, const std::string& name,
+        const char* choices) {
+  std::optional<T> v = named(name);
+  if (!v)
+    throw nb::value_error(absl::StrCat(what, " must be ", choices, "; got '", name, "'").c_str());
+  return *v;
+}
+
+void DefineOptions(nb::module_& m) {
+  // farcall::ClientOptions: how a client reaches its target.
+  nb::class_<ClientOptions>(m, "ClientOptions")
+      .def(nb::init<>())
+      .def_rw("tls_ca", &ClientOptions::tls_ca)
+      .def_rw("tls_cert", &ClientOptions::tls_cert)
+      .def_rw("tls_key", &ClientOptions::tls_key)
+      .def_rw("token", &ClientOptions::token)
+      .def_rw("allow_insecure_tokens", &ClientOptions::allow_insecure_tokens)
+      .def_rw("tls_server_name", &ClientOptions::tls_server_name)
+      .def_rw("agent_tls_server_name", &ClientOptions::agent_tls_server_name)
+      .def_rw("ucx_transports", &ClientOptions::ucx_transports);
+  // farcall::CallOptions: how one call goes. Durations in seconds;
+  // transport and rpc by name.
+  nb::class_<CallOptions>(m, "CallOptions")
+      .def(nb::init<>())
+      .def_prop_rw(
+          "timeout", [](const CallOptions& o) { return absl::ToDoubleSeconds(o.timeout); },
+          [](CallOptions& o, double seconds) {
+            if (!(seconds >= 0)) {
+              throw nb::value_error(
+                  absl::StrCat("timeout must be 0 or more seconds; got ", seconds).c_str());
+            }
+            o.timeout = absl::Seconds(seconds);
+          })
+      .def_prop_rw(
+          "transport", [](const CallOptions& o) { return std::string(TransportName(o.transport)); },
+          [](CallOptions& o, const std::string& name) {
+            o.transport = Named<Transport>(&TransportNamed, "transport", name,
+                                           "'auto', 'grpc', 'shm' or 'ucx'");
+          })
+      .def_prop_rw(
+          "rpc", [](const CallOptions& o) { return std::string(RpcName(o.rpc)); },
+          [](CallOptions& o, const std::string& name) {
+            o.rpc = Named<Rpc>(&RpcNamed, "rpc", name, "'auto', 'unary' or 'stream'");
+          })
+      .def_rw("chunk_bytes", &CallOptions::chunk_bytes)
+      .def_rw("call_id", &CallOptions::call_id)
+      .def_rw("allow_shm", &CallOptions::allow_shm)
+      .def_rw("shm_min_bytes", &CallOptions::shm_min_bytes)
+      .def_rw("ucx_min_bytes", &CallOptions::ucx_min_bytes)
+      .def_rw("wait_for_ready", &CallOptions::wait_for_ready)
+      .def_rw("validate_locally", &CallOptions::validate_locally)
+      .def_rw("via_router", &CallOptions::via_router)
+      .def_rw("stop", &CallOptions::stop, nb::for_setter(nb::arg("value").none()));
+}
 
 }  // namespace
 
 void DefineClient(nb::module_& m) {
-  nb::class_<PyClient>(m, "Client")
-      .def(nb::init<const std::string&, const std::string&, const std::string&, const std::string&,
-                    const std::string&, bool, const std::string&, const std::string&,
-                    const std::string&, bool, bool>(),
-           nb::arg("target"), nb::arg("tls_ca"), nb::arg("tls_cert"), nb::arg("tls_key"),
-           nb::arg("token"), nb::arg("via_router") = false, nb::arg("transport") = "auto",
-           nb::arg("tls_server_name") = "", nb::arg("agent_tls_server_name") = "",
-           nb::arg("allow_insecure_tokens") = false, nb::arg("wait_for_ready") = false)
-      .def("call", &PyClient::Call)
-      .def("call_async", &PyClient::CallAsync, nb::arg("handler"), nb::arg("platform"),
-           nb::arg("args"), nb::arg("results"), nb::arg("aliases"), nb::arg("attributes"),
-           nb::arg("has_side_effect"), nb::arg("timeout"), nb::arg("rpc"), nb::arg("validate"),
-           nb::arg("call_id"), nb::arg("done"), nb::arg("stop").none())
-      .def("close", &PyClient::Close)
-      .def("allocate_shared", &PyClient::AllocateShared)
-      .def("describe", &PyClient::Describe)
-      .def("agents", &PyClient::Agents)
-      .def("health", &PyClient::Health);
   // farcall::CallStop: stops the asynchronous calls given it.
   nb::class_<CallStop>(m, "CallStop")
       .def(nb::init<>())
       .def("stop", &CallStop::Stop, nb::call_guard<nb::gil_scoped_release>())
       .def_prop_ro("stopped", &CallStop::stopped);
-  m.def("_drain_completions",
-        [](double timeout) { return PythonCompletions::Get().Drain(timeout); });
+  DefineOptions(m);
+  nb::class_<PyClient>(m, "Client")
+      .def(nb::init<const std::string&, const ClientOptions&>(), nb::arg("target"),
+           nb::arg("options"))
+      .def("call", &PyClient::Call, nb::arg("handler"), nb::arg("platforms"), nb::arg("args"),
+           nb::arg("results"), nb::arg("aliases"), nb::arg("attributes"),
+           nb::arg("has_side_effect"), nb::arg("options"), nb::arg("result_memory"))
+      .def("call_async", &PyClient::CallAsync, nb::arg("handler"), nb::arg("platforms"),
+           nb::arg("args"), nb::arg("results"), nb::arg("aliases"), nb::arg("attributes"),
+           nb::arg("has_side_effect"), nb::arg("options"), nb::arg("done"))
+      .def("close", &PyClient::Close)
+      .def("allocate_shared", &PyClient::AllocateShared, nb::arg("nbytes"))
+      .def("describe", &PyClient::Describe, nb::arg("timeout"))
+      .def("agents", &PyClient::Agents, nb::arg("refresh"), nb::arg("timeout"))
+      .def("health", &PyClient::Health, nb::arg("timeout"));
+  m.def(
+      "_drain_completions", [](double timeout) { return PythonCompletions::Get().Drain(timeout); },
+      nb::arg("timeout"));
 }
 
 }  // namespace farcall::python

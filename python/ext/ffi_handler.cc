@@ -407,11 +407,12 @@ ffi::Error ToFfiError(const absl::Status& s) {
 XLA_FFI_DEFINE_HANDLER_SYMBOL(FarcallXlaCpuCall, CpuCall, BindCall(ffi::Ffi::Bind()));
 
 void DefineFfi(nb::module_& m) {
-  m.def("ffi_connection",
-        [](const std::string& target, const std::string& tls_ca, const std::string& tls_cert,
-           const std::string& tls_key, const std::string& token) {
-          return Connection(target, ClientOptions{tls_ca, tls_cert, tls_key, token});
-        });
+  m.def(
+      "ffi_connection",
+      [](const std::string& target, const ClientOptions& options) {
+        return Connection(target, options);
+      },
+      nb::arg("target"), nb::arg("options"));
   // {XLA platform name: capsule}, for jax.ffi.register_ffi_target.
   m.def("ffi_handlers", [] {
     nb::dict d;

@@ -283,32 +283,49 @@ class Client:
                  transport: str = "auto", tls_server_name: str | None = None,
                  agent_tls_server_name: str | None = None, allow_insecure_tokens: bool = False,
                  wait_for_ready: bool = False):
-        if transport not in ("auto", "grpc", "shm", "ucx"):
-            raise ValueError(
-                f"transport must be 'auto', 'grpc', 'shm' or 'ucx'; got {transport!r}")
+        # ValueError for a name that is not one of them, before connecting.
+        _farcall.CallOptions().transport = transport
         self.target = target
         self.timeout = float(timeout)
-        self._native = _farcall.Client(target, tls_ca or "", tls_cert or "", tls_key or "",
-                                       token or "", bool(via_router), transport,
-                                       tls_server_name or "", agent_tls_server_name or "",
-                                       bool(allow_insecure_tokens), bool(wait_for_ready))
+        options = _farcall.ClientOptions()
+        options.tls_ca = tls_ca or ""
+        options.tls_cert = tls_cert or ""
+        options.tls_key = tls_key or ""
+        options.token = token or ""
+        options.tls_server_name = tls_server_name or ""
+        options.agent_tls_server_name = agent_tls_server_name or ""
+        options.allow_insecure_tokens = bool(allow_insecure_tokens)
+        self._native = _farcall.Client(target=target, options=options)
+        # Every call's options start from these.
+        self._via_router = bool(via_router)
+        self._wait_for_ready = bool(wait_for_ready)
+        self._transport = transport
 
     def __repr__(self) -> str:
         return f"farcall.Client({self.target!r})"
 
-    def _native_args(self, handler, platform, p: _Prepared, has_side_effect, timeout, rpc, validate,
-                     call_id):
-        if rpc not in ("auto", "unary", "stream"):
-            raise ValueError(f"rpc must be 'auto', 'unary' or 'stream'; got {rpc!r}")
+    def _native_call(self, handler, platform, p: "_Prepared", has_side_effect, timeout, rpc,
+                     validate, call_id, stop=None) -> dict:
+        """The native call's keyword arguments (all but the result memory and
+        the completion)."""
         # One platform per call, as in JAX; more are refused with the
         # contract's UNIMPLEMENTED.
         platforms = [platform] if isinstance(platform, str) else [str(p) for p in platform]
         if not platforms:
             raise _errors.InvalidArgumentError(
                 "buffer_callback needs exactly one platform; the call names none.")
-        return (handler, platforms, p.args, p.results, p.aliases, p.attributes,
-                bool(has_side_effect), float(self.timeout if timeout is None else timeout),
-                rpc, bool(validate), "" if call_id is None else str(call_id))
+        options = _farcall.CallOptions()
+        options.timeout = float(self.timeout if timeout is None else timeout)
+        options.rpc = rpc
+        options.transport = self._transport
+        options.validate_locally = bool(validate)
+        options.call_id = "" if call_id is None else str(call_id)
+        options.via_router = self._via_router
+        options.wait_for_ready = self._wait_for_ready
+        options.stop = stop
+        return dict(handler=handler, platforms=platforms, args=p.args, results=p.results,
+                    aliases=p.aliases, attributes=p.attributes,
+                    has_side_effect=bool(has_side_effect), options=options)
 
     def call(self, handler: str, *args, results: Sequence, platform: str = "cpu",
              input_output_aliases: Mapping[int, int] | None = None,
@@ -347,8 +364,8 @@ class Client:
         over which transport, and the agent's timings."""
         p = _Prepared(args, results, input_output_aliases, attributes)
         raw, info = self._native.call(
-            *self._native_args(handler, platform, p, has_side_effect, timeout, rpc, validate,
-                               call_id), [])
+            **self._native_call(handler, platform, p, has_side_effect, timeout, rpc, validate,
+                                call_id), result_memory=[])
         return p.finish(raw), _info(info)
 
     def call_async(self, handler: str, *args, results: Sequence, platform: str = "cpu",
@@ -377,9 +394,8 @@ class Client:
                     fut.set_exception(e)
 
         self._native.call_async(
-            *self._native_args(handler, platform, p, has_side_effect, timeout, rpc, validate,
-                               call_id),
-            done, stop)
+            **self._native_call(handler, platform, p, has_side_effect, timeout, rpc, validate,
+                                call_id, stop), done=done)
         return fut
 
     def close(self) -> None:
@@ -397,12 +413,12 @@ class Client:
 
     def describe(self, timeout: float = 5.0) -> AgentInfo:
         """The agent's id, platform, devices and handlers (agents only)."""
-        return AgentInfo._from(self._native.describe(float(timeout)))
+        return AgentInfo._from(self._native.describe(timeout=float(timeout)))
 
     def agents(self, refresh: bool = False, timeout: float = 5.0) -> list:
         """Every agent the router knows, with its health (routers only)."""
         out = []
-        for d in self._native.agents(bool(refresh), float(timeout)):
+        for d in self._native.agents(refresh=bool(refresh), timeout=float(timeout)):
             d = dict(d)
             d["info"] = AgentInfo._from(d["info"])
             out.append(AgentEntry(**d))
@@ -411,12 +427,12 @@ class Client:
     def health(self, timeout: float = 5.0) -> str:
         """"SERVING" when the standard health check says so; otherwise raises
         farcall.UnavailableError saying why."""
-        self._native.health(float(timeout))
+        self._native.health(timeout=float(timeout))
         return "SERVING"
 
     def allocate_shared(self, nbytes: int) -> np.ndarray:
         """``nbytes`` of shared memory with a same-host agent, as uint8."""
-        return self._native.allocate_shared(int(nbytes))
+        return self._native.allocate_shared(nbytes=int(nbytes))
 
 
 def shared_array(shape, dtype, client: Client) -> np.ndarray:

@@ -160,8 +160,9 @@ class Buffer:
             raise BufferError(f"{self._platform} buffers are not addressable memory "
                               f"(an OpenCL buffer object); DLPack cannot describe them")
         kind, dev = self.__dlpack_device__()
-        view = _farcall.dlpack_view(self._ptr, list(self.shape), self._code,
-                                    not self._writable, kind, dev, self)
+        view = _farcall.dlpack_view(ptr=self._ptr, shape=list(self.shape), dtype=self._code,
+                                    readonly=not self._writable, device_type=kind,
+                                    device_id=dev, owner=self)
         kwargs = {}
         if max_version is not None:
             kwargs["max_version"] = max_version

@@ -281,8 +281,12 @@ def _connection(target, tls_ca, tls_cert, tls_key, token) -> str:
     options = dict(target=target, tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key, token=token)
     client = _client.Client(**options)
     if _FFI_PLATFORMS:
-        key = _farcall.ffi_connection(target, tls_ca or "", tls_cert or "", tls_key or "",
-                                      token or "")
+        native = _farcall.ClientOptions()
+        native.tls_ca = tls_ca or ""
+        native.tls_cert = tls_cert or ""
+        native.tls_key = tls_key or ""
+        native.token = token or ""
+        key = _farcall.ffi_connection(target=target, options=native)
     else:
         key = f"{target}#py{len(_CLIENTS)}"
     _CLIENTS[(key, False)] = client
