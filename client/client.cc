@@ -114,19 +114,22 @@ struct Client::State {
     return lookaside;
   }
 
-  // One attempt, blocking.
-  absl::StatusOr<CallResult> Attempt(const CallRequest& request, const CallOptions& options) {
+  // One attempt, blocking. `insist`: Lookaside::Insists of the call as
+  // the caller gave it (`options` carry the id the client chose otherwise).
+  absl::StatusOr<CallResult> Attempt(const CallRequest& request, const CallOptions& options,
+                                     bool insist) {
     absl::StatusOr<std::shared_ptr<Lookaside>> la = Route(request, options);
     if (!la.ok()) return AsCallerSees(la.status(), Stopped(options));
-    if (*la != nullptr) return (*la)->Call(request, options);
+    if (*la != nullptr) return (*la)->Call(request, options, insist);
     return channel->Call(request, options);
   }
 
   // One attempt, returning at once.
-  void StartAttempt(const CallRequest& request, const CallOptions& options, CallCallback done) {
+  void StartAttempt(const CallRequest& request, const CallOptions& options, bool insist,
+                    CallCallback done) {
     absl::StatusOr<std::shared_ptr<Lookaside>> la = Route(request, options);
     if (!la.ok()) return done(AsCallerSees(la.status(), Stopped(options)));
-    if (*la != nullptr) return (*la)->CallAsync(request, options, std::move(done));
+    if (*la != nullptr) return (*la)->CallAsync(request, options, insist, std::move(done));
     channel->CallAsync(request, options, std::move(done));
   }
 
@@ -141,6 +144,7 @@ struct Client::State::AsyncAttempts : std::enable_shared_from_this<AsyncAttempts
   std::shared_ptr<State> state;
   CallRequest request;
   CallOptions options;  // with the call's id
+  bool insist = false;  // Lookaside::Insists, before the id was given
   absl::Time deadline;
   CallCallback done;
   size_t attempt = 0;
@@ -148,7 +152,7 @@ struct Client::State::AsyncAttempts : std::enable_shared_from_this<AsyncAttempts
   void Start() {
     if (state->Stopped(options)) return done(client_internal::StoppedStatus());
     auto self = shared_from_this();
-    state->StartAttempt(request, attempt == 0 ? options : WithTimeLeft(options, deadline),
+    state->StartAttempt(request, attempt == 0 ? options : WithTimeLeft(options, deadline), insist,
                         [self](absl::StatusOr<CallResult> r) { self->Ended(std::move(r)); });
   }
   void Ended(absl::StatusOr<CallResult> r) {
@@ -185,8 +189,9 @@ absl::StatusOr<CallResult> Client::Call(const CallRequest& request,
   if (state_->closer->stopped()) return ClosedStatus();
   // One call_id for every attempt of this call.
   const CallOptions options = client_internal::WithCallId(caller_options);
+  const bool insist = Lookaside::Insists(request, caller_options);
   const absl::Time deadline = absl::Now() + options.timeout;
-  absl::StatusOr<CallResult> r = state_->Attempt(request, options);
+  absl::StatusOr<CallResult> r = state_->Attempt(request, options, insist);
   for (absl::Duration wait : kRouterRetryWaits) {
     if (!SendToAnotherRouter(r, request, state_->channel->IsRouter()) ||
         absl::Now() + wait >= deadline) {
@@ -194,7 +199,7 @@ absl::StatusOr<CallResult> Client::Call(const CallRequest& request,
     }
     PauseBeforeRetry(wait);
     if (state_->Stopped(options)) return client_internal::StoppedStatus();
-    r = state_->Attempt(request, WithTimeLeft(options, deadline));
+    r = state_->Attempt(request, WithTimeLeft(options, deadline), insist);
   }
   return r;
 }
@@ -205,6 +210,7 @@ void Client::CallAsync(const CallRequest& request, const CallOptions& caller_opt
   auto attempts = std::make_shared<State::AsyncAttempts>();
   attempts->state = state_;
   attempts->options = client_internal::WithCallId(caller_options);
+  attempts->insist = Lookaside::Insists(request, caller_options);
   attempts->deadline = absl::Now() + attempts->options.timeout;
   attempts->request = request;
   attempts->done = std::move(done);

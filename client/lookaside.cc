@@ -337,8 +337,7 @@ CallOptions Lookaside::ProxyOptions(const CallOptions& options, absl::Time deadl
 }
 
 absl::StatusOr<CallResult> Lookaside::Call(const CallRequest& request,
-                                           const CallOptions& caller_options) {
-  const bool insist = Insists(request, caller_options);
+                                           const CallOptions& caller_options, bool insist) {
   const CallOptions options = WithCallId(caller_options);
   const absl::Time deadline = absl::Now() + options.timeout;
   for (const std::shared_ptr<Agent>& agent : Choose(request, options, deadline, insist)) {
@@ -364,10 +363,10 @@ absl::StatusOr<CallResult> Lookaside::Call(const CallRequest& request,
 class Lookaside::AsyncCall : public std::enable_shared_from_this<AsyncCall> {
  public:
   AsyncCall(std::shared_ptr<Lookaside> owner, const CallRequest& request,
-            const CallOptions& options, CallCallback done)
+            const CallOptions& options, bool insist, CallCallback done)
       : owner_(std::move(owner)),
         request_(request),
-        insist_(Insists(request, options)),
+        insist_(insist),
         options_(WithCallId(options)),
         deadline_(absl::Now() + options.timeout),
         done_(std::move(done)) {}
@@ -430,9 +429,10 @@ class Lookaside::AsyncCall : public std::enable_shared_from_this<AsyncCall> {
   size_t next_ = 0;
 };
 
-void Lookaside::CallAsync(const CallRequest& request, const CallOptions& options,
+void Lookaside::CallAsync(const CallRequest& request, const CallOptions& options, bool insist,
                           CallCallback done) {
-  std::make_shared<AsyncCall>(shared_from_this(), request, options, std::move(done))->Start();
+  std::make_shared<AsyncCall>(shared_from_this(), request, options, insist, std::move(done))
+      ->Start();
 }
 
 }  // namespace farcall::client_internal

@@ -46,9 +46,20 @@ class Lookaside : public std::enable_shared_from_this<Lookaside> {
   // token and closer (Client::Close stops their calls too).
   explicit Lookaside(std::shared_ptr<TargetChannel> router);
 
-  // One attempt of a call, as TargetChannel::Call's.
-  absl::StatusOr<CallResult> Call(const CallRequest& request, const CallOptions& options);
-  void CallAsync(const CallRequest& request, const CallOptions& options, CallCallback done);
+  // One attempt of a call, as TargetChannel::Call's. `insist`: Insists()
+  // of the call as its caller made it, before the client gave it an id.
+  absl::StatusOr<CallResult> Call(const CallRequest& request, const CallOptions& options,
+                                  bool insist);
+  void CallAsync(const CallRequest& request, const CallOptions& options, bool insist,
+                 CallCallback done);
+
+  // Whether a call insists on the one agent that would hold its ledger
+  // entry: a call with side effects whose call_id the caller chose (so it
+  // may repeat an earlier call, which that agent may have run). It is never
+  // sent to another agent, which would run it again; when that agent
+  // cannot be reached it fails UNAVAILABLE (LedgerAgentUnreachable). A call
+  // whose id the client made for it may go to the next agent.
+  static bool Insists(const CallRequest& request, const CallOptions& caller_options);
 
   // Agents that failed this client stay out of its choice for a while.
   static constexpr absl::Duration kFirstBackoff = absl::Seconds(1);
@@ -68,13 +79,6 @@ class Lookaside : public std::enable_shared_from_this<Lookaside> {
   class AsyncCall;
   enum class Next { kDone, kNextAgent, kViaRouter };
 
-  // Whether a call insists on the one agent that would hold its ledger
-  // entry: a call with side effects whose call_id the caller chose (so it
-  // may repeat an earlier call, which that agent may have run). It is never
-  // sent to another agent, which would run it again; when that agent
-  // cannot be reached it fails UNAVAILABLE (LedgerAgentUnreachable). A call
-  // whose id the client made for it may go to the next agent.
-  static bool Insists(const CallRequest& request, const CallOptions& caller_options);
   static absl::Status LedgerAgentUnreachable(const Agent& agent, const CallOptions& options);
   // The agents to try for this call, best first; empty: through the router.
   // `insist`: agents that failed lately are tried too.

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/rendezvous.h"
 #include "farcall/client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -166,6 +167,69 @@ TEST_F(LookasideTest, ACallThatCannotReachItsAgentGoesToAnother) {
         client_->CallFuture(::farcall::testing::RequestOnFour("copy", x)).get();
     ASSERT_TRUE(f.ok()) << i << ": " << f.status();
     EXPECT_EQ(f->agent_id, Id(*b_));
+  }
+}
+
+// A call with side effects whose call_id the caller chose may repeat one
+// that ran: it goes only to the agent that would hold that id (as the
+// router's rendezvous choice would), never to another, which would run it
+// again. One whose id the client made is new everywhere, and goes on past
+// an agent that is away.
+TEST_F(LookasideTest, ASideEffectCallWithTheCallersIdGoesOnlyWhereItsRepeatWould) {
+  // A router that probes once a minute keeps naming a after it dies, as
+  // any router does until its next probe.
+  std::unique_ptr<ChildProcess> router =
+      Start(FARCALL_ROUTER_BIN,
+            {"--probe_interval_ms=60000", "--agents=" + a_->address() + "," + b_->address()});
+  ASSERT_TRUE(router);
+  auto connected = Client::Connect(router->address());
+  ASSERT_TRUE(connected.ok()) << connected.status();
+  Client& client = **connected;
+  // An id whose agent is a.
+  std::string id;
+  for (int i = 0; id.empty(); ++i) {
+    const std::string candidate = absl::StrCat("repeat-", i);
+    if (RendezvousScore(candidate, a_->address()) > RendezvousScore(candidate, b_->address())) {
+      id = candidate;
+    }
+  }
+  CallOptions keyed;
+  keyed.call_id = id;
+  keyed.allow_shm = false;
+  std::vector<float> x = {1, 2, 3, 4};
+  CallRequest side_effect = ::farcall::testing::RequestOnFour("copy", x);
+  side_effect.has_side_effect = true;
+  absl::StatusOr<CallResult> first = client.Call(side_effect, keyed);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->agent_id, Id(*a_));
+  a_->Kill();
+  // The first try meets the broken connection, and a is left out for a
+  // while; the repeats still never go to b.
+  absl::StatusOr<CallResult> r = client.Call(side_effect, keyed);
+  ASSERT_FALSE(r.ok()) << "ran on " << r->agent_id;
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
+  const std::string unreachable =
+      absl::StrCat("cannot reach ", a_->address(), ", the agent that would hold call ", id,
+                   " (a call with side effects goes only where a repeat of it would): try "
+                   "again later.");
+  r = client.Call(side_effect, keyed);
+  ASSERT_FALSE(r.ok()) << "ran on " << r->agent_id;
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
+  EXPECT_EQ(r.status().message(), unreachable);
+  r = client.CallFuture(side_effect, keyed).get();
+  ASSERT_FALSE(r.ok()) << "ran on " << r->agent_id;
+  EXPECT_EQ(r.status().message(), unreachable);
+  // Without the caller's id, each call is new everywhere: a, left out, is
+  // passed over.
+  CallOptions fresh;
+  fresh.allow_shm = false;
+  for (int i = 0; i < 10; ++i) {
+    r = client.Call(side_effect, fresh);
+    ASSERT_TRUE(r.ok()) << i << ": " << r.status();
+    EXPECT_EQ(r->agent_id, Id(*b_));
+    r = client.CallFuture(side_effect, fresh).get();
+    ASSERT_TRUE(r.ok()) << i << ": " << r.status();
+    EXPECT_EQ(r->agent_id, Id(*b_));
   }
 }
 
