@@ -82,7 +82,7 @@ AgentDescription DescriptionFromProto(const v1::AgentInfo& info) {
 
 }  // namespace
 
-struct Client::State {
+struct Client::State : std::enable_shared_from_this<Client::State> {
   std::shared_ptr<CallStop> closer = std::make_shared<CallStop>();  // Close()
   std::shared_ptr<TargetChannel> channel;
   absl::Mutex mu;
@@ -120,7 +120,9 @@ struct Client::State {
                                      bool insist) {
     absl::StatusOr<std::shared_ptr<Lookaside>> la = Route(request, options);
     if (!la.ok()) return AsCallerSees(la.status(), Stopped(options));
-    if (*la != nullptr) return (*la)->Call(request, options, insist);
+    // (The lookaside's own refusals too: a stopped call is CANCELLED.)
+    if (*la != nullptr)
+      return AsCallerSees((*la)->Call(request, options, insist), Stopped(options));
     return channel->Call(request, options);
   }
 
@@ -129,7 +131,14 @@ struct Client::State {
                     CallCallback done) {
     absl::StatusOr<std::shared_ptr<Lookaside>> la = Route(request, options);
     if (!la.ok()) return done(AsCallerSees(la.status(), Stopped(options)));
-    if (*la != nullptr) return (*la)->CallAsync(request, options, insist, std::move(done));
+    if (*la != nullptr) {
+      auto state = shared_from_this();
+      return (*la)->CallAsync(
+          request, options, insist,
+          [state, options, done = std::move(done)](absl::StatusOr<CallResult> r) {
+            done(AsCallerSees(std::move(r), state->Stopped(options)));
+          });
+    }
     channel->CallAsync(request, options, std::move(done));
   }
 

@@ -219,6 +219,17 @@ TEST_F(LookasideTest, ASideEffectCallWithTheCallersIdGoesOnlyWhereItsRepeatWould
   r = client.CallFuture(side_effect, keyed).get();
   ASSERT_FALSE(r.ok()) << "ran on " << r->agent_id;
   EXPECT_EQ(r.status().message(), unreachable);
+  // A stopped call ends CANCELLED, as any stopped call does, not with the
+  // lookaside's own refusal.
+  auto stop = std::make_shared<CallStop>();
+  stop->Stop();
+  CallOptions stopped = keyed;
+  stopped.stop = stop;
+  r = client.Call(side_effect, stopped);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kCancelled) << r.status();
+  EXPECT_EQ(r.status().message(), "the caller stopped the call.");
+  r = client.CallFuture(side_effect, stopped).get();
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kCancelled) << r.status();
   // Without the caller's id, each call is new everywhere: a, left out, is
   // passed over.
   CallOptions fresh;

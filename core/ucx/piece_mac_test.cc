@@ -155,5 +155,48 @@ TEST(PieceTransfersTest, AMacListUnderAnotherKeyFailsThePiecesThatLanded) {
   tx->Wait(Soon()).IgnoreError();
 }
 
+// UCX sends on a connection in order: a message posted while a call's
+// pieces travel (the agent's ready for the next call) waits behind the
+// pieces already posted. SendPieces keeps kSendWindow of them in flight, so
+// that message waits behind a few pieces, not the whole call.
+TEST(PieceTransfersTest, AMessagePostedMidCallWaitsBehindAWindowNotTheWholeCall) {
+  auto a = TcpWorker(), b = TcpWorker();
+  ASSERT_TRUE(a && b);
+  const std::string key = NewMacKey();
+  const uint64_t tag = NewCallTag(), next_call = NewCallTag();
+  constexpr int64_t kPieces = 32;
+  Tensors t({kPieceBytes * kPieces});
+  std::atomic<int64_t> pieces_landed{0};
+  std::atomic<int64_t> landed_before_ready{-1};
+  auto rx = TransferSet::Create(*b, nullptr);
+  rx->OnEachEnd([&] { ++pieces_landed; });  // pieces and MACs: 2 per piece
+  ReceivePieces(*rx, key, tag, Carries::kArg, t.pieces, t.Into());
+  uint8_t ready = 0;
+  rx->AddReceive(TagOf(next_call, Carries::kReady, 0), &ready, 1,
+                 [&](const absl::Status&) { landed_before_ready = pieces_landed.load(); });
+  rx->Seal();
+  b->Flush();
+  auto tx = TransferSet::Create(*a, nullptr);
+  std::atomic<bool> posted{false};
+  const uint8_t one = 1;
+  SendPieces(*tx, b->address(), tag, Carries::kArg, t.pieces, t.From(),
+             MacListOf(key, Carries::kArg, t.pieces, t.From()), [&](const absl::Status& s) {
+               // Once the first piece went, the rest of the call is under way.
+               if (s.ok() && !posted.exchange(true)) {
+                 tx->AddSend(b->address(), TagOf(next_call, Carries::kReady, 0), &one, 1);
+               }
+             });
+  tx->Seal();
+  ASSERT_TRUE(tx->Wait(Soon()).ok());
+  ASSERT_TRUE(rx->Wait(Soon()).ok());
+  EXPECT_EQ(t.src, t.dst);
+  // MACs (16 bytes each) all go at the start; the ready then waits for the
+  // pieces ahead of it: a window's worth, and the ones that began meanwhile.
+  const int64_t pieces_before = landed_before_ready.load() - kPieces;
+  EXPECT_GE(landed_before_ready.load(), 0);
+  EXPECT_LE(pieces_before, static_cast<int64_t>(2 * kSendWindow))
+      << "the message waited behind " << pieces_before << " of " << kPieces << " pieces";
+}
+
 }  // namespace
 }  // namespace farcall::ucx

@@ -1,5 +1,6 @@
 #include "core/ucx/piece_transfers.h"
 
+#include <atomic>
 #include <cstring>
 #include <utility>
 
@@ -55,17 +56,52 @@ struct Checker {
   std::vector<uint8_t> macs;
 };
 
+// One side's piece sends, at most kSendWindow at once: piece k + window
+// starts as piece k's send ends (on the worker's thread, from its `then`,
+// which keeps the set open). Touched on the worker's thread once started.
+struct Window : std::enable_shared_from_this<Window> {
+  TransferSet* set;  // outlives its transfers' callbacks
+  std::string peer;
+  uint64_t call_tag;
+  Carries what;
+  std::vector<Piece> pieces;
+  std::vector<const uint8_t*> data;
+  std::function<void(const absl::Status&)> then_each;
+  std::atomic<size_t> next{0};
+
+  void SendNext() {
+    const size_t k = next.fetch_add(1);
+    if (k >= pieces.size()) return;
+    const Piece& p = pieces[k];
+    set->AddSend(peer, TagOf(call_tag, what, k), data[p.tensor] + p.offset, p.size,
+                 [self = shared_from_this()](const absl::Status& st) {
+                   if (self->then_each) self->then_each(st);
+                   if (st.ok()) self->SendNext();  // a failed send ends the set anyway
+                 });
+  }
+};
+
 // The sends of one side's pieces, each followed by its MAC at `macs`
 // (which `keep` holds until sent); with `fill`, MAC k is computed into
-// `writable` (= macs) just before its send.
+// `writable` (= macs) here, after the first pieces started, and its send
+// posted at once (MACs are 16 bytes; the receiver checks a piece once both
+// landed, in whichever order).
 void SendEach(TransferSet& set, const std::string& peer, uint64_t call_tag, Carries what,
               const std::vector<Piece>& pieces, const std::vector<const uint8_t*>& data,
               const uint8_t* macs, uint8_t* writable, std::shared_ptr<const void> keep,
               PieceMac* fill, const std::function<void(const absl::Status&)>& then_each) {
+  auto window = std::make_shared<Window>();
+  window->set = &set;
+  window->peer = peer;
+  window->call_tag = call_tag;
+  window->what = what;
+  window->pieces = pieces;
+  window->data = data;
+  window->then_each = then_each;
+  for (size_t i = 0; i < kSendWindow; ++i) window->SendNext();
   for (size_t k = 0; k < pieces.size(); ++k) {
-    const Piece& p = pieces[k];
-    set.AddSend(peer, TagOf(call_tag, what, k), data[p.tensor] + p.offset, p.size, then_each);
     if (fill != nullptr) {
+      const Piece& p = pieces[k];
       const Mac mac = fill->Of(what, k, data[p.tensor] + p.offset, static_cast<size_t>(p.size));
       std::memcpy(writable + k * kMacBytes, mac.data(), kMacBytes);
     }

@@ -48,10 +48,22 @@ std::shared_ptr<const std::vector<uint8_t>> MacListOf(absl::string_view key, Car
                                                       const std::vector<Piece>& pieces,
                                                       const std::vector<const uint8_t*>& data);
 
+// How many of one call's pieces one side sends at once. UCX sends on a
+// connection in order, so a message posted after a call's pieces (the
+// agent's ready for the next call, a rendezvous reply for a transfer the
+// other way) waits behind the pieces already posted: with every piece of a
+// 256 MiB call posted at once, a second call from the same client waited
+// for the first one's whole download before its upload could start, and two
+// calls ran one after the other. With a window it waits behind at most
+// this many pieces.
+inline constexpr size_t kSendWindow = 4;
+
 // Adds to `set` the sends of `pieces` (messages 0.. of kind `what` under
-// `call_tag`) to `peer`, each followed by its MAC: from `macs` (MacListOf),
-// or computed here under `key` as the pieces before it go. `then_each`, if
-// given, runs (worker's thread) as each piece's send ended.
+// `call_tag`) to `peer`, kSendWindow at a time, each followed by its MAC:
+// from `macs` (MacListOf), or computed here under `key` while the first
+// pieces go. `then_each`, if given, runs (worker's thread) as each piece's
+// send ended. Call before Seal: later pieces start from their
+// predecessors' ends.
 void SendPieces(TransferSet& set, const std::string& peer, uint64_t call_tag, Carries what,
                 const std::vector<Piece>& pieces, const std::vector<const uint8_t*>& data,
                 std::shared_ptr<const std::vector<uint8_t>> macs,

@@ -284,6 +284,9 @@ class Client:
                  agent_tls_server_name: str | None = None, allow_insecure_tokens: bool = False,
                  wait_for_ready: bool = False):
         # ValueError for a name that is not one of them, before connecting.
+        if not isinstance(transport, str):
+            raise ValueError(
+                f"transport must be 'auto', 'grpc', 'shm' or 'ucx'; got {transport!r}")
         _farcall.CallOptions().transport = transport
         self.target = target
         self.timeout = float(timeout)
