@@ -3,7 +3,8 @@
 # build-asan/ (gcc; no device backends, Python or fuzzers; -O1 with line
 # tables) and runs there every unit and integration test that needs neither
 # a device nor Python (ctest labels python, deploy, fuzz and gpu left out; so
-# are install and lint, which check the build and the sources, not the code).
+# are install, lint and build, which check builds and the sources, not the
+# code: build's no_ucx_build_test makes a build of its own).
 # Any report fails the run. ThreadSanitizer runs separately, on the code
 # that needs no gRPC (scripts/run_tsan.sh): Debian's gRPC is not built with
 # it, so its reports would be about gRPC.
@@ -28,4 +29,4 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 # UCX's endpoints of a process's worker, which lives to the end (see there).
 export LSAN_OPTIONS="suppressions=$PWD/scripts/lsan_suppressions.txt"
 cd build-asan
-ctest -LE "python|deploy|fuzz|gpu|sanitize|install|lint" -j "$jobs" --timeout 900 --output-on-failure
+ctest -LE "python|deploy|fuzz|gpu|sanitize|install|lint|build" -j "$jobs" --timeout 900 --output-on-failure

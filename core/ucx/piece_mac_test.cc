@@ -103,7 +103,7 @@ TEST(PieceTransfersTest, AThirdWorkersPieceUnderTheCallsTagFailsItsCheck) {
   ASSERT_TRUE(a && b && forger);
   const std::string key = NewMacKey();
   const uint64_t tag = NewCallTag();
-  // One piece sent by rendezvous: its send ends once the receiver took it.
+  // One piece: the forger's lands first, in the posted receive.
   Tensors t({kPieceBytes});
   auto rx = TransferSet::Create(*b, nullptr);
   absl::Notification landed;  // the first receive to end: the forged piece

@@ -56,7 +56,7 @@ std::shared_ptr<const std::vector<uint8_t>> MacListOf(absl::string_view key, Car
 // for the first one's whole download before its upload could start, and two
 // calls ran one after the other. With a window it waits behind at most
 // this many pieces.
-inline constexpr size_t kSendWindow = 4;
+inline constexpr size_t kSendWindow = 16;
 
 // Adds to `set` the sends of `pieces` (messages 0.. of kind `what` under
 // `call_tag`) to `peer`, kSendWindow at a time, each followed by its MAC:

@@ -5,10 +5,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <utility>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "ucp/api/ucp.h"
 
@@ -188,6 +191,16 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(const Options& options) {
       return absl::InvalidArgumentError(
           absl::StrCat("ucx: transports '", options.transports, "': ", ucs_status_string(s)));
     }
+  }
+  // TCP alone: every message eagerly (see eager()).
+  const char* env_tls = std::getenv("UCX_TLS");
+  const std::string tls = !options.transports.empty() ? options.transports
+                          : env_tls != nullptr        ? env_tls
+                                                      : "";
+  if (!tls.empty() && std::getenv("UCX_RNDV_THRESH") == nullptr &&
+      absl::c_all_of(absl::StrSplit(tls, ','), [](absl::string_view t) { return t == "tcp"; })) {
+    s = ucp_config_modify(config, "RNDV_THRESH", "inf");
+    w->eager_ = s == UCS_OK;
   }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;

@@ -116,6 +116,16 @@ class Worker {
 
   // This worker's address, for peers to send to.
   const std::string& address() const { return address_; }
+  // Whether every message goes eagerly, without rendezvous: set for a
+  // worker on TCP alone (Options::transports, or UCX_TLS when that is
+  // empty), unless UCX_RNDV_THRESH says otherwise. Over TCP a rendezvous
+  // costs a round trip per message, whose reply waits in the link's queue
+  // behind whatever the other direction moves: two calls that overlap (one
+  // uploading while the other downloads) then ran at half the link's rate
+  // each way between hosts. Eager messages need no reply, and farcall posts
+  // every receive before its message may come (transfer_set.h), so they
+  // land straight in place.
+  bool eager() const { return eager_; }
 
   // Starts sending `size` bytes at `data` to the worker at `peer` under
   // `tag`; `data` must stay valid until the transfer ends.
@@ -177,6 +187,7 @@ class Worker {
   std::unique_ptr<Ucx> ucx_;
   Options options_;
   std::string address_;
+  bool eager_ = false;
   int wake_fd_ = -1;  // an eventfd that wakes the loop for commands
   mutable absl::Mutex mu_;
   std::deque<std::function<void()>> commands_ ABSL_GUARDED_BY(mu_);

@@ -1,6 +1,7 @@
 #include "core/ucx/ucx_worker.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <numeric>
 #include <thread>
 #include <vector>
@@ -220,6 +221,35 @@ TEST(UcxWorkerOptionsTest, UnknownTransportsAreRefused) {
   o.transports = "carrier-pigeon";
   auto w = Worker::Create(o);
   EXPECT_FALSE(w.ok());
+}
+
+// TCP alone goes eagerly (Worker::eager), and only TCP alone; UCX_RNDV_THRESH
+// in the environment is the operator's, and wins.
+TEST(UcxWorkerEagerTest, TcpAloneGoesEagerlyUnlessUcxRndvThreshSaysOtherwise) {
+  const char* tls = std::getenv("UCX_TLS");
+  const std::string saved = tls != nullptr ? tls : "";
+  unsetenv("UCX_TLS");
+  auto eager = [](const std::string& transports) {
+    Worker::Options o;
+    o.transports = transports;
+    auto w = Worker::Create(o);
+    EXPECT_TRUE(w.ok()) << transports << ": " << w.status();
+    return w.ok() && (*w)->eager();
+  };
+  EXPECT_TRUE(eager("tcp"));
+  EXPECT_FALSE(eager(""));
+  EXPECT_FALSE(eager("tcp,posix"));
+  setenv("UCX_TLS", "tcp", 1);
+  EXPECT_TRUE(eager(""));
+  setenv("UCX_RNDV_THRESH", "65536", 1);
+  EXPECT_FALSE(eager(""));
+  EXPECT_FALSE(eager("tcp"));
+  unsetenv("UCX_RNDV_THRESH");
+  if (tls != nullptr) {
+    setenv("UCX_TLS", saved.c_str(), 1);
+  } else {
+    unsetenv("UCX_TLS");
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, UcxWorkerTest, ::testing::Values("", "tcp"),
