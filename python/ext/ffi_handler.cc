@@ -2,13 +2,12 @@
 // XLA's own buffers go to the agent through the C++ client, with no Python
 // and no GIL on the path. Built only when jaxlib's FFI headers were found.
 #include <algorithm>
+#include <atomic>
 #include <cstring>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
-#include <thread>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -21,6 +20,7 @@
 #include "nanobind/stl/string.h"
 #include "python/ext/extension.h"
 #include "python/ext/ffi_call.h"
+#include "python/ext/waiting_threads.h"
 
 namespace nb = nanobind;
 namespace ffi = xla::ffi;
@@ -124,55 +124,16 @@ absl::Status DecodeAttributes(absl::string_view in, std::map<std::string, Attrib
   return absl::OkStatus();
 }
 
-// Threads that wait for remote calls, each running one blocking call at a
-// time: started as calls need them (one per call in flight that is not on
-// XLA's thread), kept for reuse while idle for less than kIdleFor.
-//
-// Why not the client's asynchronous calls: gRPC's callback API keeps
-// threads of its own polling every connection for the rest of the process,
-// so that every blocking call after it is answered through one of them and
-// a hand-off (about 40 us of a 250 us call on loopback). A thread blocked
-// in Client::Call reads its own answer.
-class WaitingThreads {
- public:
-  static void Run(std::function<void()> task) {
-    static auto* threads = new WaitingThreads();  // never destroyed: threads may outlive main
-    threads->Post(std::move(task));
-  }
-
- private:
-  static constexpr absl::Duration kIdleFor = absl::Seconds(10);
-
-  void Post(std::function<void()> task) {
-    absl::MutexLock l(&mu_);
-    tasks_.push_back(std::move(task));
-    if (idle_ >= static_cast<int>(tasks_.size())) return;  // an idle thread takes it
-    ++idle_;  // the new thread counts as idle until it takes a task
-    std::thread([this] { Loop(); }).detach();
-  }
-  void Loop() {
-    absl::MutexLock l(&mu_);
-    for (;;) {
-      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !tasks_.empty(); };
-      if (!mu_.AwaitWithTimeout(absl::Condition(&ready), kIdleFor)) {
-        --idle_;
-        return;
-      }
-      std::function<void()> task = std::move(tasks_.front());
-      tasks_.pop_front();
-      --idle_;
-      mu_.Unlock();
-      task();
-      task = nullptr;  // what it holds goes before the thread waits again
-      mu_.Lock();
-      ++idle_;
-    }
-  }
-
-  absl::Mutex mu_;
-  std::deque<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
-  int idle_ ABSL_GUARDED_BY(mu_) = 0;
-};
+// The threads that wait for remote calls (python/ext/waiting_threads.h):
+// one per call in flight that is not on XLA's thread, at most
+// kMaxWaitingThreads; past that, calls queue in order (their deadlines run
+// meanwhile).
+constexpr int kMaxWaitingThreads = 64;
+void RunWaiting(std::function<void()> task) {
+  // Never destroyed: its threads may outlive main.
+  static auto* threads = new WaitingThreads(kMaxWaitingThreads, absl::Seconds(10));
+  threads->Run(std::move(task));
+}
 
 // One call's attempts, each a blocking Client::Call: the first on the
 // calling thread (StartHere) or on a waiting thread (Start); the next
@@ -191,7 +152,7 @@ struct RemoteCall : std::enable_shared_from_this<RemoteCall> {
 
   void Start() {
     auto self = shared_from_this();
-    WaitingThreads::Run([self] { self->StartHere(); });
+    RunWaiting([self] { self->StartHere(); });
   }
   void StartHere() {
     options.timeout = deadline - absl::Now();
@@ -203,7 +164,7 @@ struct RemoteCall : std::enable_shared_from_this<RemoteCall> {
     const absl::Duration wait = pause;
     pause = std::min(pause * 2, kLastRetryPause);
     auto self = shared_from_this();
-    WaitingThreads::Run([self, wait] {
+    RunWaiting([self, wait] {
       self->client->PauseBeforeRetry(wait);
       self->StartHere();
     });
@@ -213,29 +174,29 @@ struct RemoteCall : std::enable_shared_from_this<RemoteCall> {
 // How long each handler's calls at each target took lately (a moving
 // average of whole calls that succeeded, retries included: a failure that
 // came at once, an agent away, says nothing of the handler), to choose how
-// the next one waits. Keys come from compiled programs, so they are few.
+// the next one waits. Keys come from compiled programs, so they are few:
+// each key's average is made on first use and kept, so a call looks it up
+// once and reads and updates it without a lock.
 class RecentDurations {
  public:
-  static RecentDurations& Get() {
+  // `key`'s average in nanoseconds; 0 until a call ended.
+  static std::atomic<int64_t>& Of(const std::string& key) {
     static auto* recent = new RecentDurations();
-    return *recent;
+    absl::MutexLock l(&recent->mu_);
+    return recent->recent_[key];  // std::map: the entry never moves
   }
-  // Whether calls to `key` lately ended within `bound` (false until one
-  // ended).
-  bool Within(const std::string& key, absl::Duration bound) {
-    absl::MutexLock l(&mu_);
-    auto it = recent_.find(key);
-    return it != recent_.end() && it->second < bound;
-  }
-  void Add(const std::string& key, absl::Duration took) {
-    absl::MutexLock l(&mu_);
-    auto [it, first] = recent_.try_emplace(key, took);
-    if (!first) it->second = (it->second * 3 + took) / 4;
+  // Folds one call's duration into `average`. Two calls that end at once
+  // may each fold theirs into the same old value; the average is a hint.
+  static void Add(std::atomic<int64_t>& average, absl::Duration took) {
+    const int64_t ns = absl::ToInt64Nanoseconds(took);
+    const int64_t old = average.load(std::memory_order_relaxed);
+    average.store(old == 0 ? std::max<int64_t>(ns, 1) : (old * 3 + ns) / 4,
+                  std::memory_order_relaxed);
   }
 
  private:
   absl::Mutex mu_;
-  std::map<std::string, absl::Duration> recent_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::atomic<int64_t>> recent_ ABSL_GUARDED_BY(mu_);
 };
 
 // Calls that lately took less than this wait on XLA's thread (CpuCall).
@@ -299,10 +260,12 @@ ffi::Future CpuCall(ffi::RemainingArgs args, ffi::RemainingRets rets, std::strin
   const absl::Time start = absl::Now();
   call->deadline = start + absl::Seconds(attrs.timeout);
   call->retries = attrs.retries;
-  std::string key = absl::StrCat(Absl(attrs.target), "#", Absl(attrs.handler));
-  const bool quick = RecentDurations::Get().Within(key, kBlockingBelow);
-  call->done = [promise, start, key = std::move(key)](const absl::Status& s) mutable {
-    if (s.ok()) RecentDurations::Get().Add(key, absl::Now() - start);
+  std::atomic<int64_t>& recent =
+      RecentDurations::Of(absl::StrCat(Absl(attrs.target), "#", Absl(attrs.handler)));
+  const int64_t average_ns = recent.load(std::memory_order_relaxed);
+  const bool quick = average_ns > 0 && average_ns < absl::ToInt64Nanoseconds(kBlockingBelow);
+  call->done = [promise, start, &recent](const absl::Status& s) mutable {
+    if (s.ok()) RecentDurations::Add(recent, absl::Now() - start);
     s.ok() ? promise.SetAvailable() : promise.SetError(ToFfiError(s));
   };
   quick ? call->StartHere() : call->Start();

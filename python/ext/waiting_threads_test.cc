@@ -1,0 +1,71 @@
+#include "python/ext/waiting_threads.h"
+
+#include <atomic>
+#include <memory>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "gtest/gtest.h"
+
+namespace farcall::python {
+namespace {
+
+// Tasks that block until released, counting how many run at once.
+struct Gate {
+  absl::Mutex mu;
+  bool open = false;
+  int running = 0, most = 0, done = 0;
+  void Task() {
+    absl::MutexLock l(&mu);
+    most = std::max(most, ++running);
+    auto opened = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return open; };
+    mu.Await(absl::Condition(&opened));
+    --running;
+    ++done;
+  }
+};
+
+TEST(WaitingThreadsTest, ManyBlockedTasksShareAtMostTheCapOfThreadsAndAllRun) {
+  WaitingThreads pool(8, absl::Seconds(10));
+  Gate gate;
+  for (int i = 0; i < 200; ++i) pool.Run([&gate] { gate.Task(); });
+  {
+    absl::MutexLock l(&gate.mu);
+    auto eight = [&gate]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(gate.mu) { return gate.running == 8; };
+    gate.mu.Await(absl::Condition(&eight));  // the cap's worth run; the rest queue
+    EXPECT_EQ(gate.done, 0);
+    gate.open = true;
+    auto all = [&gate]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(gate.mu) { return gate.done == 200; };
+    gate.mu.Await(absl::Condition(&all));
+    EXPECT_EQ(gate.most, 8);
+  }
+  EXPECT_EQ(pool.peak_threads(), 8);
+}
+
+TEST(WaitingThreadsTest, AnIdleThreadTakesTheNextTaskInsteadOfANewThread) {
+  WaitingThreads pool(8, absl::Seconds(10));
+  for (int i = 0; i < 20; ++i) {
+    absl::Notification ran;
+    pool.Run([&ran] { ran.Notify(); });
+    ran.WaitForNotification();
+  }
+  // One at a time: the first thread serves them all (a second may start
+  // only while the first is still between tasks).
+  EXPECT_LE(pool.peak_threads(), 2);
+}
+
+TEST(WaitingThreadsTest, IdleThreadsEndAfterTheirIdleTime) {
+  WaitingThreads pool(4, absl::Milliseconds(50));
+  Gate gate;
+  gate.open = true;
+  for (int i = 0; i < 4; ++i) pool.Run([&gate] { gate.Task(); });
+  // Idle threads leave 50 ms after their last task.
+  EXPECT_TRUE(pool.AwaitThreadsAtMost(0, absl::Seconds(20)));
+  // And the pool starts threads again afterwards.
+  absl::Notification ran;
+  pool.Run([&ran] { ran.Notify(); });
+  EXPECT_TRUE(ran.WaitForNotificationWithTimeout(absl::Seconds(20)));
+}
+
+}  // namespace
+}  // namespace farcall::python
