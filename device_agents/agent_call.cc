@@ -334,6 +334,7 @@ absl::Status AgentCall::PlaceInRegion(const ValidatedCall& v) {
     return absl::FailedPreconditionError(
         "this agent offers no shared memory; send the tensors as chunks.");
   }
+  shm_ = true;  // its tensors live in the client's region: no chunks
   const v1::ShmTensors& shm = header_.shm();
   if (shm.arg_offsets_size() != header_.args_size() ||
       shm.result_offsets_size() != header_.results_size()) {
@@ -355,6 +356,10 @@ absl::Status AgentCall::PlaceInRegion(const ValidatedCall& v) {
     t.spec = SpecFromProto(spec);
     t.size = size;
     t.memory = std::make_shared<RegionView>(region, offset, size);
+    if (shm_on_device()) {
+      t.region = std::move(t.memory);
+      FARCALL_ASSIGN_OR_RETURN(t.memory, device_->Allocate(size));
+    }
     return t;
   };
   for (int i = 0; i < header_.args_size(); ++i) {
@@ -373,8 +378,20 @@ absl::Status AgentCall::PlaceInRegion(const ValidatedCall& v) {
                                              v.result_bytes[o], header_.results(o)));
     results_.push_back(std::move(t));
   }
-  shm_ = true;
+  if (shm_on_device()) {
+    for (Tensor& t : args_) {
+      FARCALL_RETURN_IF_ERROR(stream_->CopyToDevice(t.region->host_ptr(), *t.memory, 0, t.size));
+    }
+  }
   return absl::OkStatus();
+}
+
+absl::Status AgentCall::CopyResultsToRegion() {
+  for (Tensor& t : results_) {
+    // An aliased result is its arg's Tensor: its region is the arg's place.
+    FARCALL_RETURN_IF_ERROR(stream_->CopyToHost(*t.memory, 0, t.size, t.region->host_ptr()));
+  }
+  return stream_->Synchronize();
 }
 
 absl::Status AgentCall::OnChunk(uint32_t index, uint64_t offset, const ChunkBytes& data) {
@@ -426,8 +443,9 @@ absl::Status AgentCall::MaxCallTimeExceeded() const {
 }
 
 absl::Status AgentCall::ZeroResults() {
-  // The client's own shared memory holds only its own bytes already.
-  if (shm_) return absl::OkStatus();
+  // The client's own shared memory holds only its own bytes already (on a
+  // device, the results' device memory is zeroed as any call's).
+  if (shm_ && !shm_on_device()) return absl::OkStatus();
   static const auto* zeros = new std::vector<uint8_t>(size_t{1} << 20, 0);
   for (size_t o = 0; o < results_.size(); ++o) {
     if (validated_->result_alias[o] >= 0) continue;
@@ -509,6 +527,7 @@ absl::Status AgentCall::Run(const CancellationToken& cancel) {
   // memory goes back to the pool.
   absl::Status synced = stream_->Synchronize();
   if (s.ok()) s = synced;
+  if (s.ok() && shm_on_device()) s = CopyResultsToRegion();
   if (!s.ok() && cancel.deadline_passed()) s = MaxCallTimeExceeded();
   if (!s.ok()) {
     absl::Status health = device_->health();

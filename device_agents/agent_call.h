@@ -141,14 +141,23 @@ class AgentCall final : private FrameVisitor {
     std::shared_ptr<DeviceMemory> memory;
     // Results of a unary Call on a device: the whole result on the host.
     std::shared_ptr<std::vector<uint8_t>> host_copy;
+    // A device call's shared-memory tensor: its place in the client's
+    // region, copied to `memory` on the device before the handler runs
+    // (args) and back after (results). Null otherwise.
+    std::shared_ptr<DeviceMemory> region;
     uint8_t* host() const;
   };
   absl::Status OnMessageField(uint32_t field, absl::string_view bytes) override;
   absl::Status OnChunk(uint32_t index, uint64_t offset, const ChunkBytes& data) override;
   // DEADLINE_EXCEEDED naming --max_call_seconds.
   absl::Status MaxCallTimeExceeded() const;
-  // Places the tensors of a shared-memory call in its region.
+  // Places the tensors of a shared-memory call in its region. On a device,
+  // each gets device memory too, and the args are copied in on the call's
+  // stream, straight from the region (no staging).
   absl::Status PlaceInRegion(const ValidatedCall& v);
+  // A device call's shared-memory results, copied back into the region.
+  absl::Status CopyResultsToRegion();
+  bool shm_on_device() const { return shm_ && agent_.config.platform != Platform::kCpu; }
   // Checks a UCX call's header part against what this agent offers.
   absl::Status CheckUcx() const;
   // The least busy healthy device.

@@ -127,7 +127,9 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(Options options)
   if (!options.metrics_listen.empty()) {
     FARCALL_ASSIGN_OR_RETURN(impl->metrics, metrics::MetricsServer::Start(options.metrics_listen));
   }
-  if (!options.shm_socket.empty() && state.config.platform == Platform::kCpu) {
+  // Every platform: a device agent copies a call's tensors between the
+  // client's region and device memory on the call's stream (AgentCall).
+  if (!options.shm_socket.empty()) {
     // A random name: unique even for agents in one network namespace but
     // separate PID namespaces (containers of one pod), and never found by a
     // client whose "local" target is really a forwarded remote agent.

@@ -84,16 +84,22 @@ struct Param {
 std::string ParamName(const ::testing::TestParamInfo<Param>& p) {
   return absl::StrCat(p.param.target == Target::kAgent ? "Agent" : "Router",
                       p.param.rpc == Rpc::kUnary ? "Call" : "Execute",
-                      p.param.transport == Transport::kUcx ? "Ucx" : "");
+                      p.param.transport == Transport::kUcx   ? "Ucx"
+                      : p.param.transport == Transport::kShm ? "Shm"
+                                                             : "");
 }
 
 // Every path; UCX carries unary calls of cpu agents (the only ones that
-// offer it), directly or named by the router.
+// offer it), directly or named by the router. Shared memory carries calls of
+// every platform's agents on this host (a device agent copies the tensors
+// between the client's region and device memory).
 std::vector<Param> AllPaths() {
   std::vector<Param> v = {{Target::kAgent, Rpc::kUnary},
                           {Target::kAgent, Rpc::kStream},
                           {Target::kRouter, Rpc::kUnary},
-                          {Target::kRouter, Rpc::kStream}};
+                          {Target::kRouter, Rpc::kStream},
+                          {Target::kAgent, Rpc::kUnary, Transport::kShm},
+                          {Target::kRouter, Rpc::kUnary, Transport::kShm}};
   if (client_internal::UcxBuiltIn() && TestPlatform() == "cpu") {
     v.push_back({Target::kAgent, Rpc::kUnary, Transport::kUcx});
     v.push_back({Target::kRouter, Rpc::kUnary, Transport::kUcx});
@@ -139,10 +145,11 @@ class ConformanceTest : public ::testing::TestWithParam<Param> {
   bool via_router() const { return GetParam().target == Target::kRouter; }
   bool unary() const { return GetParam().rpc == Rpc::kUnary; }
   bool ucx() const { return GetParam().transport == Transport::kUcx; }
-  // A UCX row's calls went over UCX (not gRPC by a quiet fallback).
+  // A UCX or shared-memory row's calls went that way (not over gRPC by a
+  // quiet fallback).
   void ExpectTransport(const CallResult& r) const {
-    if (ucx()) {
-      EXPECT_EQ(r.transport, Transport::kUcx);
+    if (GetParam().transport != Transport::kAuto) {
+      EXPECT_EQ(r.transport, GetParam().transport);
     }
   }
 
@@ -621,7 +628,7 @@ TEST_P(ConformanceTest, PluginHandlerRuns) {
 }
 
 TEST_P(ConformanceTest, LargeAliasedCopy) {
-  if (unary() && !ucx()) {
+  if (unary() && GetParam().transport == Transport::kAuto) {
     GTEST_SKIP() << "256 MiB does not fit one unary message; Execute covers it";
   }
   auto client = NewClient();
