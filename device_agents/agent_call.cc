@@ -347,6 +347,9 @@ absl::Status AgentCall::PlaceInRegion(const ValidatedCall& v) {
                    const v1::TensorSpec& spec) -> absl::StatusOr<Tensor> {
     FARCALL_ASSIGN_OR_RETURN(std::shared_ptr<ShmRegion> region,
                              agent_.shm->Find(token.empty() ? shm.region() : token, peer_));
+    if (std::find(regions_.begin(), regions_.end(), region) == regions_.end()) {
+      regions_.push_back(region);
+    }
     if (offset > region->size() || static_cast<uint64_t>(size) > region->size() - offset) {
       return absl::InvalidArgumentError(
           absl::StrCat(kind, "[", i, "] at [", offset, ", ", offset + size,
@@ -379,6 +382,19 @@ absl::Status AgentCall::PlaceInRegion(const ValidatedCall& v) {
     results_.push_back(std::move(t));
   }
   if (shm_on_device()) {
+    // Each region the call uses is pinned for this device once, while it
+    // is mapped, so the copies go as DMA. One that cannot be pinned is
+    // copied all the same (the runtime stages it), and counted.
+    for (const std::shared_ptr<ShmRegion>& region : regions_) {
+      Device* device = device_;
+      absl::StatusOr<std::shared_ptr<void>> pinned = region->KeepWhileMapped(device, [&] {
+        absl::StatusOr<std::shared_ptr<void>> p =
+            device->PinHostMemory(region->data(), region->size());
+        if (!p.ok()) Metrics().staging_fallbacks.With({}).Increment();
+        return p;
+      });
+      (void)pinned;  // pinned, not needed, or failed: the copies work either way
+    }
     for (Tensor& t : args_) {
       FARCALL_RETURN_IF_ERROR(stream_->CopyToDevice(t.region->host_ptr(), *t.memory, 0, t.size));
     }

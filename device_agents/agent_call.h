@@ -194,9 +194,10 @@ class AgentCall final : private FrameVisitor {
   std::optional<ChunkAssembler> assembler_;
   int64_t admitted_bytes_ = 0;
   int64_t sent_bytes_ = 0;
-  bool shm_ = false;                               // tensors live in a client's region: no chunks
-  bool ucx_ = false;                               // tensors travel over UCX: no chunks
-  std::unique_ptr<UcxCallExchange> ucx_exchange_;  // its transfers, once they start
+  bool shm_ = false;                                 // tensors live in a client's region: no chunks
+  std::vector<std::shared_ptr<ShmRegion>> regions_;  // the regions a shm call uses
+  bool ucx_ = false;                                 // tensors travel over UCX: no chunks
+  std::unique_ptr<UcxCallExchange> ucx_exchange_;    // its transfers, once they start
   int64_t ucx_received_bytes_ = 0;
 
   // Response cursor.

@@ -65,7 +65,8 @@ struct AgentMetrics {
       "farcall_agent_graph_cache_bytes", "Device memory held by cached graphs.", {}};
   metrics::CounterFamily staging_fallbacks{
       "farcall_agent_staging_fallbacks_total",
-      "Staging blocks taken from plain host memory because the pinned pool was all in use.",
+      "Staging blocks taken from plain host memory because the pinned pool was all in use, "
+      "and shared-memory regions a device could not pin (copied from pageable memory).",
       {}};
   metrics::GaugeFamily shm_regions{
       "farcall_agent_shm_regions", "Shared-memory regions clients have registered now.", {}};

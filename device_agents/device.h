@@ -97,6 +97,14 @@ class Device {
   // uses what it holds, or plain memory). Null always on host-memory
   // devices, which need no staging.
   virtual std::unique_ptr<StagingBlock> TryAcquireStaging() { return nullptr; }
+  // Pins host memory the process already has (a client's shared-memory
+  // region), so that copies between it and the device go as DMA, without
+  // the runtime staging them: a holder that unpins it when destroyed (before
+  // the memory goes). Null where nothing needs pinning (cpu, oneapi); an
+  // error where pinning failed (the copies then work all the same, staged).
+  virtual absl::StatusOr<std::shared_ptr<void>> PinHostMemory(void* p, size_t size) {
+    return std::shared_ptr<void>();
+  }
 
   // OK, or the sticky error after which this device can no longer run
   // anything (an illegal address, a failed launch): the agent then reports

@@ -64,8 +64,21 @@ absl::StatusOr<std::shared_ptr<ShmRegion>> MapRegion(int fd, uint64_t size) {
 }  // namespace
 
 ShmRegion::~ShmRegion() {
+  {
+    // Devices unpin the memory while it is still mapped.
+    absl::MutexLock l(&mu_);
+    kept_.clear();
+  }
   munmap(data_, size_);
   Metrics().shm_mapped_bytes.With({}).Decrement(static_cast<double>(size_));
+}
+
+absl::StatusOr<std::shared_ptr<void>> ShmRegion::KeepWhileMapped(
+    const void* key, const std::function<absl::StatusOr<std::shared_ptr<void>>()>& make) {
+  absl::MutexLock l(&mu_);
+  auto it = kept_.find(key);
+  if (it == kept_.end()) it = kept_.emplace(key, make()).first;
+  return it->second;
 }
 
 absl::StatusOr<std::unique_ptr<ShmService>> ShmService::Start(const std::string& address,

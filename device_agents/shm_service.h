@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -25,13 +26,22 @@ namespace farcall::agent {
 class ShmRegion {
  public:
   ShmRegion(uint8_t* data, uint64_t size) : data_(data), size_(size) {}
+  // Lets go of what KeepWhileMapped holds, then unmaps.
   ~ShmRegion();
   uint8_t* data() const { return data_; }
   uint64_t size() const { return size_; }
+  // What `key` (a device) made for this region, made by `make` on first use
+  // and kept until the region goes (a device's pinning of it): made once
+  // per region and key, however many calls use it. A failure is kept too,
+  // so that it is not tried for every call.
+  absl::StatusOr<std::shared_ptr<void>> KeepWhileMapped(
+      const void* key, const std::function<absl::StatusOr<std::shared_ptr<void>>()>& make);
 
  private:
   uint8_t* data_;
   uint64_t size_;
+  absl::Mutex mu_;
+  std::map<const void*, absl::StatusOr<std::shared_ptr<void>>> kept_ ABSL_GUARDED_BY(mu_);
 };
 
 class ShmService {

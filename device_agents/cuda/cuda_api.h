@@ -89,6 +89,11 @@ inline Error Malloc(void** p, size_t n) { return cudaMalloc(p, n); }
 inline Error Free(void* p) { return cudaFree(p); }
 inline Error HostAlloc(void** p, size_t n) { return cudaHostAlloc(p, n, cudaHostAllocPortable); }
 inline Error HostFree(void* p) { return cudaFreeHost(p); }
+// Pins memory the process already has (a client's shared-memory region).
+inline Error HostRegister(void* p, size_t n) {
+  return cudaHostRegister(p, n, cudaHostRegisterPortable);
+}
+inline Error HostUnregister(void* p) { return cudaHostUnregister(p); }
 inline Error StreamCreate(StreamT* s) {
   return cudaStreamCreateWithFlags(s, cudaStreamNonBlocking);
 }

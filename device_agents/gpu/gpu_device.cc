@@ -136,6 +136,15 @@ class GpuDevice final : public Device {
   }
   absl::StatusOr<std::unique_ptr<Stream>> AcquireStream() override;
   std::unique_ptr<StagingBlock> TryAcquireStaging() override { return staging_->TryAcquire(); }
+  absl::StatusOr<std::shared_ptr<void>> PinHostMemory(void* p, size_t size) override {
+    FARCALL_GPU_SET_DEVICE(ordinal_);
+    FARCALL_GPU_RETURN_IF_ERROR(api::HostRegister(p, size));
+    const int ordinal = ordinal_;
+    return std::shared_ptr<void>(p, [ordinal](void* q) {
+      (void)api::SetDevice(ordinal);
+      (void)api::HostUnregister(q);
+    });
+  }
   absl::Status health() const override { return StickyErrors::Get().Find(ordinal_); }
 
   GraphCache& graphs() { return graphs_; }

@@ -86,6 +86,11 @@ inline Error Malloc(void** p, size_t n) { return hipMalloc(p, n); }
 inline Error Free(void* p) { return hipFree(p); }
 inline Error HostAlloc(void** p, size_t n) { return hipHostMalloc(p, n, hipHostMallocPortable); }
 inline Error HostFree(void* p) { return hipHostFree(p); }
+// Pins memory the process already has (a client's shared-memory region).
+inline Error HostRegister(void* p, size_t n) {
+  return hipHostRegister(p, n, hipHostRegisterPortable);
+}
+inline Error HostUnregister(void* p) { return hipHostUnregister(p); }
 inline Error StreamCreate(StreamT* s) { return hipStreamCreateWithFlags(s, hipStreamNonBlocking); }
 inline Error StreamDestroy(StreamT s) { return hipStreamDestroy(s); }
 inline Error StreamSynchronize(StreamT s) { return hipStreamSynchronize(s); }
