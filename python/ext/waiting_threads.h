@@ -11,16 +11,14 @@
 // a hand-off (about 40 us of a 250 us call on loopback). A thread blocked
 // in Client::Call reads its own answer.
 //
-// Thread safe. Threads are detached: a pool must live as long as any task
-// (the FFI handler's is never destroyed).
+// Thread safe. Destroying a pool runs the tasks queued, then waits for its
+// threads to end (the FFI handler's pool is never destroyed).
 #ifndef FARCALL_PYTHON_EXT_WAITING_THREADS_H_
 #define FARCALL_PYTHON_EXT_WAITING_THREADS_H_
 
-#include <deque>
 #include <functional>
+#include <memory>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
 namespace farcall::python {
@@ -28,6 +26,9 @@ namespace farcall::python {
 class WaitingThreads {
  public:
   WaitingThreads(int max_threads, absl::Duration idle_for);
+  ~WaitingThreads();
+  WaitingThreads(const WaitingThreads&) = delete;
+  WaitingThreads& operator=(const WaitingThreads&) = delete;
   // Runs `task` on a thread of the pool, now or once one is free.
   void Run(std::function<void()> task);
   // Waits up to `timeout` for at most `n` threads to be alive; whether
@@ -36,16 +37,11 @@ class WaitingThreads {
   // The most threads that were ever alive at once.
   int peak_threads() const;
 
- private:
-  void Loop();
+  // Shared with the threads (waiting_threads.cc).
+  struct State;
 
-  const int max_threads_;
-  const absl::Duration idle_for_;
-  mutable absl::Mutex mu_;
-  std::deque<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
-  int threads_ ABSL_GUARDED_BY(mu_) = 0;
-  int idle_ ABSL_GUARDED_BY(mu_) = 0;  // threads waiting for a task
-  int peak_ ABSL_GUARDED_BY(mu_) = 0;
+ private:
+  std::shared_ptr<State> state_;
 };
 
 }  // namespace farcall::python

@@ -25,10 +25,13 @@ struct Gate {
   }
 };
 
+// What the tasks touch is shared with them: a task's thread may still be
+// leaving the gate's mutex when the test sees its count.
 TEST(WaitingThreadsTest, ManyBlockedTasksShareAtMostTheCapOfThreadsAndAllRun) {
+  auto shared_gate = std::make_shared<Gate>();
+  Gate& gate = *shared_gate;
   WaitingThreads pool(8, absl::Seconds(10));
-  Gate gate;
-  for (int i = 0; i < 200; ++i) pool.Run([&gate] { gate.Task(); });
+  for (int i = 0; i < 200; ++i) pool.Run([shared_gate] { shared_gate->Task(); });
   {
     absl::MutexLock l(&gate.mu);
     auto eight = [&gate]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(gate.mu) { return gate.running == 8; };
@@ -45,9 +48,9 @@ TEST(WaitingThreadsTest, ManyBlockedTasksShareAtMostTheCapOfThreadsAndAllRun) {
 TEST(WaitingThreadsTest, AnIdleThreadTakesTheNextTaskInsteadOfANewThread) {
   WaitingThreads pool(8, absl::Seconds(10));
   for (int i = 0; i < 20; ++i) {
-    absl::Notification ran;
-    pool.Run([&ran] { ran.Notify(); });
-    ran.WaitForNotification();
+    auto ran = std::make_shared<absl::Notification>();
+    pool.Run([ran] { ran->Notify(); });
+    ran->WaitForNotification();
   }
   // One at a time: the first thread serves them all (a second may start
   // only while the first is still between tasks).
@@ -56,15 +59,24 @@ TEST(WaitingThreadsTest, AnIdleThreadTakesTheNextTaskInsteadOfANewThread) {
 
 TEST(WaitingThreadsTest, IdleThreadsEndAfterTheirIdleTime) {
   WaitingThreads pool(4, absl::Milliseconds(50));
-  Gate gate;
-  gate.open = true;
-  for (int i = 0; i < 4; ++i) pool.Run([&gate] { gate.Task(); });
+  auto gate = std::make_shared<Gate>();
+  gate->open = true;
+  for (int i = 0; i < 4; ++i) pool.Run([gate] { gate->Task(); });
   // Idle threads leave 50 ms after their last task.
   EXPECT_TRUE(pool.AwaitThreadsAtMost(0, absl::Seconds(20)));
   // And the pool starts threads again afterwards.
-  absl::Notification ran;
-  pool.Run([&ran] { ran.Notify(); });
-  EXPECT_TRUE(ran.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  auto ran = std::make_shared<absl::Notification>();
+  pool.Run([ran] { ran->Notify(); });
+  EXPECT_TRUE(ran->WaitForNotificationWithTimeout(absl::Seconds(20)));
+}
+
+TEST(WaitingThreadsTest, DestroyingAPoolRunsWhatIsQueuedAndWaitsForItsThreads) {
+  auto count = std::make_shared<std::atomic<int>>(0);
+  {
+    WaitingThreads pool(2, absl::Seconds(10));
+    for (int i = 0; i < 50; ++i) pool.Run([count] { ++*count; });
+  }
+  EXPECT_EQ(count->load(), 50);
 }
 
 }  // namespace
