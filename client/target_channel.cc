@@ -297,9 +297,9 @@ absl::StatusOr<UcxRoute> TargetChannel::ChooseUcx(const PreparedCall& call, cons
   if (route.agent_address.empty()) {
     if (!forced) return route;
     return absl::FailedPreconditionError(
-        "transport ucx: the agent offers no UCX data plane (it was built without UCX, serves "
-        "a GPU platform, was started with --transports without ucx, or requires TLS or "
-        "tokens without --allow_ucx_with_tls).");
+        "transport ucx: the agent offers no UCX data plane (it was built without UCX, was "
+        "started with --transports without ucx, or requires TLS or tokens without "
+        "--allow_ucx_with_tls).");
   }
   absl::StatusOr<ucx::Worker*> w = ProcessUcxWorker(options_.ucx_transports);
   if (!w.ok()) {

@@ -283,7 +283,12 @@ void AgentCall::StartUcxInputs(std::function<void()> progress,
   ucx_exchange_ = std::make_unique<UcxCallExchange>(*agent_.ucx, header_.ucx());
   std::vector<int64_t> sizes;
   std::vector<uint8_t*> places;
-  for (const Tensor& t : args_) {
+  for (Tensor& t : args_) {
+    // Device memory: the pieces land in host memory, which Run copies to
+    // the device on the call's stream before the handler.
+    if (t.memory->host_ptr() == nullptr) {
+      t.host_copy = std::make_shared<std::vector<uint8_t>>(t.size);
+    }
     sizes.push_back(t.size);
     places.push_back(t.host());
   }
@@ -528,6 +533,11 @@ absl::Status AgentCall::Run(const CancellationToken& cancel) {
         return absl::InvalidArgumentError(absl::StrCat("attribute '", name, "' has no value."));
     }
   }
+  if (ucx_ && on_device()) {
+    for (const Tensor& t : args_) {
+      FARCALL_RETURN_IF_ERROR(stream_->CopyToDevice(t.host_copy->data(), *t.memory, 0, t.size));
+    }
+  }
   if ((handler_->traits & FARCALL_TRAIT_WRITES_ALL_RESULTS) == 0) {
     FARCALL_RETURN_IF_ERROR(ZeroResults());  // enqueued on the call's stream
   }
@@ -544,6 +554,7 @@ absl::Status AgentCall::Run(const CancellationToken& cancel) {
   absl::Status synced = stream_->Synchronize();
   if (s.ok()) s = synced;
   if (s.ok() && shm_on_device()) s = CopyResultsToRegion();
+  if (s.ok() && ucx_ && on_device()) s = CopyUcxResultsToHost();
   if (!s.ok() && cancel.deadline_passed()) s = MaxCallTimeExceeded();
   if (!s.ok()) {
     absl::Status health = device_->health();
@@ -551,6 +562,16 @@ absl::Status AgentCall::Run(const CancellationToken& cancel) {
   }
   run_end_time_ = absl::Now();
   return s;
+}
+
+absl::Status AgentCall::CopyUcxResultsToHost() {
+  for (Tensor& t : results_) {
+    // Each its own host memory, an aliased result's too: its arg's is what
+    // came in, not what the handler made.
+    t.host_copy = std::make_shared<std::vector<uint8_t>>(t.size);
+    FARCALL_RETURN_IF_ERROR(stream_->CopyToHost(*t.memory, 0, t.size, t.host_copy->data()));
+  }
+  return stream_->Synchronize();
 }
 
 absl::Status AgentCall::CopyResultsToHost() {

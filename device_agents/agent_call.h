@@ -166,6 +166,8 @@ class AgentCall final : private FrameVisitor {
 
   // Device results, all on the host at once, for a unary Call.
   absl::Status CopyResultsToHost();
+  // A device call over UCX: its results into host memory, to be sent from.
+  absl::Status CopyUcxResultsToHost();
 
   AgentState& agent_;
   const std::string peer_;

@@ -38,8 +38,8 @@ ABSL_FLAG(std::vector<std::string>, transports,
                                         : std::vector<std::string>{"grpc", "shm"}),
           "how calls' tensors may travel: grpc (always; calls themselves are gRPC), shm "
           "(same-host shared memory; device agents copy between it and device memory) and ucx "
-          "(UCX between hosts, cpu agents, "
-          "builds with UCX); default: all that were built");
+          "(UCX between hosts, builds with UCX; device agents through host memory); default: all "
+          "that were built");
 ABSL_FLAG(std::string, ucx_transports, "",
           "UCX transports to use, in UCX_TLS's syntax (tcp; rc,sm; ...); empty: UCX's choice");
 ABSL_FLAG(int64_t, ucx_max_endpoints, 1024,

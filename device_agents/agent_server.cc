@@ -33,12 +33,6 @@ absl::Status StartUcx(const AgentServer::Options& options, AgentState& state) {
         "--allow_ucx_with_tls when the fabric between clients and agents is trusted.");
     return absl::OkStatus();
   }
-  if (state.config.platform != Platform::kCpu) {
-    log::Info(absl::StrCat("UCX is off: ", PlatformName(state.config.platform),
-                           " tensors live in device memory, which this UCX build does not "
-                           "reach; calls move them over gRPC."));
-    return absl::OkStatus();
-  }
   if (!UcxBuiltIn()) return absl::FailedPreconditionError("UCX: this agent was built without UCX.");
   absl::StatusOr<std::shared_ptr<ucx::Worker>> w =
       StartUcxWorker({options.ucx_transports, options.ucx_max_endpoints});

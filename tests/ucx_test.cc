@@ -186,9 +186,9 @@ TEST(UcxTest, AnAgentWithoutUcxRefusesItAndAutoStaysOnGrpc) {
   absl::StatusOr<CallResult> r = Copy(*client, in, forced);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(r.status().message(),
-            "transport ucx: the agent offers no UCX data plane (it was built without UCX, serves "
-            "a GPU platform, was started with --transports without ucx, or requires TLS or "
-            "tokens without --allow_ucx_with_tls).");
+            "transport ucx: the agent offers no UCX data plane (it was built without UCX, was "
+            "started with --transports without ucx, or requires TLS or tokens without "
+            "--allow_ucx_with_tls).");
   r = Copy(*client, in);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->transport, Transport::kGrpc);
