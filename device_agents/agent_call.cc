@@ -176,6 +176,11 @@ absl::Status AgentCall::Validate() {
   footprint_ = AddSaturating(
       v.footprint_bytes,
       kCallOverheadBytes + kTensorOverheadBytes * (header_.args_size() + header_.results_size()));
+  // A device agent's UCX call holds its tensors twice: in device memory,
+  // and in the host memory the pieces land in and leave from.
+  if (header_.has_ucx() && agent_.config.platform != Platform::kCpu) {
+    footprint_ = AddSaturating(footprint_, v.footprint_bytes);
+  }
   if (footprint_ > agent_.admission->budget()) {
     return absl::ResourceExhaustedError(
         absl::StrCat("the call needs ", footprint_, " bytes, over the agent's budget of ",

@@ -286,6 +286,43 @@ TEST_F(AgentCallDeviceTest, OnlySmallCallsOfQuickHandlersRunInline) {
   EXPECT_FALSE(RunsInline(state_, "copy", 8));
 }
 
+// The bytes a call of one u8[n] arg and result is admitted for, over UCX
+// or not.
+int64_t Footprint(AgentState& state, int64_t n, bool ucx) {
+  AgentCall call(state);
+  v1::CallHeader h;
+  h.set_handler("copy");
+  h.add_platforms(std::string(PlatformName(state.config.platform)));
+  *h.add_args() = SpecToProto(TensorSpec{DType::kU8, {n}});
+  *h.add_results() = SpecToProto(TensorSpec{DType::kU8, {n}});
+  if (ucx) {
+    h.mutable_ucx()->set_worker_address("w");
+    h.mutable_ucx()->set_key(std::string(16, 'k'));
+  }
+  FrameEncoder enc;
+  enc.AddMessageField(kHeaderField, h);
+  absl::Status s = call.Begin(enc.Finish());
+  EXPECT_TRUE(s.ok()) << s;
+  return call.footprint();
+}
+
+// A device agent's UCX call holds its tensors twice (device memory, and the
+// host memory its pieces land in): the budget counts both.
+TEST_F(AgentCallDeviceTest, ADeviceUcxCallIsAdmittedForItsHostCopiesToo) {
+  Make(4);
+  const int64_t n = 1 << 20;
+  const int64_t cpu_plain = Footprint(state_, n, false);
+  EXPECT_EQ(Footprint(state_, n, true), cpu_plain);  // cpu: the pieces land in place
+  state_.config.platform = Platform::kOneApi;
+  for (const FarcallHandlerDef& d : cpu::BuiltinHandlers()) {
+    FarcallHandlerDef on_oneapi = d;
+    on_oneapi.platform = "oneapi";
+    ASSERT_TRUE(state_.registry.Register(on_oneapi, "builtin").ok());
+  }
+  EXPECT_EQ(Footprint(state_, n, false), cpu_plain);
+  EXPECT_EQ(Footprint(state_, n, true), cpu_plain + 2 * n);
+}
+
 TEST_F(AgentCallDeviceTest, InputsGoToTheDeviceBlockByBlockWhileTheNextArrive) {
   Make(/*pool_blocks=*/8);
   const std::vector<uint8_t> data = Pattern(5 * kBlock + 123);
