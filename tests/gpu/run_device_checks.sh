@@ -112,12 +112,15 @@ bytes=$((256 << 20))
 base=$(timeout 60 "$memcpy_bin" --bytes=$bytes --runs=5 2>&1 | tail -1)
 echo "cudaMemcpy: $base"
 fifo=$(mktemp -u); mkfifo "$fifo"
-"$agent" --platform=cuda --listen=127.0.0.1:0 --ready_fd=3 3>"$fifo" >/dev/null 2>&1 &
+"$agent" --platform=cuda --listen=127.0.0.1:0 --ucx_transports=tcp --ready_fd=3 3>"$fifo" \
+  >/dev/null 2>&1 &
 agent_pid=$!
 read -r port _ <"$fifo"; rm -f "$fifo"
 bench() {  # handler, extra flags: the median of 3 runs' GB/s (payload bytes one way per second)
+  local target_port=${bench_port:-$port} platform=${bench_platform:-cuda}
   for _ in 1 2 3; do
-    timeout 120 "$cli" bench --target=127.0.0.1:$port --platform=cuda --bytes=$bytes \
+    UCX_TLS=tcp timeout 120 "$cli" bench --target=127.0.0.1:$target_port --platform=$platform \
+      --bytes=$bytes \
       --calls=8 --warmup=2 --json "$@" 2>/dev/null | tail -1 |
       python3 -c 'import json,sys; print(json.load(sys.stdin)["gbps"])' 2>/dev/null || echo 0
   done | sort -g | sed -n 2p
@@ -127,12 +130,17 @@ round=$(bench --handler=copy --alias --transport=grpc) # up and back down, updat
 # The same round trip through same-host shared memory: the agent copies
 # between the client's region and device memory (target: 0.8x cudaMemcpy).
 round_shm=$(bench --handler=copy --alias --transport=shm)
+# And over UCX (TCP on loopback): the pieces land in host memory, then go to
+# the device (target: 0.8x the cpu agent's UCX figure, measured below).
+round_ucx=$(bench --handler=copy --alias --transport=ucx)
 
 echo "== 4. a 64-byte call: cuda agent next to a cpu agent, p50 of 2000 calls, 3 runs each"
 fifo=$(mktemp -u); mkfifo "$fifo"
-"$agent" --platform=cpu --listen=127.0.0.1:0 --shm_socket= --ready_fd=3 3>"$fifo" >/dev/null 2>&1 &
+"$agent" --platform=cpu --listen=127.0.0.1:0 --shm_socket= --ucx_transports=tcp --ready_fd=3 \
+  3>"$fifo" >/dev/null 2>&1 &
 cpu_pid=$!
 read -r cpu_port _ <"$fifo"; rm -f "$fifo"
+round_ucx_cpu=$(bench_port=$cpu_port bench_platform=cpu bench --handler=copy --alias --transport=ucx)
 small() {  # port, platform: the p50s of 3 runs, in us
   for _ in 1 2 3; do
     timeout 60 "$cli" bench --target=127.0.0.1:$1 --platform=$2 --bytes=64 --calls=2000 \
@@ -162,7 +170,9 @@ row "cudaMemcpy, pinned (baseline, same run)" "ok" "$s_base"
 row "agent upload (sum, 256 MiB)" "$([ "$up" != 0 ] && echo ok || echo FAILED)" "$s_up"
 row "agent round trip (aliased copy, 256 MiB)" "$([ "$round" != 0 ] && echo ok || echo FAILED)" "$s_rt"
 row "same round trip, shared memory" "$([ "$round_shm" != 0 ] && echo ok || echo FAILED)" "$s_shm"
-[ "$up" != 0 ] && [ "$round" != 0 ] && [ "$round_shm" != 0 ] || failed=1
+ucx_ratio=$(python3 -c "import sys; c=float(sys.argv[2]); print('%.2f GB/s = %.3fx the cpu agent over UCX (%.2f GB/s; target 0.8x)' % (float(sys.argv[1]), float(sys.argv[1]) / c if c else 0, c))" "$round_ucx" "$round_ucx_cpu")
+row "same round trip, UCX over TCP" "$([ "$round_ucx" != 0 ] && echo ok || echo FAILED)" "$ucx_ratio"
+[ "$up" != 0 ] && [ "$round" != 0 ] && [ "$round_shm" != 0 ] && [ "$round_ucx" != 0 ] || failed=1
 rm -f "$log"
 
 echo
