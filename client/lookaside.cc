@@ -8,7 +8,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
 #include "client/call_codec.h"
 #include "client/run_after.h"
 #include "core/error_reason.h"

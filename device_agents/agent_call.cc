@@ -42,6 +42,12 @@ class RegionView final : public DeviceMemory {
 constexpr int64_t kCallOverheadBytes = 4096;
 constexpr int64_t kTensorOverheadBytes = 512;
 
+// Host memory for a device tensor's bytes, not zeroed first: what fills it
+// (a device copy, UCX's receive) writes every byte before any is read.
+std::shared_ptr<uint8_t[]> HostBytes(int64_t size) {
+  return std::shared_ptr<uint8_t[]>(new uint8_t[static_cast<size_t>(size)]);
+}
+
 int64_t AddSaturating(int64_t a, int64_t b) {
   return a > std::numeric_limits<int64_t>::max() - b ? std::numeric_limits<int64_t>::max() : a + b;
 }
@@ -49,7 +55,7 @@ int64_t AddSaturating(int64_t a, int64_t b) {
 }  // namespace
 
 uint8_t* AgentCall::Tensor::host() const {
-  if (host_copy != nullptr) return host_copy->data();
+  if (host_copy != nullptr) return host_copy.get();
   return memory->host_ptr();
 }
 
@@ -292,7 +298,7 @@ void AgentCall::StartUcxInputs(std::function<void()> progress,
     // Device memory: the pieces land in host memory, which Run copies to
     // the device on the call's stream before the handler.
     if (t.memory->host_ptr() == nullptr) {
-      t.host_copy = std::make_shared<std::vector<uint8_t>>(t.size);
+      t.host_copy = HostBytes(t.size);
     }
     sizes.push_back(t.size);
     places.push_back(t.host());
@@ -540,7 +546,7 @@ absl::Status AgentCall::Run(const CancellationToken& cancel) {
   }
   if (ucx_ && on_device()) {
     for (const Tensor& t : args_) {
-      FARCALL_RETURN_IF_ERROR(stream_->CopyToDevice(t.host_copy->data(), *t.memory, 0, t.size));
+      FARCALL_RETURN_IF_ERROR(stream_->CopyToDevice(t.host_copy.get(), *t.memory, 0, t.size));
     }
   }
   if ((handler_->traits & FARCALL_TRAIT_WRITES_ALL_RESULTS) == 0) {
@@ -573,8 +579,8 @@ absl::Status AgentCall::CopyUcxResultsToHost() {
   for (Tensor& t : results_) {
     // Each its own host memory, an aliased result's too: its arg's is what
     // came in, not what the handler made.
-    t.host_copy = std::make_shared<std::vector<uint8_t>>(t.size);
-    FARCALL_RETURN_IF_ERROR(stream_->CopyToHost(*t.memory, 0, t.size, t.host_copy->data()));
+    t.host_copy = HostBytes(t.size);
+    FARCALL_RETURN_IF_ERROR(stream_->CopyToHost(*t.memory, 0, t.size, t.host_copy.get()));
   }
   return stream_->Synchronize();
 }
@@ -583,8 +589,8 @@ absl::Status AgentCall::CopyResultsToHost() {
   for (Tensor& t : results_) {
     if (t.host_copy != nullptr) continue;
     // An aliased result shares its Tensor's memory with the arg, so one copy.
-    t.host_copy = std::make_shared<std::vector<uint8_t>>(t.size);
-    FARCALL_RETURN_IF_ERROR(stream_->CopyToHost(*t.memory, 0, t.size, t.host_copy->data()));
+    t.host_copy = HostBytes(t.size);
+    FARCALL_RETURN_IF_ERROR(stream_->CopyToHost(*t.memory, 0, t.size, t.host_copy.get()));
   }
   return stream_->Synchronize();
 }

@@ -140,7 +140,8 @@ class AgentCall final : private FrameVisitor {
     int64_t size = 0;
     std::shared_ptr<DeviceMemory> memory;
     // Results of a unary Call on a device: the whole result on the host.
-    std::shared_ptr<std::vector<uint8_t>> host_copy;
+    // Left uninitialized (HostBytes): a copy or a receive fills all of it.
+    std::shared_ptr<uint8_t[]> host_copy;
     // A device call's shared-memory tensor: its place in the client's
     // region, copied to `memory` on the device before the handler runs
     // (args) and back after (results). Null otherwise.

@@ -21,7 +21,10 @@ namespace {
 using ::farcall::testing::BinaryPath;
 using ::farcall::testing::ChildProcess;
 
-TEST(ResultZeroingTest, WhatAHandlerLeavesUnwrittenIsZeroNotAnEarlierCallsBytes) {
+// Over gRPC (allow_shm off), or forced through same-host shared memory: a
+// device agent then gives the call device memory of its own, which must be
+// zeroed as any call's.
+void ExpectUnwrittenResultsZeroed(bool shared_memory) {
   const std::string platform = BinaryPath("FARCALL_TEST_PLATFORM", "cpu");
   auto agent = ChildProcess::Start(
       FARCALL_AGENT_BIN,
@@ -35,6 +38,7 @@ TEST(ResultZeroingTest, WhatAHandlerLeavesUnwrittenIsZeroNotAnEarlierCallsBytes)
   std::vector<uint8_t> secret(kN, 0xAB);
   CallOptions o;
   o.allow_shm = false;
+  if (shared_memory) o.transport = Transport::kShm;
   for (int round = 0; round < 20; ++round) {
     // A call that leaves 0xAB in memory the agent frees...
     CallRequest copy;
@@ -55,6 +59,19 @@ TEST(ResultZeroingTest, WhatAHandlerLeavesUnwrittenIsZeroNotAnEarlierCallsBytes)
       ASSERT_EQ(y[i], i < kN / 2 ? 7 : 0) << "round " << round << ", byte " << i;
     }
   }
+}
+
+TEST(ResultZeroingTest, WhatAHandlerLeavesUnwrittenIsZeroNotAnEarlierCallsBytes) {
+  ExpectUnwrittenResultsZeroed(/*shared_memory=*/false);
+}
+
+TEST(ResultZeroingTest, SoOnADeviceAgentOverSharedMemory) {
+  if (BinaryPath("FARCALL_TEST_PLATFORM", "cpu") == "cpu") {
+    GTEST_SKIP() << "on cpu a shared-memory result is the caller's own memory, left as the "
+                    "caller had it; device memory is checked with FARCALL_TEST_PLATFORM=cuda "
+                    "(tests/gpu/run_device_checks.sh)";
+  }
+  ExpectUnwrittenResultsZeroed(/*shared_memory=*/true);
 }
 
 }  // namespace
