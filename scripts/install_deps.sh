@@ -33,6 +33,9 @@ DEBS=(
   # The multi-host test bed (tests/hosts): network namespaces, a bridge,
   # tbf and iptables inside the namespaces.
   iproute2 iptables
+  # A test server that does not stop at SIGTERM has its threads' stacks
+  # printed before it is killed (tests/ready_process.py).
+  gdb
 )
 
 missing=()

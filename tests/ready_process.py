@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import os
 import select
+import shutil
+import signal
 import subprocess
+import sys
 import tempfile
 
 START_TIMEOUT = 120  # seconds for a server to report its port
@@ -49,11 +52,34 @@ class ReadyProcess:
 
     def stop(self, timeout: float = 40) -> int:
         """SIGTERM, and its exit status (killed, and -9, if it takes longer
-        than `timeout`)."""
+        than `timeout`: then what it was doing goes to stderr first, for the
+        test's report)."""
         if self.proc.poll() is None:
             self.proc.terminate()
         try:
             return self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
+            print(f"{self.cmd[0]} did not exit within {timeout} s of SIGTERM; its threads:\n"
+                  f"{self._stacks()}\nits output:\n{self.output()}", file=sys.stderr)
             self.proc.kill()
             return self.proc.wait()
+
+    def _stacks(self) -> str:
+        """Every thread's stack of the running process, native (gdb, where
+        installed) and Python (a Python process started with
+        PYTHONFAULTHANDLER=1 prints them to its output at SIGABRT, which
+        then kills it)."""
+        stacks = "(gdb is not installed: no native stacks)"
+        if shutil.which("gdb"):
+            try:
+                stacks = subprocess.run(
+                    ["gdb", "-p", str(self.proc.pid), "-batch", "-ex", "thread apply all bt"],
+                    capture_output=True, text=True, timeout=120).stdout
+            except subprocess.TimeoutExpired:
+                stacks = "(gdb took over 120 s)"
+        self.proc.send_signal(signal.SIGABRT)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        return stacks

@@ -82,6 +82,13 @@ bool WaitingThreads::AwaitThreadsAtMost(int n, absl::Duration timeout) const {
   return s.mu.AwaitWithTimeout(absl::Condition(&few), timeout);
 }
 
+bool WaitingThreads::AwaitIdleAtLeast(int n, absl::Duration timeout) const {
+  State& s = *state_;
+  absl::MutexLock l(&s.mu);
+  auto idle = [&s, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) { return s.idle >= n; };
+  return s.mu.AwaitWithTimeout(absl::Condition(&idle), timeout);
+}
+
 int WaitingThreads::peak_threads() const {
   State& s = *state_;
   absl::MutexLock l(&s.mu);

@@ -34,6 +34,9 @@ class WaitingThreads {
   // Waits up to `timeout` for at most `n` threads to be alive; whether
   // they are.
   bool AwaitThreadsAtMost(int n, absl::Duration timeout) const;
+  // Waits up to `timeout` for at least `n` threads to be idle, waiting for
+  // a task; whether they are.
+  bool AwaitIdleAtLeast(int n, absl::Duration timeout) const;
   // The most threads that were ever alive at once.
   int peak_threads() const;
 

@@ -38,7 +38,10 @@ class Server(ReadyProcess):
     """A child process serving on 127.0.0.1:<port>; stopped by stop()."""
 
     def __init__(self, cmd: list[str]):
-        env = dict(os.environ, PYTHONUNBUFFERED="1", FARCALL_TEST_GATE=GATE_PATH)
+        # PYTHONFAULTHANDLER: a Python agent that does not stop prints its
+        # threads' stacks (ReadyProcess.stop).
+        env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONFAULTHANDLER="1",
+                   FARCALL_TEST_GATE=GATE_PATH)
         # Tests leave calls in flight at teardown: drain for 2 s, not 30,
         # unless the test's own flag (later, so it wins) says otherwise.
         first_flag = next(i for i, a in enumerate(cmd) if a.startswith("--"))
