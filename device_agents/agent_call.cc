@@ -290,26 +290,47 @@ absl::Status AgentCall::CheckUcx() const {
 }
 
 void AgentCall::StartUcxInputs(std::function<void()> progress,
-                               std::function<void(const absl::Status&)> done) {
+                               std::function<void(const absl::Status&)> done,
+                               SerialSteps::Executor workers) {
   ucx_exchange_ = std::make_unique<UcxCallExchange>(*agent_.ucx, header_.ucx());
   std::vector<int64_t> sizes;
   std::vector<uint8_t*> places;
   for (Tensor& t : args_) {
-    // Device memory: the pieces land in host memory, which Run copies to
-    // the device on the call's stream before the handler.
+    // Device memory: the pieces land in host memory, and go on to the
+    // device as each is checked (StageUcxPiece).
     if (t.memory->host_ptr() == nullptr) {
       t.host_copy = HostBytes(t.size);
     }
     sizes.push_back(t.size);
     places.push_back(t.host());
   }
-  ucx_exchange_->ReceiveArgs(sizes, places, std::move(progress),
+  UcxCallExchange::Range checked;
+  if (on_device()) {
+    ucx_steps_ = std::make_unique<SerialSteps>(std::move(workers));
+    checked = [this](size_t index, int64_t offset, int64_t size) {
+      ucx_steps_->Add([this, index, offset, size] { StageUcxPiece(index, offset, size); });
+    };
+    // After the copies of every piece that landed.
+    done = [this, done = std::move(done)](const absl::Status& s) {
+      ucx_steps_->Add([done, s] { done(s); });
+    };
+  }
+  ucx_exchange_->ReceiveArgs(sizes, places, std::move(progress), std::move(checked),
                              [this, sizes, done = std::move(done)](const absl::Status& s) {
                                if (s.ok()) {
                                  for (int64_t n : sizes) ucx_received_bytes_ += n;
                                }
                                done(s);
                              });
+}
+
+void AgentCall::StageUcxPiece(size_t index, int64_t offset, int64_t size) {
+  if (!ucx_staged_.ok()) return;  // the call ends with the first failure
+  Tensor& t = args_[index];
+  if (!inputs_) inputs_.emplace(*device_, *stream_);
+  ucx_staged_ =
+      inputs_->Stage(static_cast<uint32_t>(index), *t.memory, t.size, static_cast<uint64_t>(offset),
+                     t.host_copy.get() + offset, static_cast<uint64_t>(size));
 }
 
 void AgentCall::StartUcxResults(std::function<void()> progress,
@@ -451,6 +472,7 @@ absl::Status AgentCall::EndOfInputs() {
     return absl::InvalidArgumentError("the call ended before its header was sent.");
   }
   FARCALL_RETURN_IF_ERROR(assembler_->Finish());
+  FARCALL_RETURN_IF_ERROR(ucx_staged_);
   if (inputs_) FARCALL_RETURN_IF_ERROR(inputs_->Finish());
   inputs_done_time_ = absl::Now();
   return absl::OkStatus();
@@ -542,11 +564,6 @@ absl::Status AgentCall::Run(const CancellationToken& cancel) {
         break;
       case v1::Attribute::VALUE_NOT_SET:
         return absl::InvalidArgumentError(absl::StrCat("attribute '", name, "' has no value."));
-    }
-  }
-  if (ucx_ && on_device()) {
-    for (const Tensor& t : args_) {
-      FARCALL_RETURN_IF_ERROR(stream_->CopyToDevice(t.host_copy.get(), *t.memory, 0, t.size));
     }
   }
   if ((handler_->traits & FARCALL_TRAIT_WRITES_ALL_RESULTS) == 0) {

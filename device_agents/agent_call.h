@@ -34,6 +34,7 @@
 #include "device_agents/fault_injection.h"
 #include "device_agents/handler_registry.h"
 #include "device_agents/handler_runtime.h"
+#include "device_agents/serial_steps.h"
 #include "device_agents/shm_service.h"
 #include "device_agents/ucx_exchange.h"
 #include "farcall/v1/farcall.pb.h"
@@ -108,10 +109,15 @@ class AgentCall final : private FrameVisitor {
   // Whether the tensors travel over UCX (after Allocate).
   bool ucx() const { return ucx_; }
   // Posts receives for the args over UCX and tells the client to send them.
-  // `progress` runs as each piece lands; `done` once all did, or with the
-  // first failure. Both run on the UCX worker's thread and must not block.
-  void StartUcxInputs(std::function<void()> progress,
-                      std::function<void(const absl::Status&)> done);
+  // `progress` runs as each piece lands (on the UCX worker's thread: it
+  // must not block); `done` once all did, or with the first failure.
+  // On a device that is not the host's memory each piece, once checked,
+  // goes on toward the device through pinned staging blocks while later
+  // pieces still travel: those copies run one at a time on `workers`, and
+  // `done` runs there too, after the last. Elsewhere `done` runs on the UCX
+  // worker's thread and must not block.
+  void StartUcxInputs(std::function<void()> progress, std::function<void(const absl::Status&)> done,
+                      SerialSteps::Executor workers);
   // Sends the results to the client over UCX; `progress` and `done` as
   // above.
   void StartUcxResults(std::function<void()> progress,
@@ -169,6 +175,9 @@ class AgentCall final : private FrameVisitor {
   absl::Status CopyResultsToHost();
   // A device call over UCX: its results into host memory, to be sent from.
   absl::Status CopyUcxResultsToHost();
+  // On a shared worker: bytes [offset, offset + size) of arg `index`, which
+  // landed in its host copy, on their way to the device.
+  void StageUcxPiece(size_t index, int64_t offset, int64_t size);
 
   AgentState& agent_;
   const std::string peer_;
@@ -202,6 +211,9 @@ class AgentCall final : private FrameVisitor {
   bool ucx_ = false;                                 // tensors travel over UCX: no chunks
   std::unique_ptr<UcxCallExchange> ucx_exchange_;    // its transfers, once they start
   int64_t ucx_received_bytes_ = 0;
+  // On a device: the checked pieces' copies toward it, then `done`.
+  std::unique_ptr<SerialSteps> ucx_steps_;
+  absl::Status ucx_staged_;  // the first failed copy of a piece
 
   // Response cursor.
   bool header_sent_ = false;

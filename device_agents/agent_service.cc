@@ -423,7 +423,8 @@ class CallReactor final : public AgentReactor<grpc::ServerUnaryReactor> {
 
   // A UCX call's args: the client sends them once told to; each piece that
   // lands counts as progress for the idle watchdog. The phase's end comes on
-  // the UCX worker's thread, which hands only the handler to a worker.
+  // the UCX worker's thread, which hands only the handler to a worker (on a
+  // device, the end comes on a worker, after the pieces' device copies).
   void ReceiveOverUcx() {
     Ref();  // until the inputs ended
     // Like a stream's: its budget is held while its client sends (or not).
@@ -456,7 +457,8 @@ class CallReactor final : public AgentReactor<grpc::ServerUnaryReactor> {
             });
           });
           Unref();
-        });
+        },
+        shared_.Elsewhere());
     if (cancel_.cancelled()) call_->CancelUcx();  // cancelled before the phase began
   }
 

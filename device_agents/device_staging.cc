@@ -1,6 +1,7 @@
 #include "device_agents/device_staging.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/status_macros.h"
 #include "device_agents/agent_metrics.h"
@@ -56,8 +57,22 @@ absl::StatusOr<std::unique_ptr<StagingBlock>> NextBlock(
 
 absl::Status InputStager::Stage(uint32_t index, DeviceMemory& dst, int64_t size, uint64_t offset,
                                 const ChunkBytes& data) {
+  return StageFrom(
+      index, dst, size, offset, data.size(),
+      [&data](uint64_t from, uint64_t n, uint8_t* to) { data.CopyRangeTo(from, n, to); });
+}
+
+absl::Status InputStager::Stage(uint32_t index, DeviceMemory& dst, int64_t size, uint64_t offset,
+                                const uint8_t* data, uint64_t n) {
+  return StageFrom(index, dst, size, offset, n, [data](uint64_t from, uint64_t k, uint8_t* to) {
+    std::memcpy(to, data + from, k);
+  });
+}
+
+absl::Status InputStager::StageFrom(uint32_t index, DeviceMemory& dst, int64_t size,
+                                    uint64_t offset, uint64_t total, CopyRange copy) {
   uint64_t done = 0;
-  while (done < data.size()) {
+  while (done < total) {
     const int64_t at = static_cast<int64_t>(offset + done);
     if (open_ != nullptr && (tensor_ != index || offset_ + fill_ != at || fill_ == open_->size())) {
       FARCALL_RETURN_IF_ERROR(Flush());
@@ -69,8 +84,8 @@ absl::Status InputStager::Stage(uint32_t index, DeviceMemory& dst, int64_t size,
       offset_ = at;
       fill_ = 0;
     }
-    const uint64_t n = std::min<uint64_t>(data.size() - done, open_->size() - fill_);
-    data.CopyRangeTo(done, n, open_->data() + fill_);
+    const uint64_t n = std::min<uint64_t>(total - done, open_->size() - fill_);
+    copy(done, n, open_->data() + fill_);
     fill_ += static_cast<int64_t>(n);
     done += n;
     if (fill_ == open_->size()) FARCALL_RETURN_IF_ERROR(Flush());

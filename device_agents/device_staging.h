@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/wire/frame_codec.h"
@@ -36,11 +37,18 @@ class InputStager {
   // device memory `dst` holds `size` bytes.
   absl::Status Stage(uint32_t index, DeviceMemory& dst, int64_t size, uint64_t offset,
                      const ChunkBytes& data);
+  // The same, for `n` bytes in host memory at `data` (a UCX piece).
+  absl::Status Stage(uint32_t index, DeviceMemory& dst, int64_t size, uint64_t offset,
+                     const uint8_t* data, uint64_t n);
   // At half-close: copies what the open block holds, and gives the blocks
   // back to the pool (the handler runs after their copies, on the stream).
   absl::Status Finish();
 
  private:
+  // Bytes [from, from + n) of what is staged, copied to `to`.
+  using CopyRange = absl::FunctionRef<void(uint64_t from, uint64_t n, uint8_t* to)>;
+  absl::Status StageFrom(uint32_t index, DeviceMemory& dst, int64_t size, uint64_t offset,
+                         uint64_t n, CopyRange copy);
   absl::Status Flush();
 
   Device& device_;

@@ -46,7 +46,7 @@ UcxCallExchange::~UcxCallExchange() {
 
 void UcxCallExchange::ReceiveArgs(const std::vector<int64_t>& sizes,
                                   const std::vector<uint8_t*>& places,
-                                  std::function<void()> progress,
+                                  std::function<void()> progress, Range checked,
                                   std::function<void(const absl::Status&)> done) {
   // The client's endpoint stays open for the whole call (inputs, results).
   peer_hold_ = worker_.HoldPeer(header_.worker_address());
@@ -55,7 +55,14 @@ void UcxCallExchange::ReceiveArgs(const std::vector<int64_t>& sizes,
   // The args come under a tag of this agent's choosing, so that no caller
   // can post its receives under another call's tag; each piece is checked.
   const uint64_t tag = ucx::NewCallTag();
-  ucx::ReceivePieces(*set_, header_.key(), tag, ucx::Carries::kArg, ucx::PiecesOf(sizes), places);
+  std::function<void(const ucx::Piece&)> each;
+  if (checked) {
+    each = [checked = std::move(checked)](const ucx::Piece& p) {
+      checked(p.tensor, p.offset, p.size);
+    };
+  }
+  ucx::ReceivePieces(*set_, header_.key(), tag, ucx::Carries::kArg, ucx::PiecesOf(sizes), places,
+                     std::move(each));
   // Only now may the client send: every piece has its receive.
   ready_ = ucx::ReadyMessage(header_.key(), tag);
   set_->AddSend(header_.worker_address(), ucx::TagOf(header_.tag(), ucx::Carries::kReady, 0),

@@ -54,12 +54,16 @@ class UcxCallExchange {
   UcxCallExchange(const UcxCallExchange&) = delete;
   UcxCallExchange& operator=(const UcxCallExchange&) = delete;
 
+  // A range of one tensor's bytes: which tensor, from where, how many.
+  using Range = std::function<void(size_t tensor, int64_t offset, int64_t size)>;
   // Posts receives for the args (`sizes` bytes each, into `places`) under a
   // tag of the agent's choosing, then tells the client to send them.
-  // `progress` runs as each piece lands; `done` once all did, or with the
-  // first failure.
+  // `progress` runs as each piece lands; `checked`, if given, as each piece
+  // passed its integrity check (its bytes may be used from then on); `done`
+  // once all did, or with the first failure.
   void ReceiveArgs(const std::vector<int64_t>& sizes, const std::vector<uint8_t*>& places,
-                   std::function<void()> progress, std::function<void(const absl::Status&)> done);
+                   std::function<void()> progress, Range checked,
+                   std::function<void(const absl::Status&)> done);
   // Sends the results, each piece with its MAC; callbacks as above.
   void SendResults(const std::vector<int64_t>& sizes, const std::vector<const uint8_t*>& data,
                    std::function<void()> progress, std::function<void(const absl::Status&)> done);

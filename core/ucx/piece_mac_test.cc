@@ -1,5 +1,6 @@
 #include "core/ucx/piece_mac.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <vector>
@@ -83,7 +84,20 @@ TEST(PieceTransfersTest, PiecesAndTheirMacsArriveChecked) {
   const uint64_t tag = NewCallTag();
   Tensors t({kPieceBytes * 2 + 5, 0, 3});
   auto rx = TransferSet::Create(*b, nullptr);
-  ReceivePieces(*rx, key, tag, Carries::kArg, t.pieces, t.Into());
+  // Each piece is reported once, when its bytes are all there (worker's
+  // thread only: no lock).
+  std::vector<int> reported(t.pieces.size(), 0);
+  bool early = false;
+  ReceivePieces(*rx, key, tag, Carries::kArg, t.pieces, t.Into(), [&](const Piece& p) {
+    for (size_t k = 0; k < t.pieces.size(); ++k) {
+      const Piece& q = t.pieces[k];
+      if (q.tensor != p.tensor || q.offset != p.offset) continue;
+      ++reported[k];
+      early |= !std::equal(t.src[p.tensor].begin() + p.offset,
+                           t.src[p.tensor].begin() + p.offset + p.size,
+                           t.dst[p.tensor].begin() + p.offset);
+    }
+  });
   rx->Seal();
   b->Flush();
   auto tx = TransferSet::Create(*a, nullptr);
@@ -92,6 +106,8 @@ TEST(PieceTransfersTest, PiecesAndTheirMacsArriveChecked) {
   EXPECT_TRUE(tx->Wait(Soon()).ok());
   EXPECT_TRUE(rx->Wait(Soon()).ok());
   EXPECT_EQ(t.src, t.dst);
+  EXPECT_EQ(reported, std::vector<int>(t.pieces.size(), 1));
+  EXPECT_FALSE(early) << "a piece was reported before its bytes landed";
 }
 
 // The forger of defect 6: a third worker that knows the call's tag sends a
@@ -111,7 +127,9 @@ TEST(PieceTransfersTest, AThirdWorkersPieceUnderTheCallsTagFailsItsCheck) {
   rx->OnEachEnd([&] {
     if (!once.exchange(true)) landed.Notify();
   });
-  ReceivePieces(*rx, key, tag, Carries::kArg, t.pieces, t.Into());
+  std::atomic<bool> reported{false};  // a forged piece is never reported
+  ReceivePieces(*rx, key, tag, Carries::kArg, t.pieces, t.Into(),
+                [&](const Piece&) { reported = true; });
   rx->Seal();
   b->Flush();
   std::vector<uint8_t> forged(kPieceBytes, 0xEE);
@@ -130,6 +148,7 @@ TEST(PieceTransfersTest, AThirdWorkersPieceUnderTheCallsTagFailsItsCheck) {
             "not send reached this call (another UCX peer that knows its tag), and none of them "
             "is used.");
   tx->Wait(Soon()).IgnoreError();  // the real piece is taken and thrown away
+  EXPECT_FALSE(reported.load());
   EXPECT_GE(b->discarded(), 1);
   EXPECT_EQ(b->in_flight(), 0);
 }

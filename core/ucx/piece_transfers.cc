@@ -40,6 +40,7 @@ struct Checker {
     const Piece& p = pieces[k];
     if (mac.Check(what, k, places[p.tensor] + p.offset, static_cast<size_t>(p.size),
                   macs.data() + k * kMacBytes)) {
+      if (checked) checked(p);
       return absl::OkStatus();
     }
     return IntegrityFailure(
@@ -54,6 +55,7 @@ struct Checker {
   const std::vector<uint8_t*> places;
   std::vector<uint8_t> landed;  // 0, 1 (the piece or its MAC), 2 (both)
   std::vector<uint8_t> macs;
+  std::function<void(const Piece&)> checked;  // each piece that passed
 };
 
 // One side's piece sends, at most kSendWindow at once: piece k + window
@@ -164,9 +166,11 @@ void SendPieces(TransferSet& set, const std::string& peer, uint64_t call_tag, Ca
 }
 
 void ReceivePieces(TransferSet& set, absl::string_view key, uint64_t call_tag, Carries what,
-                   const std::vector<Piece>& pieces, const std::vector<uint8_t*>& places) {
+                   const std::vector<Piece>& pieces, const std::vector<uint8_t*>& places,
+                   std::function<void(const Piece&)> checked) {
   if (pieces.empty()) return;
   auto c = std::make_shared<Checker>(key, what, pieces, places);
+  c->checked = std::move(checked);
   TransferSet* s = &set;  // outlives its transfers' callbacks
   for (size_t k = 0; k < pieces.size(); ++k) {
     const Piece& p = pieces[k];

@@ -73,9 +73,12 @@ void SendPieces(TransferSet& set, const std::string& peer, uint64_t call_tag, Ca
                 absl::string_view key);
 
 // Adds to `set` the receives of `pieces` into `places` (one per tensor) and
-// of the sender's MAC list, each piece checked under `key`.
+// of the sender's MAC list, each piece checked under `key`. `checked`, if
+// given, runs (worker's thread) as each piece passed its check, before the
+// set counts it as ended: its bytes may be used from then on.
 void ReceivePieces(TransferSet& set, absl::string_view key, uint64_t call_tag, Carries what,
-                   const std::vector<Piece>& pieces, const std::vector<uint8_t*>& places);
+                   const std::vector<Piece>& pieces, const std::vector<uint8_t*>& places,
+                   std::function<void(const Piece&)> checked = nullptr);
 
 }  // namespace farcall::ucx
 
