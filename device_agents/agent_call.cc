@@ -398,7 +398,17 @@ absl::Status AgentCall::PlaceInRegion(const ValidatedCall& v) {
     t.memory = std::make_shared<RegionView>(region, offset, size);
     if (shm_on_device()) {
       t.region = std::move(t.memory);
-      FARCALL_ASSIGN_OR_RETURN(t.memory, device_->Allocate(size));
+      // In place where the device shares the host's memory; else memory of
+      // the device's own, which the region is copied into and out of.
+      absl::StatusOr<std::unique_ptr<DeviceMemory>> wrapped =
+          device_->WrapHostMemory(region->data() + offset, size);
+      if (!wrapped.ok()) Metrics().staging_fallbacks.With({}).Increment();
+      if (wrapped.ok() && *wrapped != nullptr) {
+        t.memory = *std::move(wrapped);
+        t.in_place = true;
+      } else {
+        FARCALL_ASSIGN_OR_RETURN(t.memory, device_->Allocate(size));
+      }
     }
     return t;
   };
@@ -433,6 +443,7 @@ absl::Status AgentCall::PlaceInRegion(const ValidatedCall& v) {
       (void)pinned;  // pinned, not needed, or failed: the copies work either way
     }
     for (Tensor& t : args_) {
+      if (t.in_place) continue;  // the device reads the region itself
       FARCALL_RETURN_IF_ERROR(stream_->CopyToDevice(t.region->host_ptr(), *t.memory, 0, t.size));
     }
   }
@@ -442,6 +453,8 @@ absl::Status AgentCall::PlaceInRegion(const ValidatedCall& v) {
 absl::Status AgentCall::CopyResultsToRegion() {
   for (Tensor& t : results_) {
     // An aliased result is its arg's Tensor: its region is the arg's place.
+    // In place, this read into the bytes themselves makes the device's
+    // writes visible there.
     FARCALL_RETURN_IF_ERROR(stream_->CopyToHost(*t.memory, 0, t.size, t.region->host_ptr()));
   }
   return stream_->Synchronize();

@@ -152,6 +152,9 @@ class AgentCall final : private FrameVisitor {
     // region, copied to `memory` on the device before the handler runs
     // (args) and back after (results). Null otherwise.
     std::shared_ptr<DeviceMemory> region;
+    // `memory` is the region's bytes themselves (Device::WrapHostMemory):
+    // no copy in; the copy out only makes the device's writes visible.
+    bool in_place = false;
     uint8_t* host() const;
   };
   absl::Status OnMessageField(uint32_t field, absl::string_view bytes) override;
@@ -160,7 +163,8 @@ class AgentCall final : private FrameVisitor {
   absl::Status MaxCallTimeExceeded() const;
   // Places the tensors of a shared-memory call in its region. On a device,
   // each gets device memory too, and the args are copied in on the call's
-  // stream, straight from the region (no staging).
+  // stream, straight from the region (no staging); or, on a device that
+  // shares the host's memory, the device uses the region in place.
   absl::Status PlaceInRegion(const ValidatedCall& v);
   // A device call's shared-memory results, copied back into the region.
   absl::Status CopyResultsToRegion();

@@ -105,6 +105,17 @@ class Device {
   virtual absl::StatusOr<std::shared_ptr<void>> PinHostMemory(void* p, size_t size) {
     return std::shared_ptr<void>();
   }
+  // Device memory that is `size` bytes of host memory the process has (a
+  // tensor inside a client's region), used by the device in place: no copy
+  // in, and a copy out to `p` itself only makes the device's writes visible
+  // there. Null where the device does not share the host's memory (the call
+  // then copies into memory of its own); an error where it should have
+  // worked (counted as a staging fallback; the call copies all the same).
+  // oneapi on a device with host-unified memory (PoCL, integrated GPUs):
+  // an OpenCL buffer over the bytes (CL_MEM_USE_HOST_PTR).
+  virtual absl::StatusOr<std::unique_ptr<DeviceMemory>> WrapHostMemory(uint8_t* p, int64_t size) {
+    return std::unique_ptr<DeviceMemory>();
+  }
 
   // OK, or the sticky error after which this device can no longer run
   // anything (an illegal address, a failed launch): the agent then reports

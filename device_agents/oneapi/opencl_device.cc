@@ -95,6 +95,24 @@ class ClStagingBlock final : public StagingBlock {
   cl_event event_ = nullptr;
 };
 
+// An OpenCL buffer over host memory the agent has (CL_MEM_USE_HOST_PTR):
+// the device reads and writes those bytes in place. Reading it back into
+// the same host pointer is OpenCL's way to make the device's writes visible
+// there (the spec defines clEnqueueReadBuffer to host_ptr + offset).
+class ClHostBuffer final : public DeviceMemory {
+ public:
+  ClHostBuffer(cl_mem mem, int64_t size) : mem_(mem), size_(size) {}
+  ~ClHostBuffer() override { clReleaseMemObject(mem_); }
+  void* device_ptr() override { return mem_; }
+  // Not for direct writes: the bytes are the device's while it holds them.
+  uint8_t* host_ptr() override { return nullptr; }
+  int64_t size() const override { return size_; }
+
+ private:
+  cl_mem mem_;
+  int64_t size_;
+};
+
 class ClDevice final : public Device {
  public:
   static absl::StatusOr<std::unique_ptr<ClDevice>> Open(int ordinal, cl_platform_id platform,
@@ -128,6 +146,14 @@ class ClDevice final : public Device {
   }
   absl::StatusOr<std::unique_ptr<Stream>> AcquireStream() override;
   std::unique_ptr<StagingBlock> TryAcquireStaging() override { return staging_->TryAcquire(); }
+  absl::StatusOr<std::unique_ptr<DeviceMemory>> WrapHostMemory(uint8_t* p, int64_t size) override {
+    if (!host_unified_ || size <= 0) return std::unique_ptr<DeviceMemory>();
+    cl_int err = CL_SUCCESS;
+    cl_mem m = clCreateBuffer(context_, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR,
+                              static_cast<size_t>(size), p, &err);
+    FARCALL_CL_RETURN_IF_ERROR(Track(err));
+    return std::unique_ptr<DeviceMemory>(new ClHostBuffer(m, size));
+  }
   absl::Status health() const override {
     absl::MutexLock l(&mu_);
     return sticky_;
@@ -157,6 +183,7 @@ class ClDevice final : public Device {
   cl_context context_;
   cl_command_queue own_queue_ = nullptr;
   cl_program program_ = nullptr;
+  bool host_unified_ = false;  // the device shares the host's memory
   std::unique_ptr<CachingAllocator> allocator_;
   std::shared_ptr<StagingPool> staging_;
   mutable absl::Mutex mu_;
@@ -229,6 +256,13 @@ absl::StatusOr<std::unique_ptr<ClDevice>> ClDevice::Open(int ordinal, cl_platfor
       std::unique_ptr<ClDevice>(new ClDevice(ordinal, name, static_cast<int64_t>(memory), id, ctx));
   device->own_queue_ = clCreateCommandQueue(ctx, id, 0, &err);
   FARCALL_CL_RETURN_IF_ERROR(err);
+  // Deprecated in OpenCL 2.0, still answered by the drivers of 1.2 and 3.0
+  // (PoCL, Intel's); a driver that does not answer gets copies.
+  cl_bool unified = CL_FALSE;
+  if (clGetDeviceInfo(id, CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof(unified), &unified, nullptr) ==
+      CL_SUCCESS) {
+    device->host_unified_ = unified == CL_TRUE;
+  }
 
   // The built-ins, built for this device now, so a broken driver shows at
   // startup rather than in the first call.
