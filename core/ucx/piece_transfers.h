@@ -55,8 +55,10 @@ std::shared_ptr<const std::vector<uint8_t>> MacListOf(absl::string_view key, Car
 // 256 MiB call posted at once, a second call from the same client waited
 // for the first one's whole download before its upload could start, and two
 // calls ran one after the other. With a window it waits behind at most
-// this many pieces.
-inline constexpr size_t kSendWindow = 16;
+// this many pieces. 4 (16 MiB) rather than 16: two calls at once over a 2
+// Gbit/s link moved 0.72-0.90x of it (median 0.80x, five runs) against
+// 0.70-0.80x, with no loss uncapped (docs/performance.md).
+inline constexpr size_t kSendWindow = 4;
 
 // Adds to `set` the sends of `pieces` (messages 0.. of kind `what` under
 // `call_tag`) to `peer`, kSendWindow at a time, each followed by its MAC:
