@@ -12,10 +12,10 @@
 namespace farcall::agent::oneapi {
 namespace {
 
-#define OPEN_OR_SKIP(backend)                                                        \
-  absl::StatusOr<Backend> backend = OpenOneapiBackend(BackendOptions{});             \
-  if (!backend.ok()) {                                                               \
-    GTEST_SKIP() << "SKIPPED: no OpenCL device here: " << backend.status();          \
+#define OPEN_OR_SKIP(backend)                                               \
+  absl::StatusOr<Backend> backend = OpenOneapiBackend(BackendOptions{});    \
+  if (!backend.ok()) {                                                      \
+    GTEST_SKIP() << "SKIPPED: no OpenCL device here: " << backend.status(); \
   }
 
 bool HostUnified(Device& d) {
