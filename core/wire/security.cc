@@ -1,7 +1,6 @@
 #include "core/wire/security.h"
 
 #include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "core/capability.h"
@@ -11,18 +10,31 @@ namespace farcall {
 namespace {
 
 absl::StatusOr<std::string> ReadPem(const std::string& path, const char* flag) {
-  std::ifstream f(path);
-  if (!f) return absl::NotFoundError(absl::StrCat(flag, ": cannot read ", path, "."));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  std::string pem = ss.str();
-  if (pem.find("-----BEGIN ") == std::string::npos) {
+  absl::StatusOr<std::string> pem = ReadPemFile(path, flag);
+  if (!pem.ok()) return pem.status();
+  if (pem->find("-----BEGIN ") == std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat(flag, ": ", path, " is not a PEM file."));
   }
   return pem;
 }
 
 }  // namespace
+
+absl::StatusOr<std::string> ReadPemFile(const std::string& path, const char* flag) {
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  if (!f) return absl::NotFoundError(absl::StrCat(flag, ": cannot read ", path, "."));
+  const std::streamoff size = f.tellg();
+  if (size < 0 || size > kMaxPemBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, ": ", path, " is larger than ", kMaxPemBytes, " bytes."));
+  }
+  std::string bytes(static_cast<size_t>(size), '\0');
+  f.seekg(0);
+  if (!f.read(bytes.data(), size)) {
+    return absl::NotFoundError(absl::StrCat(flag, ": cannot read ", path, "."));
+  }
+  return bytes;
+}
 
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(const TlsFiles& f) {
   if (!f.any()) return grpc::InsecureChannelCredentials();

@@ -12,6 +12,7 @@
 #ifndef FARCALL_CORE_WIRE_SECURITY_H_
 #define FARCALL_CORE_WIRE_SECURITY_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -35,6 +36,12 @@ struct ServerTls {
   // Refuse clients without a certificate signed by files.ca (mutual TLS).
   bool require_client_cert = false;
 };
+
+// The bytes of a PEM file (a certificate, key or CA bundle), read whole:
+// NOT_FOUND when it cannot be read, INVALID_ARGUMENT when it is larger than
+// kMaxPemBytes (no such file is). `flag` names it in the message.
+inline constexpr int64_t kMaxPemBytes = int64_t{1} << 20;
+absl::StatusOr<std::string> ReadPemFile(const std::string& path, const char* flag);
 
 // Plaintext without files; TLS otherwise, trusting ca (the system's roots
 // when empty) and presenting cert and key when both are given.

@@ -28,25 +28,6 @@ namespace {
 
 // How often gRPC's watcher re-reads the memory files (its least).
 constexpr unsigned kWatchSeconds = 1;
-// A PEM file larger than this is no certificate, key or CA bundle.
-constexpr std::streamoff kMaxPemBytes = 1 << 20;
-
-absl::StatusOr<std::string> ReadFile(const std::string& path, const char* flag) {
-  std::ifstream f(path, std::ios::binary | std::ios::ate);
-  if (!f) return absl::NotFoundError(absl::StrCat(flag, ": cannot read ", path, "."));
-  const std::streamoff size = f.tellg();
-  if (size < 0 || size > kMaxPemBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(flag, ": ", path, " is larger than ", kMaxPemBytes, " bytes."));
-  }
-  std::string bytes(static_cast<size_t>(size), '\0');
-  f.seekg(0);
-  if (!f.read(bytes.data(), size)) {
-    return absl::NotFoundError(absl::StrCat(flag, ": cannot read ", path, "."));
-  }
-  return bytes;
-}
-
 struct X509Free {
   void operator()(X509* x) const { X509_free(x); }
 };
@@ -90,14 +71,14 @@ struct Raw {
 
 absl::StatusOr<Raw> ReadAll(const TlsFiles& f) {
   Raw r;
-  absl::StatusOr<std::string> chain = ReadFile(f.cert, "--tls_cert");
+  absl::StatusOr<std::string> chain = ReadPemFile(f.cert, "--tls_cert");
   if (!chain.ok()) return chain.status();
   r.chain = *std::move(chain);
-  absl::StatusOr<std::string> key = ReadFile(f.key, "--tls_key");
+  absl::StatusOr<std::string> key = ReadPemFile(f.key, "--tls_key");
   if (!key.ok()) return key.status();
   r.key = *std::move(key);
   if (!f.ca.empty()) {
-    absl::StatusOr<std::string> ca = ReadFile(f.ca, "--tls_ca");
+    absl::StatusOr<std::string> ca = ReadPemFile(f.ca, "--tls_ca");
     if (!ca.ok()) return ca.status();
     r.ca = *std::move(ca);
   }
