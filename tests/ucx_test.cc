@@ -94,11 +94,12 @@ v1::AgentInfo Describe(const ChildProcess& agent) {
 int64_t InflightCalls(const ChildProcess& agent) { return Describe(agent).inflight_calls(); }
 
 // A header for `copy` of `n` bytes over UCX, answering to `worker`.
-v1::ExecuteRequest UcxCopy(int64_t n, const std::string& worker_address) {
+v1::ExecuteRequest UcxCopy(int64_t n, const std::string& worker_address,
+                           const std::string& platform = "cpu") {
   v1::ExecuteRequest r;
   v1::CallHeader* h = r.mutable_header();
   h->set_handler("copy");
-  h->add_platforms("cpu");
+  h->add_platforms(platform);
   for (auto* s : {h->add_args(), h->add_results()}) {
     s->set_dtype(v1::U8);
     s->add_dims(n);
@@ -342,9 +343,9 @@ struct UcxCallInFlight {
   std::vector<uint8_t> args;  // what SendArgs sends, kept until the sends end
 
   static std::unique_ptr<UcxCallInFlight> Start(const ChildProcess& agent, ucx::Worker& worker,
-                                                int64_t n) {
+                                                int64_t n, const std::string& platform = "cpu") {
     auto c = std::make_unique<UcxCallInFlight>();
-    c->req = UcxCopy(n, worker.address());
+    c->req = UcxCopy(n, worker.address(), platform);
     const v1::UcxTensors& u = c->req.header().ucx();
     ucx::ReadyBytes ready{};
     auto told = worker.StartReceive(ucx::TagOf(u.tag(), ucx::Carries::kReady, 0), ready.data(),
@@ -478,6 +479,56 @@ TEST(UcxTest, ADeadlineEndsTheCallOnBothSides) {
   r = Copy(*client, in, o);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(std::memcmp(r->results[0].data, in.data(), in.size()), 0);
+}
+
+// A device agent (oneapi; PoCL here and in CI) takes a UCX call's pieces
+// on toward the device as each is checked. A client that sends half its
+// args and stops is ended by the idle timeout: the pieces it did send were
+// queued for the device, and their copies end before the call does. The
+// agent holds nothing afterwards, and the next call's bytes come back
+// whole (the staging blocks the half call used are reused).
+TEST(UcxTest, ADeviceAgentEndsAHalfSentCallAndServesTheNextOne) {
+  absl::StatusOr<std::unique_ptr<ChildProcess>> started = ChildProcess::Start(
+      FARCALL_AGENT_BIN, {"--listen=127.0.0.1:0", "--platform=oneapi", "--stream_idle_timeout=1s"});
+  if (!started.ok()) {
+    GTEST_SKIP() << "SKIPPED: no oneapi agent here (no OpenCL device): " << started.status();
+  }
+  ChildProcess& agent = **started;
+  const v1::AgentInfo info = Describe(agent);
+  ASSERT_FALSE(info.ucx_address().empty()) << "the oneapi agent offers no UCX";
+  auto worker = TestWorker();
+  ASSERT_TRUE(worker);
+  constexpr int64_t kBytes = 4 * ucx::kPieceBytes;
+  auto call = UcxCallInFlight::Start(agent, *worker, kBytes, "oneapi");
+  ASSERT_TRUE(call);
+  // Pieces 0 and 1 of 4, each with its MAC; then nothing.
+  std::vector<uint8_t> half = Pattern(2 * ucx::kPieceBytes, 3);
+  std::vector<ucx::Piece> pieces = ucx::PiecesOf({kBytes});
+  pieces.resize(2);
+  auto sends = ucx::TransferSet::Create(*worker, nullptr);
+  ucx::SendPieces(*sends, info.ucx_address(), call->agent_tag, ucx::Carries::kArg, pieces,
+                  {half.data()}, call->req.header().ucx().key());
+  sends->Seal();
+  grpc::Status s = call->answer.get();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
+  EXPECT_EQ(s.error_message(),
+            "the caller sent nothing for 1s (--stream_idle_timeout); the call was ended.");
+  EXPECT_TRUE(sends->Wait(absl::Now() + absl::Seconds(20)).ok());
+  EXPECT_EQ(InflightCalls(agent), 0);
+
+  auto client = Connect(agent);
+  ASSERT_TRUE(client);
+  std::vector<uint8_t> in = Pattern(kBytes + 13, 8);
+  CallRequest req = CopyRequest(in);
+  req.platform = "oneapi";
+  CallOptions o = NoShm();
+  o.transport = Transport::kUcx;
+  absl::StatusOr<CallResult> r = client->Call(req, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->transport, Transport::kUcx);
+  ASSERT_EQ(r->results[0].size, static_cast<int64_t>(in.size()));
+  EXPECT_EQ(std::memcmp(r->results[0].data, in.data(), in.size()), 0);
+  EXPECT_EQ(InflightCalls(agent), 0);
 }
 
 // The agent's UCX cannot reach this client's worker (no transport in
