@@ -371,14 +371,13 @@ struct UcxCallInFlight {
   }
 };
 
-TEST(UcxTest, AThirdWorkersForgedPieceNeverReachesTheHandler) {
-  auto agent = Start({});
-  ASSERT_TRUE(agent);
-  const v1::AgentInfo info = Describe(*agent);
+void ExpectAForgedPieceNeverReachesTheHandler(const ChildProcess& agent,
+                                              const std::string& platform) {
+  const v1::AgentInfo info = Describe(agent);
   auto client = TestWorker(), forger = TestWorker();
   ASSERT_TRUE(client && forger);
-  constexpr int64_t kBytes = ucx::kPieceBytes;  // one piece, sent by rendezvous
-  auto call = UcxCallInFlight::Start(*agent, *client, kBytes);
+  constexpr int64_t kBytes = ucx::kPieceBytes;  // one piece
+  auto call = UcxCallInFlight::Start(agent, *client, kBytes, platform);
   ASSERT_TRUE(call);
   // The forger's piece lands first: its rendezvous send ends once taken.
   std::vector<uint8_t> forged(kBytes, 0xEE);
@@ -394,7 +393,24 @@ TEST(UcxTest, AThirdWorkersForgedPieceNeverReachesTheHandler) {
             "integrity check: bytes the other side did not send reached this call (another UCX "
             "peer that knows its tag), and none of them is used.); the handler did not run.");
   call->sends->Wait(absl::Now() + absl::Seconds(20)).IgnoreError();
-  EXPECT_EQ(InflightCalls(*agent), 0);
+  EXPECT_EQ(InflightCalls(agent), 0);
+}
+
+TEST(UcxTest, AThirdWorkersForgedPieceNeverReachesTheHandler) {
+  auto agent = Start({});
+  ASSERT_TRUE(agent);
+  ExpectAForgedPieceNeverReachesTheHandler(*agent, "cpu");
+}
+
+// On a device agent the forged piece is never queued for the device either
+// (only checked pieces are).
+TEST(UcxTest, AForgedPieceNeverReachesADeviceAgentsHandler) {
+  absl::StatusOr<std::unique_ptr<ChildProcess>> agent =
+      ChildProcess::Start(FARCALL_AGENT_BIN, {"--listen=127.0.0.1:0", "--platform=oneapi"});
+  if (!agent.ok()) {
+    GTEST_SKIP() << "SKIPPED: no oneapi agent here (no OpenCL device): " << agent.status();
+  }
+  ExpectAForgedPieceNeverReachesTheHandler(**agent, "oneapi");
 }
 
 // Endpoints to callers are capped (--ucx_max_endpoints): with the one
