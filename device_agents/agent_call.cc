@@ -511,12 +511,15 @@ absl::Status AgentCall::MaxCallTimeExceeded() const {
 
 absl::Status AgentCall::ZeroResults() {
   // The client's own shared memory holds only its own bytes already (on a
-  // device, the results' device memory is zeroed as any call's).
+  // device, the results' device memory is zeroed as any call's; a result
+  // the device uses in place is the client's region itself, left as the
+  // client had it, as on cpu).
   if (shm_ && !shm_on_device()) return absl::OkStatus();
   static const auto* zeros = new std::vector<uint8_t>(size_t{1} << 20, 0);
   for (size_t o = 0; o < results_.size(); ++o) {
     if (validated_->result_alias[o] >= 0) continue;
     Tensor& t = results_[o];
+    if (t.in_place) continue;
     if (uint8_t* host = t.memory->host_ptr()) {
       std::memset(host, 0, static_cast<size_t>(t.size));
       continue;
@@ -606,10 +609,16 @@ absl::Status AgentCall::Run(const CancellationToken& cancel) {
 }
 
 absl::Status AgentCall::CopyUcxResultsToHost() {
-  for (Tensor& t : results_) {
-    // Each its own host memory, an aliased result's too: its arg's is what
-    // came in, not what the handler made.
-    t.host_copy = HostBytes(t.size);
+  for (size_t o = 0; o < results_.size(); ++o) {
+    Tensor& t = results_[o];
+    // An aliased result comes back into its arg's host memory: what came in
+    // there went on to the device before the handler ran (StageUcxPiece
+    // copies each piece out of it), so nothing reads it any more. Others
+    // get host memory of their own. Either way the budget counted it
+    // (Validate).
+    const int64_t alias = validated_->result_alias[o];
+    t.host_copy = alias >= 0 && args_[alias].host_copy != nullptr ? args_[alias].host_copy
+                                                                  : HostBytes(t.size);
     FARCALL_RETURN_IF_ERROR(stream_->CopyToHost(*t.memory, 0, t.size, t.host_copy.get()));
   }
   return stream_->Synchronize();
