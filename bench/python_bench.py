@@ -6,8 +6,11 @@ Starts one CPU agent on loopback and measures, in one run:
      (streamed) and over shared memory (the input in a shared buffer);
      throughput ratios (target: >= 0.9x);
   2. a 64-byte call: the p50 of a jitted farcall.jax.buffer_callback on the
-     XLA FFI path vs the C++ client's p50 over gRPC (target: <= 1.2x), and the
-     jax.pure_callback fallback's p50 next to them;
+     XLA FFI path vs the C++ client's p50 over gRPC, both as they come
+     (target: <= 1.2x), and the jax.pure_callback fallback's p50 next to
+     them; for information, the same with polling on both sides or on
+     neither (the FFI path polls for a quick handler's answer by default,
+     the C++ client with --busy_poll_us);
   3. overlap: a jitted step holding a 60 ms remote `sleep` and independent
      local compute (tanh of matrix products, about as long), against the sum
      of the two jitted alone (target: <= 0.75x: the asynchronous FFI
@@ -39,6 +42,7 @@ REPS = int(os.environ.get("FARCALL_BENCH_REPS", "3"))
 BIG = 64 << 20
 BIG_CALLS = int(os.environ.get("FARCALL_BENCH_BIG_CALLS", "20"))
 SMALL_CALLS = int(os.environ.get("FARCALL_BENCH_SMALL_CALLS", "2000"))
+POLL_US = 500  # the FFI path's most, for the C++ client's polling row
 OVERLAP_STEPS = int(os.environ.get("FARCALL_BENCH_OVERLAP_STEPS", "15"))
 
 
@@ -87,11 +91,11 @@ def p50_us(fn, calls):
     return statistics.median(times) * 1e6
 
 
-def jitted(target, host_callback):
+def jitted(target, host_callback, busy_poll=None):
     fj.prefer_host_callback(host_callback)
     try:
         f = jax.jit(fj.buffer_callback("copy", jax.ShapeDtypeStruct((16,), jnp.float32),
-                                       target=target))
+                                       target=target, busy_poll=busy_poll))
         x = jnp.ones(16, jnp.float32)
         f(x).block_until_ready()
         return lambda: f(x).block_until_ready()
@@ -139,6 +143,8 @@ def measure_in_child(target, what):
 def measure(what, target):
     if what == "ffi_p50":
         return p50_us(jitted(target, False), SMALL_CALLS)
+    if what == "ffi_nopoll_p50":
+        return p50_us(jitted(target, False, busy_poll=0), SMALL_CALLS)
     if what == "cb_p50":
         return p50_us(jitted(target, True), SMALL_CALLS)
     if what == "overlap":
@@ -154,7 +160,8 @@ def main():
     proc, target = start_agent()
     try:
         rows = {k: [] for k in ("py_gbps", "cpp_gbps", "py_shm_gbps", "cpp_shm_gbps",
-                                "ffi_p50", "cpp_p50", "cb_p50", "overlap")}
+                                "ffi_p50", "cpp_p50", "ffi_nopoll_p50", "cpp_poll_p50",
+                                "cb_p50", "overlap")}
         for _ in range(REPS):
             rows["cpp_gbps"].append(cpp_bench(target, BIG, BIG_CALLS, True)["gbps"])
             rows["py_gbps"].append(measure_in_child(target, "py_gbps"))
@@ -163,6 +170,10 @@ def main():
             rows["cpp_p50"].append(
                 cpp_bench(target, 64, SMALL_CALLS, False, extra=["--transport=grpc"])["p50_us"])
             rows["ffi_p50"].append(measure_in_child(target, "ffi_p50"))
+            rows["cpp_poll_p50"].append(
+                cpp_bench(target, 64, SMALL_CALLS, False,
+                          extra=["--transport=grpc", f"--busy_poll_us={POLL_US}"])["p50_us"])
+            rows["ffi_nopoll_p50"].append(measure_in_child(target, "ffi_nopoll_p50"))
             rows["cb_p50"].append(measure_in_child(target, "cb_p50"))
             rows["overlap"].append(measure_in_child(target, "overlap"))
     finally:
@@ -179,6 +190,10 @@ def main():
         "call_64_bytes_p50_us": {
             "jax_ffi": med["ffi_p50"], "cpp_client": med["cpp_p50"],
             "ratio": med["ffi_p50"] / med["cpp_p50"], "target": "<= 1.2",
+            "jax_ffi_no_polling": med["ffi_nopoll_p50"],
+            "cpp_client_polling": med["cpp_poll_p50"],
+            "ratio_neither_polls": med["ffi_nopoll_p50"] / med["cpp_p50"],
+            "ratio_both_poll": med["ffi_p50"] / med["cpp_poll_p50"],
             "jax_pure_callback": med["cb_p50"],
             "pure_callback_ratio": med["cb_p50"] / med["cpp_p50"]},
         "step_60ms_remote_with_local_compute": {
@@ -198,6 +213,10 @@ def main():
     print(f"  jitted, XLA FFI path     {s['jax_ffi']:.1f} us")
     print(f"  C++ client               {s['cpp_client']:.1f} us")
     print(f"  ratio                    {s['ratio']:.2f}x   (target <= 1.2x)")
+    print(f"  neither polls: FFI {s['jax_ffi_no_polling']:.1f} us, "
+          f"{s['ratio_neither_polls']:.2f}x the C++ client")
+    print(f"  both poll: C++ client --busy_poll_us={POLL_US} {s['cpp_client_polling']:.1f} us, "
+          f"FFI {s['ratio_both_poll']:.2f}x it")
     print(f"  jitted, pure_callback    {s['jax_pure_callback']:.1f} us "
           f"({s['pure_callback_ratio']:.2f}x the C++ client)")
     o = result["step_60ms_remote_with_local_compute"]

@@ -1,12 +1,14 @@
 #include "client/rpc_calls.h"
 
 #include <atomic>
+#include <chrono>
 #include <optional>
 #include <utility>
 
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "client/call_stop.h"
+#include "client/polling_slot.h"
 #include "client/ucx_exchange.h"
 #include "core/capability.h"
 #include "core/tokens.h"
@@ -46,10 +48,12 @@ absl::StatusOr<CallResult> Conclude(const grpc::Status& status, const grpc::Clie
 // A unary call of raw frames that blocks the calling thread, on a
 // completion queue of its own (the generic stub has no blocking form; the
 // generated one would copy the tensors into protobuf messages). No gRPC
-// thread takes part, so no hand-off to one and back.
+// thread takes part, so no hand-off to one and back. With `busy_poll`, the
+// thread first polls for the answer (PollingSlot) and sleeps only if none
+// came within that long.
 grpc::Status BlockingRawUnary(grpc::GenericStub& stub, grpc::ClientContext& ctx,
                               const std::string& method, const grpc::ByteBuffer& request,
-                              grpc::ByteBuffer* response) {
+                              grpc::ByteBuffer* response, absl::Duration busy_poll) {
   grpc::CompletionQueue cq;
   std::unique_ptr<grpc::GenericClientAsyncResponseReader> call =
       stub.PrepareUnaryCall(&ctx, method, request, &cq);
@@ -58,7 +62,20 @@ grpc::Status BlockingRawUnary(grpc::GenericStub& stub, grpc::ClientContext& ctx,
   call->Finish(response, &status, &cq);
   void* tag = nullptr;
   bool ok = false;
-  cq.Next(&tag, &ok);  // the one event: the call's end
+  bool answered = false;
+  if (busy_poll > absl::ZeroDuration()) {
+    PollingSlot slot;
+    if (slot.held()) {
+      // AsyncNext with a deadline already past reads the connection once
+      // without waiting (and runs what it read: the call's end among it).
+      const absl::Time until = absl::Now() + busy_poll;
+      do {
+        answered = cq.AsyncNext(&tag, &ok, std::chrono::system_clock::time_point()) ==
+                   grpc::CompletionQueue::GOT_EVENT;
+      } while (!answered && absl::Now() < until);
+    }
+  }
+  if (!answered) cq.Next(&tag, &ok);  // the one event: the call's end
   cq.Shutdown();
   while (cq.Next(&tag, &ok)) {
   }
@@ -280,8 +297,8 @@ absl::StatusOr<CallResult> BlockingUnaryCall(const RpcTarget& target, const Prep
     StopHook hook(options.stop.get(), target.closer, [&] { ctx.TryCancel(); });
     grpc::ByteBuffer request_frame, response_frame;
     RequestWriter(call, 0, completion).Next(&request_frame);
-    grpc::Status s =
-        BlockingRawUnary(*target.stub, ctx, target.method, request_frame, &response_frame);
+    grpc::Status s = BlockingRawUnary(*target.stub, ctx, target.method, request_frame,
+                                      &response_frame, options.busy_poll);
     completion->Set(
         Conclude(s, ctx, call, Rpc::kUnary, [&] { return DecodeUnary(reader, response_frame); }));
   }

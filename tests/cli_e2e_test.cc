@@ -128,7 +128,7 @@ TEST_F(CliTest, ErrorsPrintCodeAndMessageAndExitNonZero) {
   EXPECT_THAT(r.output, HasSubstr("farcall: NOT_FOUND: handler 'nope' is not registered"));
 }
 
-TEST_F(CliTest, TransportAndRpcFlagsTakeOnlyTheirValues) {
+TEST_F(CliTest, TransportRpcAndBusyPollFlagsTakeOnlyTheirValues) {
   const std::string call = absl::StrCat("call copy 'float32[4]' --results='float32[4]' ", Target());
   CommandResult r = Farcall(call + " --transport=unary");
   EXPECT_EQ(r.exit_code, 1);
@@ -143,6 +143,12 @@ TEST_F(CliTest, TransportAndRpcFlagsTakeOnlyTheirValues) {
   r = Farcall(absl::StrCat("bench --bytes=64 --calls=2 --transport=carrier-pigeon ", Target()));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.output, HasSubstr("--transport must be auto, grpc, shm or ucx"));
+  r = Farcall(call + " --busy_poll_us=-5");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr("farcall: INVALID_ARGUMENT: --busy_poll_us must be 0 to "
+                                  "1000000; got -5."));
+  r = Farcall(absl::StrCat("bench --bytes=64 --calls=20 --busy_poll_us=300 ", Target()));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
 TEST_F(CliTest, AgentsTableShowsTheAgent) {

@@ -1,4 +1,6 @@
 // Client options against real processes.
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -14,6 +16,7 @@ namespace {
 using ::farcall::testing::AgentArgs;
 using ::farcall::testing::CallOnFour;
 using ::farcall::testing::ChildProcess;
+using ::farcall::testing::SleepRequest;
 using ::farcall::testing::TestPlatform;
 
 // ---- Client options ------------------------------------------------------------
@@ -65,6 +68,36 @@ TEST(ClientOptionsTest, APauseBeforeARetryEndsOnceTheTargetIsBackAndTheCallThenW
   start = absl::Now();
   (*client)->PauseBeforeRetry(absl::Milliseconds(200));
   EXPECT_GE(absl::Now() - start, absl::Milliseconds(200));
+}
+
+// busy_poll changes how the calling thread waits, never what the call
+// does: the answer is the same, a call longer than the polling goes on
+// asleep, and the deadline still ends a call that is polling (polling for
+// a second must not hold a 50 ms deadline back).
+TEST(ClientOptionsTest, ABusyPollingCallGetsItsAnswerAndEndsAtItsDeadline) {
+  auto agent = ChildProcess::Start(FARCALL_AGENT_BIN, {"--listen=127.0.0.1:0"});
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  auto client = Client::Connect((*agent)->address());
+  ASSERT_TRUE(client.ok());
+  CallOptions o;
+  o.busy_poll = absl::Milliseconds(5);
+  for (int i = 0; i < 20; ++i) {
+    absl::StatusOr<CallResult> r = CallOnFour(**client, "copy", o);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->transport, Transport::kGrpc);
+    ASSERT_EQ(r->rpc, Rpc::kUnary);
+    const float* y = r->results[0].as<float>();
+    EXPECT_EQ(std::vector<float>(y, y + 4), std::vector<float>({1, 2, 3, 4}));
+  }
+  // Longer than the polling: it sleeps for the rest.
+  EXPECT_TRUE((*client)->Call(SleepRequest(100), o).ok());
+
+  o.busy_poll = absl::Seconds(1);
+  o.timeout = absl::Milliseconds(50);
+  const absl::Time start = absl::Now();
+  absl::StatusOr<CallResult> r = (*client)->Call(SleepRequest(5000), o);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded) << r.status();
+  EXPECT_LT(absl::Now() - start, absl::Milliseconds(700));
 }
 
 }  // namespace

@@ -52,6 +52,9 @@ ABSL_FLAG(bool, via_router, false,
 ABSL_FLAG(bool, wait_for_ready, false,
           "wait, within --timeout_s, for a target that cannot be reached yet (an agent "
           "restarting) instead of failing at once");
+ABSL_FLAG(int64_t, busy_poll_us, 0,
+          "call, bench: poll this many microseconds for a small call's answer before "
+          "sleeping (CallOptions::busy_poll: lower latency, one core spent meanwhile)");
 ABSL_FLAG(bool, refresh, true, "agents: probe every agent before listing");
 ABSL_FLAG(std::string, handler, "copy",
           "bench: copy, crc32c or sum (sum and crc32c send the bytes one way)");
@@ -80,7 +83,8 @@ ABSL_FLAG(std::string, token_file, "",
 
 namespace {
 
-// --transport and --rpc into `opts`; INVALID_ARGUMENT for any other value.
+// --transport, --rpc and --busy_poll_us into `opts`; INVALID_ARGUMENT for any
+// other value.
 absl::Status ApplyTransportFlags(farcall::CallOptions& opts) {
   const std::string transport = absl::GetFlag(FLAGS_transport);
   std::optional<farcall::Transport> t = farcall::TransportNamed(transport);
@@ -99,6 +103,12 @@ absl::Status ApplyTransportFlags(farcall::CallOptions& opts) {
         absl::StrCat("--rpc must be auto, unary or stream; got '", rpc, "'."));
   }
   opts.rpc = *r;
+  const int64_t busy_poll_us = absl::GetFlag(FLAGS_busy_poll_us);
+  if (busy_poll_us < 0 || busy_poll_us > 1000000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--busy_poll_us must be 0 to 1000000; got ", busy_poll_us, "."));
+  }
+  opts.busy_poll = absl::Microseconds(busy_poll_us);
   return absl::OkStatus();
 }
 

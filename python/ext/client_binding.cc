@@ -382,6 +382,15 @@ void DefineOptions(nb::module_& m) {
           [](CallOptions& o, const std::string& name) {
             o.rpc = Named<Rpc>(&RpcNamed, "rpc", name, "'auto', 'unary' or 'stream'");
           })
+      .def_prop_rw(
+          "busy_poll", [](const CallOptions& o) { return absl::ToDoubleSeconds(o.busy_poll); },
+          [](CallOptions& o, double seconds) {
+            if (!(seconds >= 0 && seconds <= 1)) {
+              throw nb::value_error(
+                  absl::StrCat("busy_poll must be 0 to 1 seconds; got ", seconds).c_str());
+            }
+            o.busy_poll = absl::Seconds(seconds);
+          })
       .def_rw("chunk_bytes", &CallOptions::chunk_bytes)
       .def_rw("call_id", &CallOptions::call_id)
       .def_rw("allow_shm", &CallOptions::allow_shm)

@@ -30,6 +30,9 @@ struct FfiCallAttrs {
   bool has_side_effect = false;
   bool wait_for_ready = false;  // wait for the target within the timeout
   int64_t retries = 2;          // sends again a call that did not run (MaySendAgain)
+  // CallOptions::busy_poll in seconds; below 0: the handler chooses (cpu:
+  // PollFor; cuda: none).
+  double busy_poll = -1;
 };
 
 // One tensor in host memory. An aliased output's `data` is its input's.
@@ -51,7 +54,8 @@ absl::Status ParseAliases(std::string_view text, size_t n_in, size_t n_out,
 absl::StatusOr<CallRequest> RequestFor(const FfiCallAttrs& attrs, const std::vector<HostTensor>& in,
                                        const std::vector<HostTensor>& out,
                                        const std::vector<int64_t>& output_of_input);
-// Its options (a call id for a call with side effects; no timeout yet).
+// Its options (a call id for a call with side effects; busy_poll when
+// given; no timeout yet).
 CallOptions OptionsFor(const FfiCallAttrs& attrs);
 
 // Retries: a call that may go again (MaySendAgain) goes after a pause of
@@ -88,7 +92,8 @@ auto BindCall(Binding&& b) {
       .template Attr<double>("timeout")
       .template Attr<bool>("has_side_effect")
       .template Attr<bool>("wait_for_ready")
-      .template Attr<int64_t>("retries");
+      .template Attr<int64_t>("retries")
+      .template Attr<double>("busy_poll");
 }
 
 // Adds the cuda handler's capsule to `handlers` when built with CUDA.

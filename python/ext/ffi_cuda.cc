@@ -104,9 +104,9 @@ absl::Status RunOnHost(cudaStream_t stream, ffi::RemainingArgs& args, ffi::Remai
 ffi::Error CudaCall(cudaStream_t stream, ffi::RemainingArgs args, ffi::RemainingRets rets,
                     std::string_view target, std::string_view handler, std::string_view platform,
                     std::string_view aliases, std::string_view attributes, double timeout,
-                    bool has_side_effect, bool wait_for_ready, int64_t retries) {
+                    bool has_side_effect, bool wait_for_ready, int64_t retries, double busy_poll) {
   FfiCallAttrs attrs{target,  handler,         platform,       aliases, attributes,
-                     timeout, has_side_effect, wait_for_ready, retries};
+                     timeout, has_side_effect, wait_for_ready, retries, busy_poll};
   std::vector<HostBufferPool::Lease> memory;
   absl::Status s = RunOnHost(stream, args, rets, attrs, memory);
   if (!s.ok()) {

@@ -202,6 +202,17 @@ class RecentDurations {
 // Calls that lately took less than this wait on XLA's thread (CpuCall).
 constexpr absl::Duration kBlockingBelow = absl::Microseconds(500);
 
+// How long a call polls for its answer (CallOptions::busy_poll) unless
+// buffer_callback's busy_poll says: a quick call (on XLA's thread; its
+// retries too), twice its handler's recent average; any other call, not at
+// all (it waits on a thread of farcall's, and XLA runs the step's other
+// work meanwhile).
+// XLA's thread would sleep through the call otherwise, and waking it costs
+// a quick call about a third of its time (docs/performance.md).
+absl::Duration PollFor(bool quick, int64_t average_ns) {
+  return quick ? std::min(absl::Nanoseconds(2 * average_ns), kBlockingBelow) : absl::ZeroDuration();
+}
+
 // Asynchronous: a waiting thread makes the call and the handler returns at
 // once, so XLA runs the step's independent work meanwhile; the future
 // completes on that thread when the call ends (and XLA may go on with the
@@ -217,7 +228,7 @@ constexpr absl::Duration kBlockingBelow = absl::Microseconds(500);
 ffi::Future CpuCall(ffi::RemainingArgs args, ffi::RemainingRets rets, std::string_view target,
                     std::string_view handler, std::string_view platform, std::string_view aliases,
                     std::string_view attributes, double timeout, bool has_side_effect,
-                    bool wait_for_ready, int64_t retries) {
+                    bool wait_for_ready, int64_t retries, double busy_poll) {
   ffi::Promise promise;
   ffi::Future future(promise);
   auto fail = [&](ffi::Error e) {
@@ -225,7 +236,7 @@ ffi::Future CpuCall(ffi::RemainingArgs args, ffi::RemainingRets rets, std::strin
     return std::move(future);
   };
   FfiCallAttrs attrs{target,  handler,         platform,       aliases, attributes,
-                     timeout, has_side_effect, wait_for_ready, retries};
+                     timeout, has_side_effect, wait_for_ready, retries, busy_poll};
   std::vector<HostTensor> in, out;
   for (size_t i = 0; i < args.size(); ++i) {
     ffi::ErrorOr<ffi::AnyBuffer> b = args.get<ffi::AnyBuffer>(i);
@@ -264,6 +275,7 @@ ffi::Future CpuCall(ffi::RemainingArgs args, ffi::RemainingRets rets, std::strin
       RecentDurations::Of(absl::StrCat(Absl(attrs.target), "#", Absl(attrs.handler)));
   const int64_t average_ns = recent.load(std::memory_order_relaxed);
   const bool quick = average_ns > 0 && average_ns < absl::ToInt64Nanoseconds(kBlockingBelow);
+  if (attrs.busy_poll < 0) call->options.busy_poll = PollFor(quick, average_ns);
   call->done = [promise, start, &recent](const absl::Status& s) mutable {
     if (s.ok()) RecentDurations::Add(recent, absl::Now() - start);
     s.ok() ? promise.SetAvailable() : promise.SetError(ToFfiError(s));
@@ -327,6 +339,7 @@ CallOptions OptionsFor(const FfiCallAttrs& attrs) {
   // One id for every attempt: an agent's ledger runs a call with side
   // effects once however often it is sent.
   if (attrs.has_side_effect) options.call_id = NewCallId();
+  if (attrs.busy_poll > 0) options.busy_poll = absl::Seconds(attrs.busy_poll);
   return options;
 }
 

@@ -269,6 +269,11 @@ class Client:
     and ``ucx`` are refused with ``FailedPreconditionError`` where they
     cannot be used. ``rpc`` on each call picks the gRPC call's shape.
 
+    ``busy_poll`` (seconds, at most 1) makes a small call (one that goes as
+    a single gRPC message each way) poll for its answer that long before
+    its thread sleeps: lower latency for calls that end within it, one core
+    spent meanwhile. At most half the machine's cores poll at once.
+
         client = farcall.Client("127.0.0.1:50050")
         x = np.arange(8, dtype=np.float32)
         y = np.ones(8, dtype=np.float32)
@@ -282,8 +287,9 @@ class Client:
                  token: str | None = None, via_router: bool = False,
                  transport: str = "auto", tls_server_name: str | None = None,
                  agent_tls_server_name: str | None = None, allow_insecure_tokens: bool = False,
-                 wait_for_ready: bool = False):
-        # ValueError for a name that is not one of them, before connecting.
+                 wait_for_ready: bool = False, busy_poll: float = 0.0):
+        # ValueError for a name or a busy_poll out of range, before connecting.
+        _farcall.CallOptions().busy_poll = float(busy_poll)
         if not isinstance(transport, str):
             raise ValueError(
                 f"transport must be 'auto', 'grpc', 'shm' or 'ucx'; got {transport!r}")
@@ -303,6 +309,7 @@ class Client:
         self._via_router = bool(via_router)
         self._wait_for_ready = bool(wait_for_ready)
         self._transport = transport
+        self._busy_poll = float(busy_poll)
 
     def __repr__(self) -> str:
         return f"farcall.Client({self.target!r})"
@@ -325,6 +332,7 @@ class Client:
         options.call_id = "" if call_id is None else str(call_id)
         options.via_router = self._via_router
         options.wait_for_ready = self._wait_for_ready
+        options.busy_poll = self._busy_poll
         options.stop = stop
         return dict(handler=handler, platforms=platforms, args=p.args, results=p.results,
                     aliases=p.aliases, attributes=p.attributes,

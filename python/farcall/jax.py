@@ -146,7 +146,7 @@ def buffer_callback(handler: str, result_shape_dtypes: object, *, target: str,
                     timeout: float | None = None, tls_ca: str | None = None,
                     tls_cert: str | None = None, tls_key: str | None = None,
                     token: str | None = None, wait_for_ready: bool = False,
-                    retries: int = 2):
+                    retries: int = 2, busy_poll: float | None = None):
     """Returns a function that runs ``handler`` on a farcall agent of
     ``platform``, reached at ``target`` (a router or an agent), with TLS and
     a bearer token as farcall.Client takes them (the secrets never enter
@@ -165,10 +165,20 @@ def buffer_callback(handler: str, result_shape_dtypes: object, *, target: str,
     UNAVAILABLE no handler raised). A call with side effects keeps one
     ``call_id`` across its attempts, so an agent runs it once. Through a
     router each attempt goes to the agent the router names then.
+    ``busy_poll`` is how long (seconds, at most 1) a call polls for its
+    answer before its thread sleeps, as ``farcall.Client`` takes it. The
+    default, ``None``, lets the XLA FFI path choose: a handler whose calls
+    lately ended within 500 us is called on XLA's own thread, which polls
+    for up to twice their recent average (a third off a 64 B call on
+    loopback); other calls do not poll. ``0`` never polls.
     """
     if not isinstance(retries, int) or retries < 0:
         raise ValueError(f"farcall.jax.buffer_callback: retries must be an int >= 0; "
                          f"got {retries!r}")
+    if busy_poll is not None and not (isinstance(busy_poll, (int, float))
+                                      and 0 <= busy_poll <= 1):
+        raise ValueError(f"farcall.jax.buffer_callback: busy_poll must be None or 0 to 1 "
+                         f"seconds; got {busy_poll!r}")
     if not isinstance(handler, str) or not handler:
         raise TypeError("farcall.jax.buffer_callback: handler must be a handler name (str)")
     flat_shape_dtypes, out_tree = tree_util.tree_flatten(result_shape_dtypes)
@@ -217,6 +227,7 @@ def buffer_callback(handler: str, result_shape_dtypes: object, *, target: str,
             timeout=call_timeout,
             wait_for_ready=bool(wait_for_ready),
             retries=int(retries),
+            busy_poll=-1.0 if busy_poll is None else float(busy_poll),
             use_ffi=not _PREFER_HOST_CALLBACK,
         )
         return tree_util.tree_unflatten(out_tree, out_flat)
@@ -248,14 +259,14 @@ batching.primitive_batchers[farcall_call_p] = functools.partial(
 
 
 def _ffi_lowering(ctx, *args, handler, target, platform, has_side_effect,
-                  input_output_aliases, attributes, timeout, wait_for_ready, retries, use_ffi,
-                  **params):
+                  input_output_aliases, attributes, timeout, wait_for_ready, retries, busy_poll,
+                  use_ffi, **params):
     if not use_ffi:
         return _callback_lowering(
             ctx, *args, handler=handler, target=target, platform=platform,
             has_side_effect=has_side_effect, input_output_aliases=input_output_aliases,
             attributes=attributes, timeout=timeout, wait_for_ready=wait_for_ready,
-            retries=retries, **params)
+            retries=retries, busy_poll=busy_poll, **params)
     rule = jax.ffi.ffi_lowering(
         _FFI_TARGET, has_side_effect=has_side_effect,
         operand_output_aliases=dict(input_output_aliases))
@@ -263,12 +274,12 @@ def _ffi_lowering(ctx, *args, handler, target, platform, has_side_effect,
                 aliases=",".join(f"{i}:{o}" for i, o in input_output_aliases),
                 attributes=attributes, timeout=np.float64(timeout),
                 has_side_effect=bool(has_side_effect), wait_for_ready=bool(wait_for_ready),
-                retries=np.int64(retries))
+                retries=np.int64(retries), busy_poll=np.float64(busy_poll))
 
 
 # Host-path clients by (connection key, wait_for_ready), and what a key
 # stands for.
-_CLIENTS: dict[tuple[str, bool], _client.Client] = {}
+_CLIENTS: dict[tuple[str, bool, float], _client.Client] = {}
 _KEY_OPTIONS: dict[str, dict] = {}
 
 
@@ -289,17 +300,18 @@ def _connection(target, tls_ca, tls_cert, tls_key, token) -> str:
         key = _farcall.ffi_connection(target=target, options=native)
     else:
         key = f"{target}#py{len(_CLIENTS)}"
-    _CLIENTS[(key, False)] = client
+    _CLIENTS[(key, False, 0.0)] = client
     _KEY_OPTIONS[key] = options
     return key
 
 
-def _client_for(key: str, wait_for_ready: bool = False) -> _client.Client:
-    c = _CLIENTS.get((key, bool(wait_for_ready)))
+def _client_for(key: str, wait_for_ready: bool = False,
+                busy_poll: float = 0.0) -> _client.Client:
+    k = (key, bool(wait_for_ready), float(busy_poll))
+    c = _CLIENTS.get(k)
     if c is None:
         options = _KEY_OPTIONS.get(key, {"target": key})
-        c = _CLIENTS.setdefault((key, bool(wait_for_ready)),
-                                _client.Client(**options, wait_for_ready=bool(wait_for_ready)))
+        c = _CLIENTS.setdefault(k, _client.Client(**options, wait_for_ready=k[1], busy_poll=k[2]))
     return c
 
 
@@ -312,7 +324,8 @@ def _may_send_again(e: _errors.Error, has_side_effect: bool) -> bool:
 
 
 def _host_call(*args, handler, target, platform, result_avals, input_output_aliases,
-               has_side_effect, raw_attributes, timeout, wait_for_ready=False, retries=2):
+               has_side_effect, raw_attributes, timeout, wait_for_ready=False, retries=2,
+               busy_poll=-1.0):
     """The call from a host callback: args are numpy arrays, maybe read-only."""
     aliased = {i for i, _ in input_output_aliases}
     call_id = uuid.uuid4().hex  # one for every attempt
@@ -322,7 +335,7 @@ def _host_call(*args, handler, target, platform, result_avals, input_output_alia
         # Aliased args are copied afresh: a failed attempt may have written.
         fresh = [np.array(a) if i in aliased else a for i, a in enumerate(args)]
         try:
-            out = _client_for(target, wait_for_ready).call(
+            out = _client_for(target, wait_for_ready, max(busy_poll, 0.0)).call(
                 handler, *fresh, results=[_client.Spec(a.shape, a.dtype) for a in result_avals],
                 platform=platform, input_output_aliases=dict(input_output_aliases),
                 attributes=dict(raw_attributes), has_side_effect=has_side_effect,
@@ -348,12 +361,12 @@ def _callback_impl(*args, result_avals, has_side_effect, **params):
 
 def _callback_lowering(ctx, *args, handler, target, platform, result_avals,
                        has_side_effect, input_output_aliases, raw_attributes, timeout,
-                       wait_for_ready=False, retries=2, **_):
+                       wait_for_ready=False, retries=2, busy_poll=-1.0, **_):
     impl = functools.partial(
         _callback_impl, handler=handler, target=target, platform=platform,
         result_avals=result_avals, has_side_effect=has_side_effect,
         input_output_aliases=input_output_aliases, raw_attributes=raw_attributes,
-        timeout=timeout, wait_for_ready=wait_for_ready, retries=retries)
+        timeout=timeout, wait_for_ready=wait_for_ready, retries=retries, busy_poll=busy_poll)
     return mlir.lower_fun(impl, multiple_results=True)(ctx, *args)
 
 

@@ -160,6 +160,20 @@ def test_large_calls_stream_both_ways(client):
     assert np.array_equal(out[0], x) and info.transport in ("grpc", "shm")
 
 
+def test_busy_polling_calls_give_the_same_answers_and_bad_values_are_refused(agent, router):
+    for target in (agent.address, router.address):
+        c = farcall.Client(target, busy_poll=0.001)
+        x = np.arange(8, dtype=F32)
+        for _ in range(10):
+            (out,) = c.call("copy", x, results=[x])
+            np.testing.assert_array_equal(out, x)
+        # Longer than the polling: the thread sleeps for the rest.
+        c.call("sleep", results=[], attributes={"ms": 20})
+    for bad in (-1, 1.5, float("nan")):
+        with pytest.raises(ValueError, match=r"busy_poll must be 0 to 1 seconds; got "):
+            farcall.Client(agent.address, busy_poll=bad)
+
+
 def test_transport_ucx_moves_the_arrays_over_ucx(agent):
     if not farcall.Client(agent.address).describe().offers_ucx:
         pytest.skip("SKIPPED: this build of farcall has no UCX data plane")

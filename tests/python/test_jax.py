@@ -118,6 +118,30 @@ def test_retries_must_be_a_count():
         fj.buffer_callback("copy", S8, target="127.0.0.1:1", retries=-1)
 
 
+@pytest.mark.parametrize("busy_poll", [-0.001, 1.5, "fast"])
+def test_busy_poll_must_be_none_or_a_second_at_most(busy_poll):
+    with pytest.raises(ValueError, match="busy_poll must be None or 0 to 1 seconds"):
+        fj.buffer_callback("copy", S8, target="127.0.0.1:1", busy_poll=busy_poll)
+
+
+@pytest.mark.parametrize("busy_poll", [None, 0, 0.0005, 1])
+def test_busy_polling_calls_give_the_same_answers(agent, path, busy_poll):
+    # None: the FFI path polls once the handler's calls are known to be
+    # quick (from the second call on); the others as given.
+    axpy = jax.jit(fj.buffer_callback("axpy", S8, target=agent.address,
+                                      input_output_aliases={1: 0}, attributes={"alpha": 2.0},
+                                      busy_poll=busy_poll))
+    x = jnp.arange(8, dtype=jnp.float32)
+    for i in range(20):
+        np.testing.assert_array_equal(axpy(x, jnp.full(8, float(i), jnp.float32)),
+                                      2 * np.arange(8) + i)
+    # A call longer than the polling sleeps for the rest, and still ends.
+    sleep = jax.jit(fj.buffer_callback("sleep", [], target=agent.address,
+                                       attributes={"ms": 30}, has_side_effect=True,
+                                       busy_poll=busy_poll))
+    jax.block_until_ready(sleep())
+
+
 @pytest.mark.parametrize("method", ["sequential", "expand_dims"])
 def test_vmap(agent, path, method):
     f = fj.buffer_callback("scale", S8, target=agent.address, vmap_method=method,
