@@ -14,7 +14,10 @@ Starts one CPU agent on loopback and measures, in one run:
   3. overlap: a jitted step holding a 60 ms remote `sleep` and independent
      local compute (tanh of matrix products, about as long), against the sum
      of the two jitted alone (target: <= 0.75x: the asynchronous FFI
-     handler lets XLA run the local work while the call is out).
+     handler lets XLA run the local work while the call is out);
+  4. examples/jax_mlp.py's median step time: its optimizer step on a Python
+     agent against the same callback in-process in JAX's own
+     buffer_callback (reported).
 Each figure is the median of FARCALL_BENCH_REPS repetitions (default 3).
 Every measurement of a repetition runs in a fresh process, as the C++ CLI
 does: a process that has just moved 64 MiB tensors answers small calls
@@ -25,6 +28,7 @@ does: a process that has just moved 64 MiB tensors answers small calls
 
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -43,6 +47,7 @@ BIG = 64 << 20
 BIG_CALLS = int(os.environ.get("FARCALL_BENCH_BIG_CALLS", "20"))
 SMALL_CALLS = int(os.environ.get("FARCALL_BENCH_SMALL_CALLS", "2000"))
 POLL_US = 500  # the FFI path's most, for the C++ client's polling row
+MLP_STEPS = int(os.environ.get("FARCALL_BENCH_MLP_STEPS", "60"))
 OVERLAP_STEPS = int(os.environ.get("FARCALL_BENCH_OVERLAP_STEPS", "15"))
 
 
@@ -133,6 +138,18 @@ def overlap(target):
     return median_s(step, x, a) / (remote + local_s)
 
 
+def mlp_step_us():
+    """examples/jax_mlp.py's median step times, remote and in-process (us)."""
+    example = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples",
+                           "jax_mlp.py")
+    out = subprocess.run([sys.executable, example, f"--steps={MLP_STEPS}"], check=True,
+                         capture_output=True, text=True).stdout
+    m = re.search(r"median step: (\d+) us with the step on the agent, (\d+) us", out)
+    if m is None:
+        sys.exit(f"examples/jax_mlp.py printed no median step:\n{out}")
+    return float(m.group(1)), float(m.group(2))
+
+
 def measure_in_child(target, what):
     """Runs one Python measurement in a fresh interpreter; returns its figure."""
     out = subprocess.run([sys.executable, __file__, "--measure", what, target], check=True,
@@ -161,7 +178,7 @@ def main():
     try:
         rows = {k: [] for k in ("py_gbps", "cpp_gbps", "py_shm_gbps", "cpp_shm_gbps",
                                 "ffi_p50", "cpp_p50", "ffi_nopoll_p50", "cpp_poll_p50",
-                                "cb_p50", "overlap")}
+                                "cb_p50", "overlap", "mlp_remote_us", "mlp_local_us")}
         for _ in range(REPS):
             rows["cpp_gbps"].append(cpp_bench(target, BIG, BIG_CALLS, True)["gbps"])
             rows["py_gbps"].append(measure_in_child(target, "py_gbps"))
@@ -176,6 +193,9 @@ def main():
             rows["ffi_nopoll_p50"].append(measure_in_child(target, "ffi_nopoll_p50"))
             rows["cb_p50"].append(measure_in_child(target, "cb_p50"))
             rows["overlap"].append(measure_in_child(target, "overlap"))
+            remote_us, local_us = mlp_step_us()
+            rows["mlp_remote_us"].append(remote_us)
+            rows["mlp_local_us"].append(local_us)
     finally:
         proc.terminate()
         proc.wait()
@@ -198,6 +218,9 @@ def main():
             "pure_callback_ratio": med["cb_p50"] / med["cpp_p50"]},
         "step_60ms_remote_with_local_compute": {
             "ratio_to_sum": med["overlap"], "target": "<= 0.75"},
+        "mlp_example_median_step_us": {
+            "remote": med["mlp_remote_us"], "in_process": med["mlp_local_us"],
+            "ratio": med["mlp_remote_us"] / med["mlp_local_us"]},
         "all_reps": rows,
     }
     if "--json" in sys.argv:
@@ -223,6 +246,10 @@ def main():
     print(f"jitted step, 60 ms remote sleep beside independent local compute, median of {REPS}:")
     print(f"  step / (remote alone + local alone)  {o['ratio_to_sum']:.2f}x   (target <= 0.75x; "
           f"all: {', '.join(f'{v:.2f}' for v in rows['overlap'])})")
+    m = result["mlp_example_median_step_us"]
+    print(f"examples/jax_mlp.py median step, median of {REPS}:")
+    print(f"  optimizer step on the agent {m['remote']:.0f} us, in-process (JAX's "
+          f"buffer_callback) {m['in_process']:.0f} us: {m['ratio']:.1f}x")
 
 
 if __name__ == "__main__":
