@@ -269,9 +269,9 @@ class Client:
     and ``ucx`` are refused with ``FailedPreconditionError`` where they
     cannot be used. ``rpc`` on each call picks the gRPC call's shape.
 
-    ``busy_poll`` (seconds, at most 1) makes a small call (one that goes as
-    a single gRPC message each way) poll for its answer that long before
-    its thread sleeps: lower latency for calls that end within it, one core
+    ``busy_poll`` (seconds, at most 1) makes a small blocking call (one that
+    goes as a single gRPC message each way; not ``call_async``) poll for its
+    answer that long before its thread sleeps: lower latency for calls that end within it, one core
     spent meanwhile. At most half the machine's cores poll at once.
 
         client = farcall.Client("127.0.0.1:50050")

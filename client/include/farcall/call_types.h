@@ -160,13 +160,14 @@ struct CallOptions {
   bool via_router = false;
   // Stops this call when stopped (null: nothing but the deadline does).
   std::shared_ptr<CallStop> stop;
-  // How long a call that takes the unary RPC over gRPC (a small call) polls
-  // for its answer before its thread sleeps. Zero (the default): it sleeps
-  // at once. Polling keeps the thread on its core, which saves the wake-up
-  // and the cold caches after it (on a loopback 64 B call, about a third of
-  // the latency: docs/performance.md) and spends that core meanwhile. At
-  // most half the machine's cores poll at once; a call that finds them all
-  // polling sleeps. Other calls (streamed, shared memory, UCX) ignore it.
+  // How long a blocking call (Client::Call) that takes the unary RPC over
+  // gRPC (a small call) polls for its answer before its thread sleeps. Zero
+  // (the default): it sleeps at once. Polling keeps the thread on its core,
+  // which saves the wake-up and the cold caches after it (on a loopback 64 B
+  // call, 50-120 us of about 225: docs/performance.md) and spends that core
+  // meanwhile. At most half the machine's cores poll at once; a call that
+  // finds them all polling sleeps. Other calls (asynchronous, streamed,
+  // shared memory, UCX) ignore it.
   absl::Duration busy_poll = absl::ZeroDuration();
 };
 
