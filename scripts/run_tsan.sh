@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # farcall's concurrency building blocks under ThreadSanitizer (the project
-# in tests/tsan/, built in build-tsan/): the byte budget and BudgetWait, the
-# worker pool, the idle watchdog, the staging and device-memory pools, the
-# drain gate and the fault-injecting device, with their unit tests (each has
-# cases that run many threads at once). Any report fails the run.
+# in tests/tsan/, built in build-tsan/, whose CMakeLists.txt lists them):
+# the byte budget and BudgetWait, the worker pool, a call's serial steps, the
+# idle watchdog, the staging and device-memory pools, the drain gate, the
+# fault-injecting device, stopping calls, the FFI handler's waiting threads
+# and the client's polling turns, with their unit tests (each has cases that
+# run many threads at once). Any report fails the run.
 #
 # TSan must see every lock, and Debian's Abseil is not instrumented, so
 # Abseil is built here from the upstream source of the release Debian
