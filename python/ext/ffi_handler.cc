@@ -208,7 +208,8 @@ constexpr absl::Duration kBlockingBelow = absl::Microseconds(500);
 // all (it waits on a thread of farcall's, and XLA runs the step's other
 // work meanwhile).
 // XLA's thread would sleep through the call otherwise, and waking it costs
-// a quick call about a third of its time (docs/performance.md).
+// a quick 64 B call on loopback about a quarter of its time
+// (docs/performance.md).
 absl::Duration PollFor(bool quick, int64_t average_ns) {
   return quick ? std::min(absl::Nanoseconds(2 * average_ns), kBlockingBelow) : absl::ZeroDuration();
 }

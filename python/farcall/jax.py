@@ -169,7 +169,7 @@ def buffer_callback(handler: str, result_shape_dtypes: object, *, target: str,
     answer before its thread sleeps, as ``farcall.Client`` takes it. The
     default, ``None``, lets the XLA FFI path choose: a handler whose calls
     lately ended within 500 us is called on XLA's own thread, which polls
-    for up to twice their recent average (a third off a 64 B call on
+    for up to twice their recent average (about a quarter off a 64 B call on
     loopback); other calls do not poll. ``0`` never polls.
     """
     if not isinstance(retries, int) or retries < 0:
