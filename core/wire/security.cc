@@ -1,5 +1,6 @@
 #include "core/wire/security.h"
 
+#include <filesystem>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
@@ -23,6 +24,13 @@ absl::StatusOr<std::string> ReadPem(const std::string& path, const char* flag) {
 absl::StatusOr<std::string> ReadPemFile(const std::string& path, const char* flag) {
   std::ifstream f(path, std::ios::binary | std::ios::ate);
   if (!f) return absl::NotFoundError(absl::StrCat(flag, ": cannot read ", path, "."));
+  // A directory opens too, and its "size" is the largest offset: say what
+  // it is rather than that it is large. (A symbolic link to a file, as a
+  // mounted Kubernetes secret is, is a file.)
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, ": ", path, " is not a regular file."));
+  }
   const std::streamoff size = f.tellg();
   if (size < 0 || size > kMaxPemBytes) {
     return absl::InvalidArgumentError(

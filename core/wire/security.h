@@ -38,8 +38,9 @@ struct ServerTls {
 };
 
 // The bytes of a PEM file (a certificate, key or CA bundle), read whole:
-// NOT_FOUND when it cannot be read, INVALID_ARGUMENT when it is larger than
-// kMaxPemBytes (no such file is). `flag` names it in the message.
+// NOT_FOUND when it cannot be read, INVALID_ARGUMENT when it is not a
+// regular file (a directory, a device) or is larger than kMaxPemBytes (no
+// such file is). `flag` names it in the message.
 inline constexpr int64_t kMaxPemBytes = int64_t{1} << 20;
 absl::StatusOr<std::string> ReadPemFile(const std::string& path, const char* flag);
 

@@ -51,6 +51,25 @@ TEST(ReadPemFileTest, AFileOfTheLimitIsReadWhole) {
   EXPECT_EQ(r->size(), static_cast<size_t>(kMaxPemBytes));
 }
 
+// A directory opens as a stream whose size is the largest offset: it is
+// named for what it is, not refused as too large. An empty file is read
+// (zero bytes) and then refused as no PEM: a setting given but empty never
+// means plaintext.
+TEST(ReadPemFileTest, ADirectoryIsNoFileAndAnEmptyFileIsNoPem) {
+  absl::StatusOr<std::string> r = ReadPemFile("/tmp", "tls_ca");
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(), "tls_ca: /tmp is not a regular file.");
+  TempFile empty("");
+  absl::StatusOr<std::string> bytes = ReadPemFile(empty.path(), "tls_ca");
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_EQ(*bytes, "");
+  TlsFiles files;
+  files.ca = empty.path();
+  auto creds = ChannelCredentials(files);
+  ASSERT_EQ(creds.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(creds.status().message(), "tls_ca: " + empty.path() + " is not a PEM file.");
+}
+
 TEST(ReadPemFileTest, AMissingFileAndAFileThatIsNoPemSayWhich) {
   absl::StatusOr<std::string> r = ReadPemFile("/nonexistent/ca.pem", "tls_ca");
   ASSERT_EQ(r.status().code(), absl::StatusCode::kNotFound);

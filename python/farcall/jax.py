@@ -28,6 +28,7 @@ How a call runs depends on the backend the JAX program is lowered for:
 from __future__ import annotations
 
 import functools
+import numbers
 import time
 import uuid
 from typing import Any, Mapping
@@ -167,16 +168,18 @@ def buffer_callback(handler: str, result_shape_dtypes: object, *, target: str,
     router each attempt goes to the agent the router names then.
     ``busy_poll`` is how long (seconds, at most 1) a call polls for its
     answer before its thread sleeps, as ``farcall.Client`` takes it. The
-    default, ``None``, lets the XLA FFI path choose: a handler whose calls
-    lately ended within 500 us is called on XLA's own thread, which polls
-    for up to twice their recent average (about a quarter off a 64 B call on
-    loopback); other calls do not poll. ``0`` never polls.
+    default, ``None``, lets the cpu backend's XLA FFI path choose: a handler
+    whose calls lately ended within 500 us is called on XLA's own thread,
+    which polls for up to twice their recent average (about a quarter off a
+    64 B call on loopback); other calls, and the cuda and host-callback
+    paths, do not poll. ``0`` never polls.
     """
     if not isinstance(retries, int) or retries < 0:
         raise ValueError(f"farcall.jax.buffer_callback: retries must be an int >= 0; "
                          f"got {retries!r}")
-    if busy_poll is not None and not (isinstance(busy_poll, (int, float))
-                                      and 0 <= busy_poll <= 1):
+    if busy_poll is not None and (isinstance(busy_poll, bool)
+                                  or not isinstance(busy_poll, numbers.Real)
+                                  or not 0 <= busy_poll <= 1):
         raise ValueError(f"farcall.jax.buffer_callback: busy_poll must be None or 0 to 1 "
                          f"seconds; got {busy_poll!r}")
     if not isinstance(handler, str) or not handler:

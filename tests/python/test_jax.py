@@ -118,13 +118,13 @@ def test_retries_must_be_a_count():
         fj.buffer_callback("copy", S8, target="127.0.0.1:1", retries=-1)
 
 
-@pytest.mark.parametrize("busy_poll", [-0.001, 1.5, "fast"])
+@pytest.mark.parametrize("busy_poll", [-0.001, 1.5, "fast", True, float("nan")])
 def test_busy_poll_must_be_none_or_a_second_at_most(busy_poll):
     with pytest.raises(ValueError, match="busy_poll must be None or 0 to 1 seconds"):
         fj.buffer_callback("copy", S8, target="127.0.0.1:1", busy_poll=busy_poll)
 
 
-@pytest.mark.parametrize("busy_poll", [None, 0, 0.0005, 1])
+@pytest.mark.parametrize("busy_poll", [None, 0, 0.0005, np.float32(0.0005), 1])
 def test_busy_polling_calls_give_the_same_answers(agent, path, busy_poll):
     # None: the FFI path polls once the handler's calls are known to be
     # quick (from the second call on); the others as given.
