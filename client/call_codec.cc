@@ -226,6 +226,30 @@ ResponseReader::ResponseReader(const PreparedCall& call) : call_(call) {
   }
   if (call.ucx) targets.clear();  // the results arrive over UCX, not in chunks
   assembler_.emplace("results", std::move(targets));
+  landed_.assign(result_.results.size(), 0);
+}
+
+std::optional<LandedResult> ResponseReader::Landed(bool handler_may_have_run) const {
+  for (size_t o = 0; o < result_.results.size(); ++o) {
+    const int64_t arg = call_.validated.result_alias[o];
+    if (arg < 0) continue;
+    const int64_t size = result_.results[o].size;
+    bool in_place = call_.ucx;
+    if (call_.shm_region != nullptr) {
+      // Staged results reach the caller's memory only once the call is OK.
+      in_place = o < call_.shm_result_in_place.size() && call_.shm_result_in_place[o];
+    }
+    if (in_place) {
+      if (handler_may_have_run && size > 0) {
+        return LandedResult{arg, static_cast<int64_t>(o), /*bytes=*/-1, size};
+      }
+      continue;
+    }
+    if (o < landed_.size() && landed_[o] > 0) {
+      return LandedResult{arg, static_cast<int64_t>(o), landed_[o], size};
+    }
+  }
+  return std::nullopt;
 }
 
 std::vector<uint8_t*> ResponseReader::result_data() const {
@@ -268,6 +292,7 @@ absl::Status ResponseReader::OnChunk(uint32_t index, uint64_t offset, const Chun
   // A malformed answer is the server's fault, not the caller's.
   if (!dst.ok()) return absl::InternalError(dst.status().message());
   data.CopyTo(*dst);
+  if (index < landed_.size()) landed_[index] += static_cast<int64_t>(data.size());
   return absl::OkStatus();
 }
 

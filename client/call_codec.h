@@ -11,6 +11,7 @@
 #include "client/shm_channel.h"
 #include "core/call_validation.h"
 #include "core/chunk_assembler.h"
+#include "core/retry_policy.h"
 #include "core/wire/frame_codec.h"
 #include "farcall/client.h"
 #include "farcall/v1/farcall.pb.h"
@@ -99,6 +100,12 @@ class ResponseReader final : private FrameVisitor {
   absl::Status OnFrame(const grpc::ByteBuffer& frame);
   // After the RPC succeeded: checks completeness and hands the result over.
   absl::StatusOr<CallResult> Finish();
+  // After the call failed: the first result aliased to an arg that has
+  // begun to land in the arg's memory (retry_policy.h), if any. Chunks are
+  // counted as they land; a result the agent writes in place (in the
+  // caller's own shared buffer) or that comes over UCX counts as landed,
+  // its bytes unknown, whenever `handler_may_have_run`.
+  std::optional<LandedResult> Landed(bool handler_may_have_run) const;
 
  private:
   absl::Status OnMessageField(uint32_t field, absl::string_view bytes) override;
@@ -108,6 +115,7 @@ class ResponseReader final : private FrameVisitor {
   absl::Status init_status_;
   CallResult result_;
   std::optional<ChunkAssembler> assembler_;
+  std::vector<int64_t> landed_;  // bytes of each result written so far
   bool header_seen_ = false;
 };
 

@@ -5,8 +5,12 @@
 // rpc_calls.cc's.
 #include "farcall/client.h"
 
+#include <cstring>
+#include <new>
+#include <optional>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "client/call_codec.h"
 #include "client/call_stop.h"
@@ -14,7 +18,9 @@
 #include "client/run_after.h"
 #include "client/target_channel.h"
 #include "core/error_reason.h"
+#include "core/retry_policy.h"
 #include "core/status_macros.h"
+#include "core/tensor_spec.h"
 #include "core/wire/grpc_status.h"
 #include "grpc/grpc.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -27,30 +33,7 @@ using client_internal::AsCallerSees;
 using client_internal::Lookaside;
 using client_internal::TargetChannel;
 
-// Router rollouts: a router draining for shutdown refuses new calls
-// (ErrorReason::kRouterDraining) for about a second, then sends its clients
-// GOAWAY (core/wire/grpc_server.h), and the channel reconnects to another
-// router (another address of the target, or the Service's next pod). A
-// refused call, and a call without side effects whose router could not be
-// reached meanwhile (UNAVAILABLE that no server marked), goes again after
-// each of these waits while its deadline allows: 3.1 s in all, which
-// outlasts the refusals and a reconnect (back-off at most 1 s). A call a
-// server ended with CANCELLED (AsCallerSees: UNAVAILABLE) counts as one
-// that did not reach it.
-constexpr absl::Duration kRouterRetryWaits[] = {absl::Milliseconds(100), absl::Milliseconds(200),
-                                                absl::Milliseconds(400), absl::Milliseconds(800),
-                                                absl::Milliseconds(1600)};
-
 absl::Status ClosedStatus() { return absl::FailedPreconditionError("this client is closed."); }
-
-bool SendToAnotherRouter(const absl::StatusOr<CallResult>& r, const CallRequest& request,
-                         bool to_router) {
-  if (r.ok()) return false;
-  const ErrorReason reason = ReasonOf(r.status());
-  if (reason == ErrorReason::kRouterDraining) return true;
-  return to_router && !request.has_side_effect && absl::IsUnavailable(r.status()) &&
-         reason == ErrorReason::kUnspecified && TracebackOf(r.status()).empty();
-}
 
 // `options` for the next attempt, within what is left before `deadline`.
 CallOptions WithTimeLeft(CallOptions options, absl::Time deadline) {
@@ -142,36 +125,123 @@ struct Client::State : std::enable_shared_from_this<Client::State> {
     channel->CallAsync(request, options, std::move(done));
   }
 
-  struct AsyncAttempts;
+  struct Attempts;
 };
 
-// CallAsync's attempt `attempt` (0: the first): `done`, or, when a router
-// refused it while draining (SendToAnotherRouter), the next attempt after
-// kRouterRetryWaits[attempt], on a thread of its own (RunAfter). It holds
-// the client's state, so the client may go before its calls end.
-struct Client::State::AsyncAttempts : std::enable_shared_from_this<AsyncAttempts> {
+// One call's attempts: the one state machine of a call at the client's top
+// level. The blocking Call drives it on the caller's thread (Run); CallAsync
+// on RunAfter's and gRPC's threads (Start). What follows each attempt is
+// core/retry_policy.h's NextStep, and only that. It holds the client's
+// state, so the client may go before its calls end.
+//
+// Router rollouts: a router draining for shutdown refuses new calls
+// (ErrorReason::kRouterDraining) for about a second, then sends its clients
+// GOAWAY (core/wire/grpc_server.h), and the channel reconnects to another
+// router (another address of the target, or the Service's next pod). A
+// refused call, and a call without side effects whose router could not be
+// reached meanwhile, goes again after kRouterBackoff's waits while its
+// deadline allows (by default 5 times over 3.1 s, which outlasts the
+// refusals and a reconnect). A call a server ended with CANCELLED
+// (AsCallerSees: UNAVAILABLE) counts as one that did not reach it.
+struct Client::State::Attempts : std::enable_shared_from_this<Attempts> {
   std::shared_ptr<State> state;
-  CallRequest request;
-  CallOptions options;  // with the call's id
-  bool insist = false;  // Lookaside::Insists, before the id was given
+  const CallRequest* request = nullptr;  // the caller's (Call), or `owned`
+  CallRequest owned;                     // CallAsync's own copy
+  CallOptions options;                   // with the call's id
+  bool insist = false;                   // Lookaside::Insists, before the id was given
   absl::Time deadline;
-  CallCallback done;
-  size_t attempt = 0;
+  bool first = true;
+  int left = 0;  // retries left
+  Backoff router_backoff = kRouterBackoff;
+  Backoff same_target_backoff = kSameTargetBackoff;
+  // keep_aliased_args: each aliased arg's memory, and a copy of it as it
+  // was before the first attempt.
+  std::vector<std::pair<uint8_t*, std::vector<uint8_t>>> kept;
+  CallCallback done;  // CallAsync's
+
+  absl::Status Init(const CallRequest& r, const CallOptions& caller_options) {
+    options = client_internal::WithCallId(caller_options);
+    insist = Lookaside::Insists(r, caller_options);
+    deadline = absl::Now() + options.timeout;
+    left = options.retries < 0 ? kAutoRouterRetries : options.retries;
+    if (!options.keep_aliased_args || r.has_side_effect || left == 0) return absl::OkStatus();
+    for (const auto& [i, o] : r.aliases) {
+      if (i >= r.args.size() || r.args[i].writable_data() == nullptr) continue;  // refused later
+      absl::StatusOr<int64_t> bytes = ByteSize(r.args[i].spec(), "");
+      if (!bytes.ok()) continue;
+      std::vector<uint8_t> copy;
+      try {
+        copy.assign(r.args[i].data(), r.args[i].data() + *bytes);
+      } catch (const std::bad_alloc&) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "cannot allocate ", *bytes, " bytes on the client for a copy of args[", i,
+            "] (keep_aliased_args); give the call less, or set keep_aliased_args to false."));
+      }
+      kept.emplace_back(r.args[i].writable_data(), std::move(copy));
+    }
+    return absl::OkStatus();
+  }
+
+  CallOptions AttemptOptions() {
+    if (std::exchange(first, false)) return options;
+    return WithTimeLeft(options, deadline);
+  }
+
+  // Puts each kept arg back as it was before the first attempt.
+  void Restore() {
+    for (auto& [memory, copy] : kept) std::memcpy(memory, copy.data(), copy.size());
+  }
+
+  // What follows the attempt that ended with `r`: the wait before the next
+  // one, or none, and then `r` is what the caller gets.
+  std::optional<absl::Duration> Next(absl::StatusOr<CallResult>& r) {
+    if (r.ok()) return std::nullopt;
+    const bool landed = LandedResultOf(r.status()).has_value();
+    const Hop hop = state->channel->IsRouter() ? Hop::kRouter : Hop::kAgent;
+    const RetryStep step = NextStep({r.status(), request->has_side_effect, hop,
+                                     /*not_delivered=*/false, !kept.empty()});
+    // By default (retries -1) only another router; else any step, N times.
+    const bool allowed = step == RetryStep::kAnotherRouter ||
+                         (step == RetryStep::kSameTarget && options.retries >= 0);
+    std::optional<absl::Duration> wait;
+    if (allowed && left > 0) {
+      Backoff& b = step == RetryStep::kAnotherRouter ? router_backoff : same_target_backoff;
+      if (absl::Now() + b.Peek() < deadline) {
+        wait = b.Next();
+        --left;
+      }
+    }
+    if (landed && !kept.empty()) {
+      // The caller's memory gets its args back whatever follows.
+      Restore();
+      if (!wait.has_value()) r = WithoutLandedResult(r.status());
+      return wait;
+    }
+    if (!wait.has_value()) r = AsFinalStatus(r.status());
+    return wait;
+  }
+
+  absl::StatusOr<CallResult> Run() {
+    for (;;) {
+      absl::StatusOr<CallResult> r = state->Attempt(*request, AttemptOptions(), insist);
+      std::optional<absl::Duration> wait = Next(r);
+      if (!wait.has_value()) return r;
+      state->channel->PauseBeforeRetry(*wait);
+      if (state->Stopped(options)) return client_internal::StoppedStatus();
+    }
+  }
 
   void Start() {
     if (state->Stopped(options)) return done(client_internal::StoppedStatus());
     auto self = shared_from_this();
-    state->StartAttempt(request, attempt == 0 ? options : WithTimeLeft(options, deadline), insist,
+    state->StartAttempt(*request, AttemptOptions(), insist,
                         [self](absl::StatusOr<CallResult> r) { self->Ended(std::move(r)); });
   }
   void Ended(absl::StatusOr<CallResult> r) {
-    if (attempt >= std::size(kRouterRetryWaits) ||
-        !SendToAnotherRouter(r, request, state->channel->IsRouter()) ||
-        absl::Now() + kRouterRetryWaits[attempt] >= deadline) {
-      return done(std::move(r));
-    }
+    std::optional<absl::Duration> wait = Next(r);
+    if (!wait.has_value()) return done(std::move(r));
     auto self = shared_from_this();
-    client_internal::RunAfter(kRouterRetryWaits[attempt++], [self] { self->Start(); });
+    client_internal::RunAfter(*wait, [self] { self->Start(); });
   }
 };
 
@@ -196,34 +266,28 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& targe
 absl::StatusOr<CallResult> Client::Call(const CallRequest& request,
                                         const CallOptions& caller_options) {
   if (state_->closer->stopped()) return ClosedStatus();
-  // One call_id for every attempt of this call.
-  const CallOptions options = client_internal::WithCallId(caller_options);
-  const bool insist = Lookaside::Insists(request, caller_options);
-  const absl::Time deadline = absl::Now() + options.timeout;
-  absl::StatusOr<CallResult> r = state_->Attempt(request, options, insist);
-  for (absl::Duration wait : kRouterRetryWaits) {
-    if (!SendToAnotherRouter(r, request, state_->channel->IsRouter()) ||
-        absl::Now() + wait >= deadline) {
-      break;
-    }
-    PauseBeforeRetry(wait);
-    if (state_->Stopped(options)) return client_internal::StoppedStatus();
-    r = state_->Attempt(request, WithTimeLeft(options, deadline), insist);
-  }
-  return r;
+  State::Attempts attempts;
+  attempts.state = state_;
+  attempts.request = &request;
+  FARCALL_RETURN_IF_ERROR(attempts.Init(request, caller_options));
+  return attempts.Run();
 }
 
 void Client::CallAsync(const CallRequest& request, const CallOptions& caller_options,
                        CallCallback done) {
   if (state_->closer->stopped()) return done(ClosedStatus());
-  auto attempts = std::make_shared<State::AsyncAttempts>();
+  auto attempts = std::make_shared<State::Attempts>();
   attempts->state = state_;
-  attempts->options = client_internal::WithCallId(caller_options);
-  attempts->insist = Lookaside::Insists(request, caller_options);
-  attempts->deadline = absl::Now() + attempts->options.timeout;
-  attempts->request = request;
+  attempts->owned = request;
+  attempts->request = &attempts->owned;
+  if (absl::Status s = attempts->Init(request, caller_options); !s.ok()) return done(s);
   attempts->done = std::move(done);
-  attempts->Start();
+  // The first attempt may block (a Describe, a router's Resolve, a first
+  // connection), which is never done on the caller's thread: that may be a
+  // gRPC thread, running a `done` that chains the next call. A call to an
+  // agent this client knows already has nothing to wait for.
+  if (state_->channel->IsAgent()) return attempts->Start();
+  client_internal::RunAfter(absl::ZeroDuration(), [attempts] { attempts->Start(); });
 }
 
 std::future<absl::StatusOr<CallResult>> Client::CallFuture(const CallRequest& request,

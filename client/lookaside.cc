@@ -73,7 +73,7 @@ struct Lookaside::Agent : std::enable_shared_from_this<Agent> {
   bool contacted ABSL_GUARDED_BY(mu) = false;   // its first contact was tried
   bool connecting ABSL_GUARDED_BY(mu) = false;  // that first contact waits now
   absl::Time avoid_until ABSL_GUARDED_BY(mu) = absl::InfinitePast();
-  absl::Duration backoff ABSL_GUARDED_BY(mu) = kFirstBackoff;
+  Backoff backoff ABSL_GUARDED_BY(mu){kFirstBackoff, kMaxBackoff};
   // The router's capability for this client here, by handler (the last
   // answer's; absent when the router mints none).
   std::map<std::string, std::string> capabilities ABSL_GUARDED_BY(mu);
@@ -272,48 +272,44 @@ std::shared_ptr<TargetChannel> Lookaside::Ready(Agent& agent, absl::Time deadlin
     agent.reached = true;
     return channel;
   }
-  agent.avoid_until = absl::Now() + agent.backoff;
-  agent.backoff = std::min(agent.backoff * 2, kMaxBackoff);
+  agent.avoid_until = absl::Now() + agent.backoff.Next();
   return nullptr;
 }
 
 void Lookaside::Avoid(Agent& agent, absl::Duration at_least) {
   absl::MutexLock l(&agent.mu);
-  agent.avoid_until = absl::Now() + std::max(agent.backoff, at_least);
-  agent.backoff = std::min(agent.backoff * 2, kMaxBackoff);
+  agent.avoid_until = absl::Now() + std::max(agent.backoff.Next(), at_least);
   agent.reached = false;
 }
 
-Lookaside::Next Lookaside::Judge(Agent& agent, const CallRequest& request,
-                                 absl::StatusOr<CallResult>& result) {
-  // CANCELLED: the caller stopped the call (CallOptions::stop, Close).
-  if (!result.ok() && absl::IsCancelled(result.status())) return Next::kDone;
+RetryStep Lookaside::Judge(Agent& agent, const CallRequest& request,
+                           absl::StatusOr<CallResult>& result) {
   if (result.ok()) {
     absl::MutexLock l(&agent.mu);
-    agent.backoff = kFirstBackoff;
-    return Next::kDone;
+    agent.backoff.Reset();
+    return RetryStep::kDone;
   }
   absl::Status s = result.status();
-  if (NotDelivered(s)) {
+  const bool not_delivered = NotDelivered(s);
+  if (not_delivered) {
     ClearNotDelivered(s);
     result = s;
-    Avoid(agent, kFirstBackoff);
-    {
-      absl::MutexLock l(&mu_);
-      answers_.erase(AnswerKey(request));  // ask the router afresh next time
-    }
-    // As the router does: a call with side effects that may have started is
-    // never sent again.
-    return request.has_side_effect ? Next::kDone : Next::kNextAgent;
   }
-  if (ReasonOf(s) == ErrorReason::kAuthRefused) {
-    // The agent refused this client's token (or the router's capability):
-    // the router may hold a token the agent takes. A handler's own
-    // PERMISSION_DENIED is its answer, never a reason to run it again.
+  const RetryStep step =
+      NextStep({s, request.has_side_effect, Hop::kLookasideAgent, not_delivered});
+  if (step == RetryStep::kViaRouter) {
     Avoid(agent, kRefusedFor);
-    return Next::kViaRouter;
+    return step;
   }
-  return Next::kDone;
+  // An agent that could not be reached, or went away mid-call, stays out of
+  // the choice for a while (its answer is asked afresh), whatever follows.
+  if (!absl::IsCancelled(s) &&
+      (not_delivered || (absl::IsUnavailable(s) && ReasonOf(s) != ErrorReason::kHandlerError))) {
+    Avoid(agent, kFirstBackoff);
+    absl::MutexLock l(&mu_);
+    answers_.erase(AnswerKey(request));
+  }
+  return step == RetryStep::kNextAgent ? step : RetryStep::kDone;
 }
 
 bool Lookaside::Insists(const CallRequest& request, const CallOptions& caller_options) {
@@ -350,9 +346,9 @@ absl::StatusOr<CallResult> Lookaside::Call(const CallRequest& request,
     ++agent->inflight;
     absl::StatusOr<CallResult> r = channel->Call(request, o);
     --agent->inflight;
-    const Next next = Judge(*agent, request, r);
-    if (next == Next::kDone) return r;
-    if (next == Next::kViaRouter) break;
+    const RetryStep next = Judge(*agent, request, r);
+    if (next == RetryStep::kDone) return r;
+    if (next == RetryStep::kViaRouter) break;
   }
   return router_channel_->Call(request, ProxyOptions(options, deadline));
 }
@@ -401,16 +397,9 @@ class Lookaside::AsyncCall : public std::enable_shared_from_this<AsyncCall> {
   }
 
   void Finished(Agent& agent, absl::StatusOr<CallResult> r) {
-    switch (owner_->Judge(agent, request_, r)) {
-      case Next::kDone:
-        done_(std::move(r));
-        return;
-      case Next::kViaRouter:
-        next_ = agents_.size();
-        break;
-      case Next::kNextAgent:
-        break;
-    }
+    const RetryStep next = owner_->Judge(agent, request_, r);
+    if (next == RetryStep::kDone) return done_(std::move(r));
+    if (next == RetryStep::kViaRouter) next_ = agents_.size();
     // Not here, on the gRPC thread that ended the attempt: the next one may
     // wait for gRPC (an agent's connection, a new channel's Describe, the
     // router), which that thread may be needed for (client/run_after.h).

@@ -30,6 +30,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/target_channel.h"
+#include "core/retry_policy.h"
 #include "farcall/call_types.h"
 #include "farcall/v1/farcall.grpc.pb.h"
 
@@ -77,7 +78,6 @@ class Lookaside : public std::enable_shared_from_this<Lookaside> {
   struct Agent;
   struct Answer;
   class AsyncCall;
-  enum class Next { kDone, kNextAgent, kViaRouter };
 
   static absl::Status LedgerAgentUnreachable(const Agent& agent, const CallOptions& options);
   // The agents to try for this call, best first; empty: through the router.
@@ -94,8 +94,9 @@ class Lookaside : public std::enable_shared_from_this<Lookaside> {
   // client is closed (the call then goes to the router's channel, which
   // ends it).
   std::shared_ptr<TargetChannel> Ready(Agent& agent, absl::Time deadline, bool insist = false);
-  // What to do after an attempt on `agent`; clears the not-delivered mark.
-  Next Judge(Agent& agent, const CallRequest& request, absl::StatusOr<CallResult>& result);
+  // What to do after an attempt on `agent` (NextStep: kDone, kNextAgent or
+  // kViaRouter); clears the not-delivered mark.
+  RetryStep Judge(Agent& agent, const CallRequest& request, absl::StatusOr<CallResult>& result);
   // Leaves `agent` out of this client's choice for a while.
   void Avoid(Agent& agent, absl::Duration at_least);
   // A call's options through the router.

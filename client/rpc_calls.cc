@@ -11,6 +11,7 @@
 #include "client/polling_slot.h"
 #include "client/ucx_exchange.h"
 #include "core/capability.h"
+#include "core/error_reason.h"
 #include "core/tokens.h"
 #include "core/wire/grpc_status.h"
 #include "grpcpp/grpcpp.h"
@@ -20,11 +21,26 @@ namespace {
 
 constexpr char kNotDeliveredPayload[] = "type.farcall.dev/not-delivered";
 
+// A failed call's status, marked when a result aliased to an arg had begun
+// to land in the arg's memory (core/retry_policy.h): the call must not go
+// again from those bytes. A call refused before any handler ran
+// (DidNotRun) wrote nothing.
+absl::StatusOr<CallResult> MarkLanded(absl::StatusOr<CallResult> r, const ResponseReader& reader,
+                                      bool handler_may_have_run) {
+  if (r.ok()) return r;
+  std::optional<LandedResult> landed =
+      reader.Landed(handler_may_have_run && !DidNotRun(r.status()));
+  if (!landed.has_value()) return r;
+  return WithLandedResult(r.status(), *landed);
+}
+
 // A finished RPC's outcome: its failure, or what `decode` makes of the
-// answer, with the RPC that carried it.
+// answer, with the RPC that carried it. A UCX call's results are marked
+// once its transfers ended (UnaryCall::OnDone).
 template <typename Decode>
 absl::StatusOr<CallResult> Conclude(const grpc::Status& status, const grpc::ClientContext& ctx,
-                                    const PreparedCall& call, Rpc rpc, Decode decode) {
+                                    const PreparedCall& call, Rpc rpc, const ResponseReader& reader,
+                                    Decode decode) {
   absl::StatusOr<CallResult> result;
   if (!status.ok()) {
     absl::Status s = FromGrpcStatus(status);
@@ -42,7 +58,8 @@ absl::StatusOr<CallResult> Conclude(const grpc::Status& status, const grpc::Clie
   // staging region (a deadline or cancel ends the call here first): it must
   // never serve another call.
   if (!result.ok() && call.shm_region != nullptr) call.shm_region->reusable = false;
-  return result;
+  if (call.ucx) return result;
+  return MarkLanded(std::move(result), reader, /*handler_may_have_run=*/true);
 }
 
 // A unary call of raw frames that blocks the calling thread, on a
@@ -167,7 +184,7 @@ class StreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::
       local = local_error_;
     }
     absl::StatusOr<CallResult> result =
-        Conclude(local.ok() ? status : ToGrpcStatus(local), ctx_, call_, Rpc::kStream,
+        Conclude(local.ok() ? status : ToGrpcStatus(local), ctx_, call_, Rpc::kStream, reader_,
                  [this] { return reader_.Finish(); });
     completion_->Set(std::move(result));
     Unref();  // the callback runs once gRPC has released our slices
@@ -229,11 +246,15 @@ class UnaryCall : public SelfDeleting {
 
  private:
   void OnDone(const grpc::Status& status) {
-    absl::StatusOr<CallResult> r = Conclude(status, ctx_, call_, Rpc::kUnary,
+    absl::StatusOr<CallResult> r = Conclude(status, ctx_, call_, Rpc::kUnary, reader_,
                                             [this] { return DecodeUnary(reader_, response_); });
     // The results land before the agent answers, but the last piece may
-    // still be on its way here.
-    if (exchange_ != nullptr) r = exchange_->Conclude(std::move(r), deadline_);
+    // still be on its way here. Until the agent asked for the args, no
+    // handler ran.
+    if (exchange_ != nullptr) {
+      r = MarkLanded(exchange_->Conclude(std::move(r), deadline_), reader_,
+                     exchange_->args_asked());
+    }
     completion_->Set(std::move(r));
     Unref();  // the callback runs once gRPC has released our slices
   }
@@ -299,8 +320,8 @@ absl::StatusOr<CallResult> BlockingUnaryCall(const RpcTarget& target, const Prep
     RequestWriter(call, 0, completion).Next(&request_frame);
     grpc::Status s = BlockingRawUnary(*target.stub, ctx, target.method, request_frame,
                                       &response_frame, options.busy_poll);
-    completion->Set(
-        Conclude(s, ctx, call, Rpc::kUnary, [&] { return DecodeUnary(reader, response_frame); }));
+    completion->Set(Conclude(s, ctx, call, Rpc::kUnary, reader,
+                             [&] { return DecodeUnary(reader, response_frame); }));
   }
   released.WaitForNotification();
   return out;

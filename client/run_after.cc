@@ -47,9 +47,11 @@ class Scheduler {
           mu_.Await(absl::Condition(&has_task));
           const absl::Time due = tasks_.top().due;
           if (due <= absl::Now()) break;
-          // Until it is due, or an earlier task comes.
-          auto earlier = [this, due]()
-                             ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return tasks_.top().due < due; };
+          // Until it is due, or an earlier task comes. Another thread may
+          // have taken every task meanwhile: then look again.
+          auto earlier = [this, due]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+            return tasks_.empty() || tasks_.top().due < due;
+          };
           mu_.AwaitWithDeadline(absl::Condition(&earlier), due);
         }
         run = std::move(const_cast<Task&>(tasks_.top()).run);

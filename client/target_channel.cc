@@ -10,6 +10,7 @@
 #include "client/call_stop.h"
 #include "client/ucx_exchange.h"
 #include "core/error_reason.h"
+#include "core/retry_policy.h"
 #include "core/status_macros.h"
 #include "core/tokens.h"
 #include "core/wire/grpc_status.h"
@@ -119,9 +120,11 @@ absl::StatusOr<CallResult> AsCallerSees(absl::StatusOr<CallResult> r, bool stopp
   if (r.ok()) return r;
   if (stopped) return StoppedStatus();
   if (!absl::IsCancelled(r.status())) return r;
-  return absl::UnavailableError(
+  absl::Status s = absl::UnavailableError(
       "the server ended the call before it answered (it shut down or went away); the call may "
       "have run.");
+  std::optional<LandedResult> landed = LandedResultOf(r.status());
+  return landed.has_value() ? WithLandedResult(std::move(s), *landed) : s;
 }
 
 // What a call needs before it goes out: its frames, and which RPC.
@@ -266,8 +269,7 @@ void TargetChannel::DisableSharedMemory() {
 
 void TargetChannel::ShmBackOffLocked() {
   shm_tried_ = false;
-  shm_retry_at_ = absl::Now() + shm_backoff_;
-  shm_backoff_ = std::min(shm_backoff_ * 2, absl::Minutes(1));
+  shm_retry_at_ = absl::Now() + shm_backoff_.Next();
   service_ = Service::kUnknown;
 }
 
@@ -316,8 +318,7 @@ absl::StatusOr<UcxRoute> TargetChannel::ChooseUcx(const PreparedCall& call, cons
 
 void TargetChannel::BackOffUcx() {
   absl::MutexLock l(&mu_);
-  ucx_retry_at_ = absl::Now() + ucx_backoff_;
-  ucx_backoff_ = std::min(ucx_backoff_ * 2, absl::Minutes(5));
+  ucx_retry_at_ = absl::Now() + ucx_backoff_.Next();
 }
 
 absl::StatusOr<TargetChannel::Plan> TargetChannel::MakePlan(const CallRequest& request,

@@ -22,6 +22,7 @@
 #include "client/call_codec.h"
 #include "client/rpc_calls.h"
 #include "client/shm_channel.h"
+#include "core/retry_policy.h"
 #include "farcall/call_types.h"
 #include "farcall/v1/farcall.grpc.pb.h"
 #include "grpcpp/channel.h"
@@ -145,12 +146,12 @@ class TargetChannel : public std::enable_shared_from_this<TargetChannel> {
   std::shared_ptr<ShmChannel> shm_ ABSL_GUARDED_BY(mu_);
   // After a failed channel, when to try again, and the wait after that.
   absl::Time shm_retry_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-  absl::Duration shm_backoff_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
+  Backoff shm_backoff_ ABSL_GUARDED_BY(mu_){absl::Seconds(1), absl::Minutes(1)};
   // The agent's UCX worker address (empty: it offers none), and when to
   // use it again after UCX failed this client.
   std::string ucx_address_ ABSL_GUARDED_BY(mu_);
   absl::Time ucx_retry_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-  absl::Duration ucx_backoff_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
+  Backoff ucx_backoff_ ABSL_GUARDED_BY(mu_){absl::Seconds(1), absl::Minutes(5)};
 };
 
 }  // namespace farcall::client_internal

@@ -78,6 +78,7 @@ std::shared_ptr<UcxExchange> UcxExchange::Start(ucx::Worker& worker, PreparedCal
                   macs = std::move(macs)](const absl::Status& st) {
                    if (!st.ok()) return;
                    absl::StatusOr<uint64_t> agent_tag = ucx::ReadReady(key, e->ready_);
+                   if (agent_tag.ok()) e->args_asked_ = true;
                    if (!agent_tag.ok()) {
                      e->args_failed_ = true;
                      return e->set_->Fail(agent_tag.status());

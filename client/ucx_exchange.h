@@ -53,11 +53,16 @@ class UcxExchange {
   // transfer, and reports the UCX failure that made the RPC be cancelled.
   // Returns once UCX let go of the caller's memory.
   absl::StatusOr<CallResult> Conclude(absl::StatusOr<CallResult> rpc, absl::Time deadline);
+  // Whether the agent asked for the args (its ready came): until then no
+  // handler ran, and no result can have landed. Not whether they all went:
+  // a send may end here after the agent already has its bytes.
+  bool args_asked() const { return args_asked_; }
 
  private:
   std::shared_ptr<ucx::TransferSet> set_;
   std::array<uint8_t, 24> ready_{};       // ucx::ReadyBytes
   std::atomic<bool> args_failed_{false};  // an arg failed to go: nothing ran
+  std::atomic<bool> args_asked_{false};   // the agent's ready came
 };
 
 }  // namespace farcall::client_internal

@@ -27,6 +27,7 @@ enum class ErrorReason : int {
   kNoLiveAgent = 4,
   kHandlerError = 5,
   kRouterDraining = 6,
+  kAliasedArgOverwritten = 7,
 };
 
 // `s` marked with `reason` (an OK status stays OK).

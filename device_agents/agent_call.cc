@@ -17,6 +17,7 @@
 #include "core/wire/proto_convert.h"
 #include "core/wire/protocol.h"
 #include "device_agents/agent_metrics.h"
+#include "device_agents/fault_injection.h"
 #include "device_agents/idle_watchdog.h"
 
 namespace farcall::agent {
@@ -472,6 +473,7 @@ absl::Status AgentCall::OnChunk(uint32_t index, uint64_t offset, const ChunkByte
     return absl::InvalidArgumentError("a UCX call carries no chunks; its tensors travel over UCX.");
   }
   FARCALL_ASSIGN_OR_RETURN(uint8_t * dst, assembler_->Accept(index, offset, data.size()));
+  ReachedPhase(CallPhase::kUpload);
   if (dst == nullptr) {  // device memory: through staging blocks
     if (!inputs_) inputs_.emplace(*device_, *stream_);
     return inputs_->Stage(index, *args_[index].memory, args_[index].size, offset, data);
@@ -539,7 +541,22 @@ bool AgentCall::RunsInline() const {
          tensor_bytes_ <= agent_.config.inline_call_bytes;
 }
 
+void AgentCall::ReachedResultPhases(bool all_sent) const {
+  int64_t total = 0;
+  for (const Tensor& t : results_) total += t.size;
+  if (sent_bytes_ > 0) ReachedPhase(CallPhase::kResultFirst);
+  if (sent_bytes_ > 0 && sent_bytes_ * 2 >= total) ReachedPhase(CallPhase::kResultMid);
+  if (all_sent) ReachedPhase(CallPhase::kResultLast);
+}
+
+void AgentCall::ReachedResultPhasesAtOnce() const {
+  ReachedPhase(CallPhase::kResultFirst);
+  ReachedPhase(CallPhase::kResultMid);
+  ReachedPhase(CallPhase::kResultLast);
+}
+
 absl::Status AgentCall::Run(const CancellationToken& cancel) {
+  ReachedPhase(CallPhase::kHandler);
   run_start_time_ = absl::Now();
   if (cancel.deadline_passed()) return MaxCallTimeExceeded();
   if (cancel.cancelled()) {

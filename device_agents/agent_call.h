@@ -100,6 +100,12 @@ class AgentCall final : private FrameVisitor {
   bool RunsInline() const;
   // Runs the handler on the calling (worker) thread.
   absl::Status Run(const CancellationToken& cancel);
+  // For --inject_faults' exit_at (fault_injection.h): a stream's result
+  // frames went as far as they did (`all_sent`: every one); or a call's
+  // results are ready to go in one message, or are in the caller's region
+  // already (every result phase at once).
+  void ReachedResultPhases(bool all_sent) const;
+  void ReachedResultPhasesAtOnce() const;
   // Fills `out` with the next response frame carrying up to about
   // `max_chunk_bytes` of result data (0: everything). The first frame has the
   // header, the last the stats. False once everything was sent; an error

@@ -97,7 +97,9 @@ ABSL_FLAG(std::vector<std::string>, disable_handlers, {},
 ABSL_FLAG(std::string, inject_faults, "",
           "for testing only: make the devices fail as real ones do, e.g. allocate=3 (every "
           "3rd allocation is out of memory), run=10 (every 10th launch fails), "
-          "lose_device=5 (the 5th launch loses the device for good)");
+          "lose_device=5 (the 5th launch loses the device for good); exit_at=PHASE "
+          "(header, upload, handler, result_first, result_mid, result_last) with "
+          "exit_by=kill|term and exit_once=PATH: the first call to reach PHASE ends the process");
 ABSL_FLAG(int, ready_fd, -1, "write the bound port to this file descriptor once serving");
 
 namespace farcall::agent {

@@ -4,6 +4,7 @@
 #include "device_agents/agent_reactors.h"
 
 #include <algorithm>
+#include <atomic>
 #include <functional>
 #include <utility>
 
@@ -19,6 +20,7 @@
 #include "core/wire/protocol.h"
 #include "core/wire/security.h"
 #include "device_agents/agent_metrics.h"
+#include "device_agents/fault_injection.h"
 #include "device_agents/idle_watchdog.h"
 #include "device_agents/worker_pool.h"
 #include "farcall/v1/farcall.grpc.pb.h"
@@ -83,6 +85,7 @@ absl::Status DescribeAllowed(const AgentState& state, const Credentials& credent
 // reason.
 absl::Status Accept(const AgentState& state, const Credentials& credentials,
                     const grpc::ByteBuffer& first, AgentCall& call) {
+  ReachedPhase(CallPhase::kHeader);
   auto refused = [&call](absl::Status s) {
     call.set_refused("auth");
     return WithReason(std::move(s), ErrorReason::kAuthRefused);
@@ -273,6 +276,7 @@ class ExecuteReactor final
           absl::CancelledError("the caller went away while results were being sent."));
     }
     if (replaying_) return FinishWith(absl::OkStatus());
+    call_->ReachedResultPhases(/*all_sent=*/false);
     shared_.DeviceStep(*this, [this] { WriteNext(); });
   }
 
@@ -313,7 +317,10 @@ class ExecuteReactor final
     absl::StatusOr<bool> more =
         call_->NextResponseFrame(shared_.state.config.response_chunk_bytes, &out_);
     if (!more.ok()) return FinishWith(more.status());
-    if (!*more) return FinishWith(absl::OkStatus());
+    if (!*more) {
+      call_->ReachedResultPhases(/*all_sent=*/true);
+      return FinishWith(absl::OkStatus());
+    }
     SetMoving(true);
     Progress(static_cast<int64_t>(out_.Length()));
     AwaitClient(Wait::kRead);
@@ -417,6 +424,7 @@ class CallReactor final : public AgentReactor<grpc::ServerUnaryReactor> {
   void RunAndAnswer() {
     absl::Status run = call_->Run(cancel_);
     if (run.ok() && call_->ucx()) return SendOverUcx();
+    if (run.ok()) call_->ReachedResultPhasesAtOnce();
     if (run.ok()) run = call_->NextResponseFrame(0, response_).status();
     FinishWith(run);
   }
@@ -433,7 +441,10 @@ class CallReactor final : public AgentReactor<grpc::ServerUnaryReactor> {
     absl::MutexLock l(&ucx_mu_);  // the end waits for this phase to begin
     ucx_phase_ = true;
     call_->StartUcxInputs(
-        [this] { AwaitClient(Wait::kSend); },
+        [this] {
+          ReachedPhase(CallPhase::kUpload);
+          AwaitClient(Wait::kSend);
+        },
         [this](const absl::Status& s) {
           absl::Status why = s;
           // Bytes that failed their check were not the client's: its args
@@ -469,13 +480,21 @@ class CallReactor final : public AgentReactor<grpc::ServerUnaryReactor> {
     AwaitClient(Wait::kRead);
     absl::MutexLock l(&ucx_mu_);
     ucx_phase_ = true;
-    call_->StartUcxResults([this] { AwaitClient(Wait::kRead); },
-                           [this](const absl::Status& s) {
-                             AfterUcx(s, "while taking its results", [this] {
-                               FinishWith(call_->NextResponseFrame(0, response_).status());
-                             });
-                             Unref();
-                           });
+    call_->StartUcxResults(
+        [this] {
+          // A result piece or its MAC went: the first, then the second.
+          const int n = ++result_transfers_;
+          ReachedPhase(CallPhase::kResultFirst);
+          if (n >= 2) ReachedPhase(CallPhase::kResultMid);
+          AwaitClient(Wait::kRead);
+        },
+        [this](const absl::Status& s) {
+          AfterUcx(s, "while taking its results", [this] {
+            call_->ReachedResultPhases(/*all_sent=*/true);
+            FinishWith(call_->NextResponseFrame(0, response_).status());
+          });
+          Unref();
+        });
     if (cancel_.cancelled()) call_->CancelUcx();
   }
 
@@ -512,6 +531,7 @@ class CallReactor final : public AgentReactor<grpc::ServerUnaryReactor> {
   absl::Mutex ucx_mu_;
   bool ucx_phase_ ABSL_GUARDED_BY(ucx_mu_) = false;
   absl::Status ucx_idle_error_ ABSL_GUARDED_BY(ucx_mu_);
+  std::atomic<int> result_transfers_{0};  // a UCX call's results that went
 };
 
 class AgentService final

@@ -1,6 +1,11 @@
 #include "device_agents/fault_injection.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <csignal>
+#include <cstring>
 #include <map>
 #include <utility>
 #include <vector>
@@ -114,13 +119,50 @@ class FaultyDevice final : public Device {
   std::shared_ptr<FaultCounters> counters_;
 };
 
+constexpr std::pair<const char*, CallPhase> kPhases[] = {
+    {"header", CallPhase::kHeader},        {"upload", CallPhase::kUpload},
+    {"handler", CallPhase::kHandler},      {"result_first", CallPhase::kResultFirst},
+    {"result_mid", CallPhase::kResultMid}, {"result_last", CallPhase::kResultLast},
+};
+
+const char* PhaseName(CallPhase phase) {
+  for (const auto& [name, p] : kPhases) {
+    if (p == phase) return name;
+  }
+  return "none";
+}
+
+// exit_at, armed once at start (InjectFaults) and read by every call.
+std::atomic<CallPhase> exit_phase{CallPhase::kNone};
+std::atomic<bool> exit_fired{false};
+FaultPlan* exit_plan = nullptr;  // set before exit_phase, never freed
+
 }  // namespace
+
+void ReachedPhase(CallPhase phase) {
+  if (exit_phase.load(std::memory_order_acquire) != phase || phase == CallPhase::kNone) return;
+  if (exit_fired.exchange(true)) return;
+  const FaultPlan& plan = *exit_plan;
+  if (!plan.exit_once.empty()) {
+    const int fd = open(plan.exit_once.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) return;  // another agent of the plan exited there already
+    const char* name = PhaseName(phase);
+    (void)!write(fd, name, strlen(name));
+    close(fd);
+  }
+  raise(plan.exit_by_term ? SIGTERM : SIGKILL);
+}
 
 std::string FaultPlan::ToString() const {
   std::vector<std::string> parts;
   if (allocate_every > 0) parts.push_back(absl::StrCat("allocate=", allocate_every));
   if (run_every > 0) parts.push_back(absl::StrCat("run=", run_every));
   if (lose_device_at > 0) parts.push_back(absl::StrCat("lose_device=", lose_device_at));
+  if (exit_at != CallPhase::kNone) {
+    parts.push_back(absl::StrCat("exit_at=", PhaseName(exit_at)));
+    parts.push_back(exit_by_term ? "exit_by=term" : "exit_by=kill");
+  }
+  if (!exit_once.empty()) parts.push_back(absl::StrCat("exit_once=", exit_once));
   return absl::StrJoin(parts, ",");
 }
 
@@ -128,6 +170,34 @@ absl::StatusOr<FaultPlan> ParseFaultPlan(absl::string_view spec) {
   FaultPlan plan;
   for (absl::string_view entry : absl::StrSplit(spec, ',', absl::SkipEmpty())) {
     std::pair<absl::string_view, absl::string_view> kv = absl::StrSplit(entry, '=');
+    if (kv.first == "exit_at") {
+      plan.exit_at = CallPhase::kNone;
+      for (const auto& [name, p] : kPhases) {
+        if (kv.second == name) plan.exit_at = p;
+      }
+      if (plan.exit_at == CallPhase::kNone) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--inject_faults: '", entry,
+            "' names no phase; the phases are header, upload, handler, result_first, result_mid "
+            "and result_last."));
+      }
+      continue;
+    }
+    if (kv.first == "exit_by") {
+      if (kv.second != "kill" && kv.second != "term") {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--inject_faults: '", entry, "' must be exit_by=kill or exit_by=term."));
+      }
+      plan.exit_by_term = kv.second == "term";
+      continue;
+    }
+    if (kv.first == "exit_once") {
+      if (kv.second.empty()) {
+        return absl::InvalidArgumentError("--inject_faults: exit_once needs a file path.");
+      }
+      plan.exit_once = std::string(kv.second);
+      continue;
+    }
     int64_t n = 0;
     if (!absl::SimpleAtoi(kv.second, &n) || n < 0) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -142,7 +212,8 @@ absl::StatusOr<FaultPlan> ParseFaultPlan(absl::string_view spec) {
     } else {
       return absl::InvalidArgumentError(
           absl::StrCat("--inject_faults: unknown fault '", kv.first,
-                       "'; the faults are allocate, run and lose_device."));
+                       "'; the faults are allocate, run, lose_device, exit_at, exit_by and "
+                       "exit_once."));
     }
   }
   return plan;
@@ -150,6 +221,10 @@ absl::StatusOr<FaultPlan> ParseFaultPlan(absl::string_view spec) {
 
 void InjectFaults(const FaultPlan& plan, Backend& backend) {
   if (plan.empty()) return;
+  if (plan.exit_at != CallPhase::kNone) {
+    exit_plan = new FaultPlan(plan);
+    exit_phase.store(plan.exit_at, std::memory_order_release);
+  }
   auto counters = std::make_shared<FaultCounters>(plan);
   for (std::unique_ptr<Device>& d : backend.devices) {
     d = std::make_unique<FaultyDevice>(std::move(d), counters);

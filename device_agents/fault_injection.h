@@ -11,6 +11,19 @@
 //                  sticky error, so the agent answers NOT_SERVING to health
 //                  checks.
 // N counts from the agent's start over all its devices' calls; 0 is off.
+// And the process itself, for tests of what callers get when an agent dies
+// or drains at a given moment of a call (tests/fault/fault_matrix_test.cc):
+//   exit_at=PHASE  the first call to reach PHASE ends the process there:
+//                  header (a call arrived, before its header is read),
+//                  upload (its first input bytes are in), handler (its
+//                  handler is about to run), result_first (its first result
+//                  bytes went to the caller), result_mid (half of them
+//                  went), result_last (all went, before the status);
+//   exit_by=kill|term  SIGKILL (the default: the host died) or SIGTERM (a
+//                  drain, which lets the call finish);
+//   exit_once=PATH only the first process to create PATH exits (agents that
+//                  share a plan: one dies, the others serve the call again);
+//                  PATH then holds the phase's name, the proof it was reached.
 //
 // Thread safety: a faulty device is thread-safe, like the device it wraps.
 #ifndef FARCALL_DEVICE_AGENTS_FAULT_INJECTION_H_
@@ -26,11 +39,20 @@
 
 namespace farcall::agent {
 
+// The moments of a call that exit_at names.
+enum class CallPhase { kNone, kHeader, kUpload, kHandler, kResultFirst, kResultMid, kResultLast };
+
 struct FaultPlan {
   int64_t allocate_every = 0;
   int64_t run_every = 0;
   int64_t lose_device_at = 0;
-  bool empty() const { return allocate_every == 0 && run_every == 0 && lose_device_at == 0; }
+  CallPhase exit_at = CallPhase::kNone;
+  bool exit_by_term = false;
+  std::string exit_once;
+  bool empty() const {
+    return allocate_every == 0 && run_every == 0 && lose_device_at == 0 &&
+           exit_at == CallPhase::kNone;
+  }
   // "allocate=3,run=10" again, for logs.
   std::string ToString() const;
 };
@@ -40,8 +62,13 @@ struct FaultPlan {
 absl::StatusOr<FaultPlan> ParseFaultPlan(absl::string_view spec);
 
 // Wraps every device of `backend` so that `plan`'s faults happen; the
-// counts are shared by the devices. Does nothing for an empty plan.
+// counts are shared by the devices. Does nothing for an empty plan. Arms
+// exit_at for the process.
 void InjectFaults(const FaultPlan& plan, Backend& backend);
+
+// A call of this agent reached `phase`: where the plan exits there, the
+// process raises its signal (once). Costs one atomic load otherwise.
+void ReachedPhase(CallPhase phase);
 
 }  // namespace farcall::agent
 

@@ -96,11 +96,28 @@ TEST(FaultPlanTest, ParsesTheFaultsAndNamesABadEntry) {
   absl::Status bad = ParseFaultPlan("allocate=3,melt=1").status();
   EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(bad.message(),
-            "--inject_faults: unknown fault 'melt'; the faults are allocate, run and "
-            "lose_device.");
+            "--inject_faults: unknown fault 'melt'; the faults are allocate, run, lose_device, "
+            "exit_at, exit_by and exit_once.");
   EXPECT_EQ(ParseFaultPlan("run=-1").status().message(),
             "--inject_faults: 'run=-1' needs a count of 0 or more, as in allocate=3.");
   EXPECT_FALSE(ParseFaultPlan("run").ok());
+}
+
+TEST(FaultInjectionTest, ParsesAPhaseToExitAt) {
+  absl::StatusOr<FaultPlan> p = ParseFaultPlan("exit_at=result_mid,exit_by=term,exit_once=/x/y");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->exit_at, CallPhase::kResultMid);
+  EXPECT_TRUE(p->exit_by_term);
+  EXPECT_EQ(p->exit_once, "/x/y");
+  EXPECT_FALSE(p->empty());
+  EXPECT_EQ(p->ToString(), "exit_at=result_mid,exit_by=term,exit_once=/x/y");
+  EXPECT_FALSE(ParseFaultPlan("exit_at=header")->exit_by_term);
+  EXPECT_EQ(ParseFaultPlan("exit_at=later").status().message(),
+            "--inject_faults: 'exit_at=later' names no phase; the phases are header, upload, "
+            "handler, result_first, result_mid and result_last.");
+  EXPECT_EQ(ParseFaultPlan("exit_by=stop").status().message(),
+            "--inject_faults: 'exit_by=stop' must be exit_by=kill or exit_by=term.");
+  EXPECT_FALSE(ParseFaultPlan("exit_once=").ok());
 }
 
 TEST(FaultInjectionTest, AnEmptyPlanLeavesTheDevicesAsTheyAre) {

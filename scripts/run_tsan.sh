@@ -3,8 +3,8 @@
 # in tests/tsan/, built in build-tsan/, whose CMakeLists.txt lists them):
 # the byte budget and BudgetWait, the worker pool, a call's serial steps, the
 # idle watchdog, the staging and device-memory pools, the drain gate, the
-# fault-injecting device, stopping calls, the FFI handler's waiting threads
-# and the client's polling turns, with their unit tests (each has cases that
+# fault-injecting device, stopping calls, the FFI handler's waiting threads,
+# the client's polling turns and its timer threads (RunAfter), with their unit tests (each has cases that
 # run many threads at once). Any report fails the run.
 #
 # TSan must see every lock, and Debian's Abseil is not instrumented, so

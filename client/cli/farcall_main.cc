@@ -55,6 +55,12 @@ ABSL_FLAG(bool, wait_for_ready, false,
 ABSL_FLAG(int64_t, busy_poll_us, 0,
           "call, bench: poll this many microseconds for a small call's answer before "
           "sleeping (CallOptions::busy_poll: lower latency, one core spent meanwhile)");
+ABSL_FLAG(int, retries, -1,
+          "call, bench: send a failed call again up to this many times where it may go again "
+          "(CallOptions::retries); -1: only through another router, as a router drains");
+ABSL_FLAG(bool, keep_aliased_args, false,
+          "call, bench: keep a copy of each aliased arg, so that a call whose result had begun "
+          "to land in it can still go again (one copy per call)");
 ABSL_FLAG(bool, refresh, true, "agents: probe every agent before listing");
 ABSL_FLAG(std::string, handler, "copy",
           "bench: copy, crc32c or sum (sum and crc32c send the bytes one way)");
@@ -83,8 +89,8 @@ ABSL_FLAG(std::string, token_file, "",
 
 namespace {
 
-// --transport, --rpc and --busy_poll_us into `opts`; INVALID_ARGUMENT for any
-// other value.
+// --transport, --rpc, --busy_poll_us, --retries and --keep_aliased_args into
+// `opts`; INVALID_ARGUMENT for any other value.
 absl::Status ApplyTransportFlags(farcall::CallOptions& opts) {
   const std::string transport = absl::GetFlag(FLAGS_transport);
   std::optional<farcall::Transport> t = farcall::TransportNamed(transport);
@@ -109,6 +115,13 @@ absl::Status ApplyTransportFlags(farcall::CallOptions& opts) {
         absl::StrCat("--busy_poll_us must be 0 to 1000000; got ", busy_poll_us, "."));
   }
   opts.busy_poll = absl::Microseconds(busy_poll_us);
+  const int retries = absl::GetFlag(FLAGS_retries);
+  if (retries < -1 || retries > 1000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--retries must be -1 to 1000; got ", retries, "."));
+  }
+  opts.retries = retries;
+  opts.keep_aliased_args = absl::GetFlag(FLAGS_keep_aliased_args);
   return absl::OkStatus();
 }
 

@@ -40,6 +40,7 @@ FARCALL_SAME_REASON(INPUTS_NOT_DELIVERED, kInputsNotDelivered);
 FARCALL_SAME_REASON(NO_LIVE_AGENT, kNoLiveAgent);
 FARCALL_SAME_REASON(HANDLER_ERROR, kHandlerError);
 FARCALL_SAME_REASON(ROUTER_DRAINING, kRouterDraining);
+FARCALL_SAME_REASON(ALIASED_ARG_OVERWRITTEN, kAliasedArgOverwritten);
 #undef FARCALL_SAME_REASON
 
 constexpr char kErrorDetailType[] = "type.googleapis.com/farcall.v1.ErrorDetail";

@@ -4,8 +4,10 @@ namespace farcall {
 
 // The wire's dtype numbers are the C ABI's (and so DType's, which takes
 // them from it): the casts below change no value.
-#define FARCALL_SAME_DTYPE(name) static_assert(v1::name == FARCALL_DTYPE_##name)
-static_assert(v1::DTYPE_INVALID == FARCALL_DTYPE_INVALID);
+// Compared as ints: the two are enums of different types (-Wenum-compare).
+#define FARCALL_SAME_DTYPE(name) \
+  static_assert(static_cast<int>(v1::name) == static_cast<int>(FARCALL_DTYPE_##name))
+static_assert(static_cast<int>(v1::DTYPE_INVALID) == static_cast<int>(FARCALL_DTYPE_INVALID));
 FARCALL_SAME_DTYPE(PRED);
 FARCALL_SAME_DTYPE(S8);
 FARCALL_SAME_DTYPE(S16);

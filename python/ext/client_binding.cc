@@ -258,7 +258,8 @@ class PyClient {
     return ToPython(WithoutGil([&] { return client_->Call(request, options); }));
   }
 
-  // `done(results_and_info, code, message, traceback)` runs once, holding the GIL, on
+  // `done(results_and_info, code, message, traceback, did_not_run,
+  // from_handler)` runs once, holding the GIL, on
   // farcall's completion thread; `done` (and the caller's arrays it keeps)
   // is held until then.
   void CallAsync(const std::string& handler, const std::vector<std::string>& platforms,
@@ -278,10 +279,11 @@ class PyClient {
           [fn, result] {
             try {
               if (result->ok()) {
-                (*fn)(ToPython(std::move(**result)), nb::none(), nb::none(), "");
+                (*fn)(ToPython(std::move(**result)), nb::none(), nb::none(), "", false, false);
               } else {
-                (*fn)(nb::none(), CodeName(result->status().code()),
-                      std::string(result->status().message()), TracebackOf(result->status()));
+                const absl::Status& s = result->status();
+                (*fn)(nb::none(), CodeName(s.code()), std::string(s.message()), TracebackOf(s),
+                      DidNotRun(s), ReasonOf(s) == ErrorReason::kHandlerError);
               }
             } catch (nb::python_error& e) {
               e.restore();
@@ -399,6 +401,8 @@ void DefineOptions(nb::module_& m) {
       .def_rw("wait_for_ready", &CallOptions::wait_for_ready)
       .def_rw("validate_locally", &CallOptions::validate_locally)
       .def_rw("via_router", &CallOptions::via_router)
+      .def_rw("retries", &CallOptions::retries)
+      .def_rw("keep_aliased_args", &CallOptions::keep_aliased_args)
       .def_rw("stop", &CallOptions::stop, nb::for_setter(nb::arg("value").none()));
 }
 

@@ -29,7 +29,7 @@ struct FfiCallAttrs {
   double timeout = 60;
   bool has_side_effect = false;
   bool wait_for_ready = false;  // wait for the target within the timeout
-  int64_t retries = 2;          // sends again a call that did not run (MaySendAgain)
+  int64_t retries = 2;          // CallOptions::retries
   // CallOptions::busy_poll in seconds; below 0: the handler chooses (cpu:
   // PollFor; cuda: none).
   double busy_poll = -1;
@@ -54,21 +54,15 @@ absl::Status ParseAliases(std::string_view text, size_t n_in, size_t n_out,
 absl::StatusOr<CallRequest> RequestFor(const FfiCallAttrs& attrs, const std::vector<HostTensor>& in,
                                        const std::vector<HostTensor>& out,
                                        const std::vector<int64_t>& output_of_input);
-// Its options (a call id for a call with side effects; busy_poll when
-// given; no timeout yet).
+// Its options (a call id for a call with side effects; the retries, which
+// the client makes as core/retry_policy.h says; busy_poll when given; no
+// timeout yet). A call whose result had begun to land in an aliased
+// operand when it failed is not sent again (XLA's buffer no longer holds
+// the operand): the step fails ABORTED, never goes on with other numbers.
 CallOptions OptionsFor(const FfiCallAttrs& attrs);
 
-// Retries: a call that may go again (MaySendAgain) goes after a pause of
-// 50 ms, doubled each time up to 1 s, `retries` times at most, within its
-// deadline. Whether attempt `attempt` (0: the first), which ended with `s`,
-// goes again after `pause`.
-inline constexpr absl::Duration kFirstRetryPause = absl::Milliseconds(50);
-inline constexpr absl::Duration kLastRetryPause = absl::Seconds(1);
-bool SendAgain(const absl::Status& s, int64_t attempt, int64_t retries, bool has_side_effect,
-               absl::Duration pause, absl::Time deadline);
-
 // Calls the handler and waits for it (the cuda handler; the cpu one is
-// asynchronous), with the retries above.
+// asynchronous).
 absl::Status CallRemote(const FfiCallAttrs& attrs, const std::vector<HostTensor>& in,
                         const std::vector<HostTensor>& out,
                         const std::vector<int64_t>& output_of_input);

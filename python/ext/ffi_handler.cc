@@ -135,19 +135,14 @@ void RunWaiting(std::function<void()> task) {
   threads->Run(std::move(task));
 }
 
-// One call's attempts, each a blocking Client::Call: the first on the
-// calling thread (StartHere) or on a waiting thread (Start); the next
-// attempt of a call that may go again (MaySendAgain) starts on a waiting
-// thread after a pause (PauseBeforeRetry: cut short when the target comes
-// back). `done` runs once, with the last attempt's status.
+// One call, a blocking Client::Call (which makes the retries itself): on
+// the calling thread (StartHere) or on a waiting thread (Start). `done`
+// runs once, with its status.
 struct RemoteCall : std::enable_shared_from_this<RemoteCall> {
   Client* client = nullptr;
   CallRequest request;
   CallOptions options;
   absl::Time deadline;
-  int64_t retries = 0;
-  int64_t attempt = 0;
-  absl::Duration pause = kFirstRetryPause;
   std::function<void(const absl::Status&)> done;
 
   void Start() {
@@ -156,18 +151,7 @@ struct RemoteCall : std::enable_shared_from_this<RemoteCall> {
   }
   void StartHere() {
     options.timeout = deadline - absl::Now();
-    Ended(client->Call(request, options).status());
-  }
-  void Ended(const absl::Status& s) {
-    if (!SendAgain(s, attempt, retries, request.has_side_effect, pause, deadline)) return done(s);
-    ++attempt;
-    const absl::Duration wait = pause;
-    pause = std::min(pause * 2, kLastRetryPause);
-    auto self = shared_from_this();
-    RunWaiting([self, wait] {
-      self->client->PauseBeforeRetry(wait);
-      self->StartHere();
-    });
+    done(client->Call(request, options).status());
   }
 };
 
@@ -224,8 +208,8 @@ absl::Duration PollFor(bool quick, int64_t average_ns) {
 // kBlockingBelow is called on XLA's thread, which waits for the answer
 // itself. That saves the hand-offs to a waiting thread and back (tens of
 // microseconds of a 250 us call on loopback) and forgoes at most that long
-// of overlap. Should it fail in a way that may go again, the retries run
-// on a waiting thread.
+// of overlap. Its retries, should it fail in a way that may go again, wait
+// there too.
 ffi::Future CpuCall(ffi::RemainingArgs args, ffi::RemainingRets rets, std::string_view target,
                     std::string_view handler, std::string_view platform, std::string_view aliases,
                     std::string_view attributes, double timeout, bool has_side_effect,
@@ -271,7 +255,6 @@ ffi::Future CpuCall(ffi::RemainingArgs args, ffi::RemainingRets rets, std::strin
   call->options = OptionsFor(attrs);
   const absl::Time start = absl::Now();
   call->deadline = start + absl::Seconds(attrs.timeout);
-  call->retries = attrs.retries;
   std::atomic<int64_t>& recent =
       RecentDurations::Of(absl::StrCat(Absl(attrs.target), "#", Absl(attrs.handler)));
   const int64_t average_ns = recent.load(std::memory_order_relaxed);
@@ -340,16 +323,9 @@ CallOptions OptionsFor(const FfiCallAttrs& attrs) {
   // One id for every attempt: an agent's ledger runs a call with side
   // effects once however often it is sent.
   if (attrs.has_side_effect) options.call_id = NewCallId();
+  options.retries = static_cast<int>(std::clamp<int64_t>(attrs.retries, 0, 1000));
   if (attrs.busy_poll > 0) options.busy_poll = absl::Seconds(attrs.busy_poll);
   return options;
-}
-
-bool SendAgain(const absl::Status& s, int64_t attempt, int64_t retries, bool has_side_effect,
-               absl::Duration pause, absl::Time deadline) {
-  // A failed call loses nothing of XLA's (its buffers, donated or not, are
-  // untouched until it succeeds), so the step goes on if a retry does.
-  return !s.ok() && attempt < retries && MaySendAgain(s, has_side_effect) &&
-         absl::Now() + pause < deadline;
 }
 
 absl::Status CallRemote(const FfiCallAttrs& attrs, const std::vector<HostTensor>& in,
@@ -360,15 +336,8 @@ absl::Status CallRemote(const FfiCallAttrs& attrs, const std::vector<HostTensor>
   absl::StatusOr<Client*> client = ClientFor(attrs.target);
   if (!client.ok()) return client.status();
   CallOptions options = OptionsFor(attrs);
-  const absl::Time deadline = absl::Now() + absl::Seconds(attrs.timeout);
-  absl::Duration pause = kFirstRetryPause;
-  for (int64_t attempt = 0;; ++attempt) {
-    options.timeout = deadline - absl::Now();
-    absl::Status s = (*client)->Call(*req, options).status();
-    if (!SendAgain(s, attempt, attrs.retries, attrs.has_side_effect, pause, deadline)) return s;
-    (*client)->PauseBeforeRetry(pause);  // a restarting agent, a router's next probe
-    pause = std::min(pause * 2, kLastRetryPause);
-  }
+  options.timeout = absl::Seconds(attrs.timeout);
+  return (*client)->Call(*req, options).status();
 }
 
 ffi::Error ToFfiError(const absl::Status& s) {

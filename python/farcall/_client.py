@@ -228,6 +228,15 @@ class _CallFuture(concurrent.futures.Future):
         return True
 
 
+def _retries(retries) -> int:
+    """CallOptions.retries for ``retries=``: -1 for None (farcall's default)."""
+    if retries is None:
+        return -1
+    if isinstance(retries, bool) or not isinstance(retries, (int, np.integer)) or retries < 0:
+        raise ValueError(f"retries must be None or an int >= 0; got {retries!r}")
+    return int(retries)
+
+
 class Client:
     """A connection to a farcall router or agent.
 
@@ -315,7 +324,8 @@ class Client:
         return f"farcall.Client({self.target!r})"
 
     def _native_call(self, handler, platform, p: "_Prepared", has_side_effect, timeout, rpc,
-                     validate, call_id, stop=None) -> dict:
+                     validate, call_id, stop=None, retries=None,
+                     keep_aliased_args=False) -> dict:
         """The native call's keyword arguments (all but the result memory and
         the completion)."""
         # One platform per call, as in JAX; more are refused with the
@@ -333,6 +343,8 @@ class Client:
         options.via_router = self._via_router
         options.wait_for_ready = self._wait_for_ready
         options.busy_poll = self._busy_poll
+        options.retries = _retries(retries)
+        options.keep_aliased_args = bool(keep_aliased_args)
         options.stop = stop
         return dict(handler=handler, platforms=platforms, args=p.args, results=p.results,
                     aliases=p.aliases, attributes=p.attributes,
@@ -342,7 +354,8 @@ class Client:
              input_output_aliases: Mapping[int, int] | None = None,
              attributes: Mapping[str, Any] | None = None, has_side_effect: bool = False,
              timeout: float | None = None, rpc: str = "auto",
-             validate: bool = True, call_id: str | None = None) -> list:
+             validate: bool = True, call_id: str | None = None, retries: int | None = None,
+             keep_aliased_args: bool = False) -> list:
         """Runs ``handler`` on an agent of ``platform``; returns the results.
 
         ``results`` are objects with ``.shape`` and ``.dtype``: a list of
@@ -358,6 +371,15 @@ class Client:
         retry such a call with the id it first had, and a repeat gets the
         first answer or ``AlreadyExistsError``.
 
+        ``retries`` (None: only through another router, as a router drains)
+        sends a failed call again up to that many times, after every failure
+        that may be sent again: one no handler ran, and, for a call without
+        side effects, ``UnavailableError`` that no handler raised. A call
+        whose aliased result had begun to land in its input array when it
+        failed is never sent again from it: it raises ``AbortedError``
+        naming the argument, unless ``keep_aliased_args=True``, which keeps a
+        copy of each aliased input to restore it from (one copy per call).
+
         Raises a ``farcall.Error`` subclass with the contract's code and
         message.
         """
@@ -365,24 +387,27 @@ class Client:
             handler, *args, results=results, platform=platform,
             input_output_aliases=input_output_aliases, attributes=attributes,
             has_side_effect=has_side_effect, timeout=timeout, rpc=rpc, validate=validate,
-            call_id=call_id)[0]
+            call_id=call_id, retries=retries, keep_aliased_args=keep_aliased_args)[0]
 
     def call_with_info(self, handler: str, *args, results: Sequence, platform: str = "cpu",
                        input_output_aliases=None, attributes=None, has_side_effect=False,
                        timeout=None, rpc="auto", validate=True,
-                       call_id=None) -> tuple[list, CallInfo]:
+                       call_id=None, retries=None,
+                       keep_aliased_args=False) -> tuple[list, CallInfo]:
         """As ``call``, and also returns a ``CallInfo``: which agent ran it,
         over which transport, and the agent's timings."""
         p = _Prepared(args, results, input_output_aliases, attributes)
         raw, info = self._native.call(
             **self._native_call(handler, platform, p, has_side_effect, timeout, rpc, validate,
-                                call_id), result_memory=[])
+                                call_id, retries=retries, keep_aliased_args=keep_aliased_args),
+            result_memory=[])
         return p.finish(raw), _info(info)
 
     def call_async(self, handler: str, *args, results: Sequence, platform: str = "cpu",
                    input_output_aliases=None, attributes=None, has_side_effect=False,
                    timeout=None, rpc="auto", validate=True,
-                   call_id=None) -> concurrent.futures.Future:
+                   call_id=None, retries=None,
+                   keep_aliased_args=False) -> concurrent.futures.Future:
         """As ``call``, but returns at once with a ``concurrent.futures.Future``
         of the results. The args must not be changed until it is done. Bad
         arguments raise at once; the call's own errors go to the future.
@@ -392,21 +417,23 @@ class Client:
         stop = _farcall.CallStop()
         fut = _CallFuture(stop)
 
-        def done(out, code, message, traceback, p=p):  # p keeps the arrays alive
+        def done(out, code, message, traceback, did_not_run, from_handler,
+                 p=p):  # p keeps the arrays alive
             if fut.cancelled():
                 return
             try:
                 if code is None:
                     fut.set_result(p.finish(out[0]))
                 else:
-                    fut.set_exception(_errors.make_error(code, message, traceback))
+                    fut.set_exception(_errors.make_error(code, message, traceback, did_not_run,
+                                                         from_handler))
             except BaseException as e:  # noqa: BLE001: the future must end
                 if not fut.done():
                     fut.set_exception(e)
 
         self._native.call_async(
             **self._native_call(handler, platform, p, has_side_effect, timeout, rpc, validate,
-                                call_id, stop), done=done)
+                                call_id, stop, retries, keep_aliased_args), done=done)
         return fut
 
     def close(self) -> None:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import functools
 import numbers
-import time
 import uuid
 from typing import Any, Mapping
 
@@ -42,7 +41,7 @@ from jax._src import effects
 from jax._src import ffi as _jax_ffi
 from jax.interpreters import ad, batching, mlir
 
-from farcall import _client, _errors, _farcall, _tree
+from farcall import _client, _farcall, _tree
 
 _PLATFORMS = ("cpu", "cuda", "rocm", "oneapi")
 _FFI_TARGET = "farcall_buffer_call"
@@ -165,7 +164,12 @@ def buffer_callback(handler: str, result_shape_dtypes: object, *, target: str,
     without side effects, a target unreachable or a connection broken (any
     UNAVAILABLE no handler raised). A call with side effects keeps one
     ``call_id`` across its attempts, so an agent runs it once. Through a
-    router each attempt goes to the agent the router names then.
+    router each attempt goes to the agent the router names then. A call
+    whose result had begun to land in an aliased operand when it failed is
+    not sent again from it: under ``jax.jit`` (the XLA FFI path) the step
+    raises, its message starting ``ABORTED`` and naming the operand, and
+    never goes on with other numbers; the host-callback path keeps a copy
+    of each aliased operand and sends the call again from it.
     ``busy_poll`` is how long (seconds, at most 1) a call polls for its
     answer before its thread sleeps, as ``farcall.Client`` takes it. The
     default, ``None``, lets the cpu backend's XLA FFI path choose: a handler
@@ -318,38 +322,22 @@ def _client_for(key: str, wait_for_ready: bool = False,
     return c
 
 
-def _may_send_again(e: _errors.Error, has_side_effect: bool) -> bool:
-    """As the FFI path decides (core/error_reason.h, MaySendAgain)."""
-    if e.did_not_run:
-        return True
-    return (not has_side_effect and isinstance(e, _errors.UnavailableError)
-            and not e.from_handler)
-
-
 def _host_call(*args, handler, target, platform, result_avals, input_output_aliases,
                has_side_effect, raw_attributes, timeout, wait_for_ready=False, retries=2,
                busy_poll=-1.0):
-    """The call from a host callback: args are numpy arrays, maybe read-only."""
+    """The call from a host callback: args are numpy arrays, maybe read-only.
+    The client makes the retries (core/retry_policy.h), restoring each
+    aliased arg from its copy before it sends the call again."""
     aliased = {i for i, _ in input_output_aliases}
-    call_id = uuid.uuid4().hex  # one for every attempt
-    deadline = time.monotonic() + timeout
-    pause = 0.05
-    for attempt in range(retries + 1):
-        # Aliased args are copied afresh: a failed attempt may have written.
-        fresh = [np.array(a) if i in aliased else a for i, a in enumerate(args)]
-        try:
-            out = _client_for(target, wait_for_ready, max(busy_poll, 0.0)).call(
-                handler, *fresh, results=[_client.Spec(a.shape, a.dtype) for a in result_avals],
-                platform=platform, input_output_aliases=dict(input_output_aliases),
-                attributes=dict(raw_attributes), has_side_effect=has_side_effect,
-                timeout=max(deadline - time.monotonic(), 0.001), call_id=call_id)
-            return tuple(out)
-        except _errors.Error as e:
-            if (attempt >= retries or not _may_send_again(e, has_side_effect)
-                    or time.monotonic() + pause >= deadline):
-                raise
-        time.sleep(pause)
-        pause = min(pause * 2, 1.0)
+    # Aliased args are written in place: the host callback's may be read-only.
+    fresh = [np.array(a) if i in aliased else a for i, a in enumerate(args)]
+    out = _client_for(target, wait_for_ready, max(busy_poll, 0.0)).call(
+        handler, *fresh, results=[_client.Spec(a.shape, a.dtype) for a in result_avals],
+        platform=platform, input_output_aliases=dict(input_output_aliases),
+        attributes=dict(raw_attributes), has_side_effect=has_side_effect,
+        timeout=timeout, call_id=uuid.uuid4().hex, retries=int(retries),
+        keep_aliased_args=bool(aliased))
+    return tuple(out)
 
 
 def _callback_impl(*args, result_avals, has_side_effect, **params):

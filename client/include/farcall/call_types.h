@@ -169,6 +169,25 @@ struct CallOptions {
   // finds them all polling sleeps. Other calls (asynchronous, streamed,
   // shared memory, UCX) ignore it.
   absl::Duration busy_poll = absl::ZeroDuration();
+  // How often a failed call is sent again, within its timeout. -1 (the
+  // default): only where another server can take it: through a router that
+  // drains or cannot be reached, up to 5 times over 3.1 s (a router's agents
+  // called directly: the next agent is tried at once, which is not counted).
+  // N >= 0: at most N times, after every failure that may be sent again:
+  // one that no handler ran (the target draining, no live agent), and, for
+  // a call without side effects, UNAVAILABLE that no handler raised (an
+  // agent gone; then to the same target after 50 ms, doubling to 1 s). A
+  // call with side effects keeps its call_id, so it runs at most once.
+  int retries = -1;
+  // A call whose aliased result had begun to land in its InOut memory when
+  // it failed is never sent again from those bytes. false (the default): it
+  // fails ABORTED, naming the arg and how much of it holds the result (the
+  // status contract, docs/architecture.md). true: a call without side
+  // effects that has aliases and may go again (retries) keeps a copy of each
+  // aliased arg, made before the first attempt, and restores the arg from it
+  // before it goes again; a call that fails in the end leaves the arg as it
+  // was. Costs one copy of the aliased args per call, and that memory.
+  bool keep_aliased_args = false;
 };
 
 // One result. An aliased result's bytes were written into the caller's

@@ -20,9 +20,13 @@
 //
 // Thread safety: a Client may be used from many threads at once. Memory
 // passed in Args must stay valid, and InOut memory untouched, until the call
-// completes (the sync form returns, or the async callback runs). After a
-// failed call, InOut memory that a result aliases is unspecified: results
-// are written into it as they arrive.
+// completes (the sync form returns, or the async callback runs). Results
+// aliased to InOut memory are written into it as they arrive, so after a
+// failed call that memory may hold part of the result. Such a call is never
+// sent again from it (core/retry_policy.h): it fails ABORTED naming the arg,
+// unless CallOptions::keep_aliased_args kept a copy to restore it from (the
+// memory is then as the caller gave it). CallOptions::retries says how often
+// a call that may go again is sent again.
 #ifndef FARCALL_CLIENT_INCLUDE_FARCALL_CLIENT_H_
 #define FARCALL_CLIENT_INCLUDE_FARCALL_CLIENT_H_
 
