@@ -91,6 +91,7 @@ absl::StatusOr<PreparedCall> Prepare(const CallRequest& request, const CallOptio
     }
   }
   p.args = request.args;
+  p.stage_aliased_args = options.keep_aliased_args;
   return p;
 }
 
@@ -105,8 +106,14 @@ absl::Status StageInSharedMemory(PreparedCall& call, ShmChannel& channel) {
   std::vector<std::shared_ptr<ShmRegion>> arg_region(n_args);
   std::vector<uint64_t> arg_offset(n_args), result_offset(n_results);
   uint64_t end = 0;
+  std::vector<bool> aliased(n_args, false);
+  for (int64_t a : v.result_alias) {
+    if (a >= 0 && static_cast<size_t>(a) < n_args) aliased[a] = true;
+  }
   for (size_t i = 0; i < n_args; ++i) {
-    arg_region[i] = channel.Locate(call.args[i].data(), v.arg_bytes[i], &arg_offset[i]);
+    if (!(call.stage_aliased_args && aliased[i])) {
+      arg_region[i] = channel.Locate(call.args[i].data(), v.arg_bytes[i], &arg_offset[i]);
+    }
     if (arg_region[i] == nullptr) {
       arg_offset[i] = end;
       end = align(end + v.arg_bytes[i]);
@@ -301,13 +308,15 @@ absl::StatusOr<CallResult> ResponseReader::Finish() {
   absl::Status s = assembler_->Finish();
   if (!s.ok()) return absl::InternalError(s.message());
   if (call_.shm_region != nullptr) {
+    // Where each result goes: every allocation first, so that a call that
+    // cannot allocate fails before any byte reached the caller's memory.
+    std::vector<uint8_t*> dst(result_.results.size(), nullptr);
     for (size_t o = 0; o < result_.results.size(); ++o) {
       ResultTensor& r = result_.results[o];
-      uint8_t* dst = nullptr;
       if (r.aliased) {
-        dst = call_.args[call_.validated.result_alias[o]].writable_data();
+        dst[o] = call_.args[call_.validated.result_alias[o]].writable_data();
       } else if (o < call_.result_memory.size() && call_.result_memory[o] != nullptr) {
-        dst = static_cast<uint8_t*>(call_.result_memory[o]);
+        dst[o] = static_cast<uint8_t*>(call_.result_memory[o]);
       } else if (static_cast<uint64_t>(r.size) >= call_.shm_region->size / 4) {
         continue;  // a large part of the region: read where it lies, holding it
       } else {
@@ -318,12 +327,16 @@ absl::StatusOr<CallResult> ResponseReader::Finish() {
           return absl::ResourceExhaustedError(absl::StrCat(
               "cannot allocate ", r.size, " bytes on the client for results[", o, "]."));
         }
-        dst = r.storage.get();
+        dst[o] = r.storage.get();
       }
+    }
+    for (size_t o = 0; o < result_.results.size(); ++o) {
+      ResultTensor& r = result_.results[o];
+      if (dst[o] == nullptr) continue;
       // Updated in place in a staging region: hand it back to the caller's
       // memory. In the caller's own shared buffer it is there already.
-      if (!call_.shm_result_in_place[o]) std::memcpy(dst, r.data, r.size);
-      r.data = dst;
+      if (!call_.shm_result_in_place[o]) std::memcpy(dst[o], r.data, r.size);
+      r.data = dst[o];
       r.keepalive.reset();
     }
     result_.transport = Transport::kShm;

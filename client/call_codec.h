@@ -31,6 +31,10 @@ struct PreparedCall {
   std::vector<uint8_t*> shm_result_data;
   std::vector<bool> shm_result_in_place;  // aliased into caller memory already
   std::vector<std::shared_ptr<ShmRegion>> shm_user_regions;
+  // CallOptions::keep_aliased_args: an aliased arg in the caller's shared
+  // buffers is staged, not used in place, so that a handler still running
+  // after the call failed cannot write over the arg once it is restored.
+  bool stage_aliased_args = false;
   bool ucx = false;         // the tensors go over UCX (client/ucx_exchange.h)
   bool via_router = false;  // the target is a router
   // The target is an agent the lookaside chose: a failure that never reached

@@ -140,9 +140,11 @@ struct Client::State : std::enable_shared_from_this<Client::State> {
 // router (another address of the target, or the Service's next pod). A
 // refused call, and a call without side effects whose router could not be
 // reached meanwhile, goes again after kRouterBackoff's waits while its
-// deadline allows (by default 5 times over 3.1 s, which outlasts the
-// refusals and a reconnect). A call a server ended with CANCELLED
-// (AsCallerSees: UNAVAILABLE) counts as one that did not reach it.
+// deadline allows (kRouterRetries: 5 times over 3.1 s, which outlasts the
+// refusals and a reconnect), whatever CallOptions::retries says (that sets
+// how often a call goes again to the same target). A call a server ended
+// with CANCELLED (AsCallerSees: UNAVAILABLE) counts as one that did not
+// reach it.
 struct Client::State::Attempts : std::enable_shared_from_this<Attempts> {
   std::shared_ptr<State> state;
   const CallRequest* request = nullptr;  // the caller's (Call), or `owned`
@@ -150,8 +152,8 @@ struct Client::State::Attempts : std::enable_shared_from_this<Attempts> {
   CallOptions options;                   // with the call's id
   bool insist = false;                   // Lookaside::Insists, before the id was given
   absl::Time deadline;
-  bool first = true;
-  int left = 0;  // retries left
+  int router_left = kRouterRetries;  // through another router
+  int same_left = 0;                 // CallOptions::retries left
   Backoff router_backoff = kRouterBackoff;
   Backoff same_target_backoff = kSameTargetBackoff;
   // keep_aliased_args: each aliased arg's memory, and a copy of it as it
@@ -163,8 +165,8 @@ struct Client::State::Attempts : std::enable_shared_from_this<Attempts> {
     options = client_internal::WithCallId(caller_options);
     insist = Lookaside::Insists(r, caller_options);
     deadline = absl::Now() + options.timeout;
-    left = options.retries < 0 ? kAutoRouterRetries : options.retries;
-    if (!options.keep_aliased_args || r.has_side_effect || left == 0) return absl::OkStatus();
+    same_left = std::max(options.retries, 0);
+    if (!options.keep_aliased_args || r.has_side_effect) return absl::OkStatus();
     for (const auto& [i, o] : r.aliases) {
       if (i >= r.args.size() || r.args[i].writable_data() == nullptr) continue;  // refused later
       absl::StatusOr<int64_t> bytes = ByteSize(r.args[i].spec(), "");
@@ -182,10 +184,9 @@ struct Client::State::Attempts : std::enable_shared_from_this<Attempts> {
     return absl::OkStatus();
   }
 
-  CallOptions AttemptOptions() {
-    if (std::exchange(first, false)) return options;
-    return WithTimeLeft(options, deadline);
-  }
+  // What is left of the timeout: CallAsync's first attempt may have waited
+  // for a thread (RunAfter).
+  CallOptions AttemptOptions() const { return WithTimeLeft(options, deadline); }
 
   // Puts each kept arg back as it was before the first attempt.
   void Restore() {
@@ -200,13 +201,12 @@ struct Client::State::Attempts : std::enable_shared_from_this<Attempts> {
     const Hop hop = state->channel->IsRouter() ? Hop::kRouter : Hop::kAgent;
     const RetryStep step = NextStep({r.status(), request->has_side_effect, hop,
                                      /*not_delivered=*/false, !kept.empty()});
-    // By default (retries -1) only another router; else any step, N times.
-    const bool allowed = step == RetryStep::kAnotherRouter ||
-                         (step == RetryStep::kSameTarget && options.retries >= 0);
     std::optional<absl::Duration> wait;
-    if (allowed && left > 0) {
-      Backoff& b = step == RetryStep::kAnotherRouter ? router_backoff : same_target_backoff;
-      if (absl::Now() + b.Peek() < deadline) {
+    if (step == RetryStep::kAnotherRouter || step == RetryStep::kSameTarget) {
+      const bool router = step == RetryStep::kAnotherRouter;
+      int& left = router ? router_left : same_left;
+      Backoff& b = router ? router_backoff : same_target_backoff;
+      if (left > 0 && absl::Now() + b.Peek() < deadline) {
         wait = b.Next();
         --left;
       }

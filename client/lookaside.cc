@@ -331,84 +331,106 @@ CallOptions Lookaside::ProxyOptions(const CallOptions& options, absl::Time deadl
   return o;
 }
 
-absl::StatusOr<CallResult> Lookaside::Call(const CallRequest& request,
-                                           const CallOptions& caller_options, bool insist) {
-  const CallOptions options = WithCallId(caller_options);
-  const absl::Time deadline = absl::Now() + options.timeout;
-  for (const std::shared_ptr<Agent>& agent : Choose(request, options, deadline, insist)) {
-    std::shared_ptr<TargetChannel> channel = Ready(*agent, deadline, insist);
-    if (channel == nullptr) {
-      if (insist) return LedgerAgentUnreachable(*agent, options);
-      continue;
-    }
-    CallOptions o = options;
-    o.timeout = deadline - absl::Now();
-    ++agent->inflight;
-    absl::StatusOr<CallResult> r = channel->Call(request, o);
-    --agent->inflight;
-    const RetryStep next = Judge(*agent, request, r);
-    if (next == RetryStep::kDone) return r;
-    if (next == RetryStep::kViaRouter) break;
-  }
-  return router_channel_->Call(request, ProxyOptions(options, deadline));
-}
-
-// CallAsync's state between attempts: its own copy of the request (the
-// caller's may be gone), and the agents left to try.
-class Lookaside::AsyncCall : public std::enable_shared_from_this<AsyncCall> {
+// One call's attempts on the agents the router named, then through the
+// router: the lookaside's one state machine. Lookaside::Call drives it on
+// the caller's thread (Run: each attempt a blocking call, as the caller's
+// busy_poll wants); CallAsync asynchronously (Start), with its own copy of
+// the request (the caller's may be gone). What follows an attempt is Judge's
+// (core/retry_policy.h's NextStep).
+class Lookaside::Attempts : public std::enable_shared_from_this<Attempts> {
  public:
-  AsyncCall(std::shared_ptr<Lookaside> owner, const CallRequest& request,
-            const CallOptions& options, bool insist, CallCallback done)
+  Attempts(std::shared_ptr<Lookaside> owner, const CallRequest* request, const CallOptions& options,
+           bool insist)
       : owner_(std::move(owner)),
         request_(request),
         insist_(insist),
         options_(WithCallId(options)),
-        deadline_(absl::Now() + options.timeout),
-        done_(std::move(done)) {}
+        deadline_(absl::Now() + options.timeout) {}
+  // CallAsync's: the request is kept here.
+  void Own(const CallRequest& request, CallCallback done) {
+    owned_ = request;
+    request_ = &owned_;
+    done_ = std::move(done);
+  }
+
+  absl::StatusOr<CallResult> Run() {
+    agents_ = owner_->Choose(*request_, options_, deadline_, insist_);
+    for (;;) {
+      std::shared_ptr<Agent> agent;
+      std::shared_ptr<TargetChannel> channel;
+      absl::Status refused;
+      if (!NextAgent(agent, channel, refused)) {
+        if (!refused.ok()) return refused;
+        return owner_->router_channel_->Call(*request_, ProxyOptions());
+      }
+      ++agent->inflight;
+      absl::StatusOr<CallResult> r = channel->Call(*request_, AttemptOptions());
+      --agent->inflight;
+      if (Done(*agent, r)) return r;
+    }
+  }
 
   void Start() {
-    agents_ = owner_->Choose(request_, options_, deadline_, insist_);
+    agents_ = owner_->Choose(*request_, options_, deadline_, insist_);
     TryNext();
   }
 
  private:
-  // May run on a gRPC thread (after a failed attempt); the first contact
-  // with an agent then waits there, at most kConnectTimeout.
-  void TryNext() {
+  // The next agent that can be reached now (its first contact may wait, at
+  // most kConnectTimeout); false when none is left, and then `refused` says
+  // why a call that insists on its agent ends (else it goes to the router).
+  bool NextAgent(std::shared_ptr<Agent>& agent, std::shared_ptr<TargetChannel>& channel,
+                 absl::Status& refused) {
     while (next_ < agents_.size()) {
-      std::shared_ptr<Agent> agent = agents_[next_++];
-      std::shared_ptr<TargetChannel> channel = owner_->Ready(*agent, deadline_, insist_);
-      if (channel == nullptr) {
-        if (insist_) return done_(LedgerAgentUnreachable(*agent, options_));
-        continue;
+      agent = agents_[next_++];
+      channel = owner_->Ready(*agent, deadline_, insist_);
+      if (channel != nullptr) return true;
+      if (insist_) {
+        refused = LedgerAgentUnreachable(*agent, options_);
+        return false;
       }
-      CallOptions o = options_;
-      o.timeout = deadline_ - absl::Now();
-      ++agent->inflight;
-      channel->CallAsync(request_, o,
-                         [self = shared_from_this(), agent](absl::StatusOr<CallResult> r) {
-                           --agent->inflight;
-                           self->Finished(*agent, std::move(r));
-                         });
-      return;
     }
-    owner_->router_channel_->CallAsync(request_, owner_->ProxyOptions(options_, deadline_),
-                                       std::move(done_));
+    return false;
+  }
+  CallOptions AttemptOptions() const {
+    CallOptions o = options_;
+    o.timeout = deadline_ - absl::Now();
+    return o;
+  }
+  CallOptions ProxyOptions() const { return owner_->ProxyOptions(options_, deadline_); }
+  // Whether the attempt on `agent` that ended with `r` ends the call.
+  bool Done(Agent& agent, absl::StatusOr<CallResult>& r) {
+    const RetryStep next = owner_->Judge(agent, *request_, r);
+    if (next == RetryStep::kViaRouter) next_ = agents_.size();
+    return next == RetryStep::kDone;
   }
 
-  void Finished(Agent& agent, absl::StatusOr<CallResult> r) {
-    const RetryStep next = owner_->Judge(agent, request_, r);
-    if (next == RetryStep::kDone) return done_(std::move(r));
-    if (next == RetryStep::kViaRouter) next_ = agents_.size();
-    // Not here, on the gRPC thread that ended the attempt: the next one may
-    // wait for gRPC (an agent's connection, a new channel's Describe, the
-    // router), which that thread may be needed for (client/run_after.h).
-    client_internal::RunAfter(absl::ZeroDuration(),
-                              [self = shared_from_this()] { self->TryNext(); });
+  // May run on a RunAfter thread (after a failed attempt).
+  void TryNext() {
+    std::shared_ptr<Agent> agent;
+    std::shared_ptr<TargetChannel> channel;
+    absl::Status refused;
+    if (!NextAgent(agent, channel, refused)) {
+      if (!refused.ok()) return done_(refused);
+      return owner_->router_channel_->CallAsync(*request_, ProxyOptions(), std::move(done_));
+    }
+    ++agent->inflight;
+    channel->CallAsync(*request_, AttemptOptions(),
+                       [self = shared_from_this(), agent](absl::StatusOr<CallResult> r) {
+                         --agent->inflight;
+                         if (self->Done(*agent, r)) return self->done_(std::move(r));
+                         // Not here, on the gRPC thread that ended the attempt: the
+                         // next one may wait for gRPC (an agent's connection, a new
+                         // channel's Describe, the router), which that thread may be
+                         // needed for (client/run_after.h).
+                         client_internal::RunAfter(absl::ZeroDuration(),
+                                                   [self] { self->TryNext(); });
+                       });
   }
 
   const std::shared_ptr<Lookaside> owner_;
-  const CallRequest request_;
+  const CallRequest* request_;
+  CallRequest owned_;
   const bool insist_;
   const CallOptions options_;
   const absl::Time deadline_;
@@ -417,10 +439,17 @@ class Lookaside::AsyncCall : public std::enable_shared_from_this<AsyncCall> {
   size_t next_ = 0;
 };
 
+absl::StatusOr<CallResult> Lookaside::Call(const CallRequest& request,
+                                           const CallOptions& caller_options, bool insist) {
+  Attempts attempts(shared_from_this(), &request, caller_options, insist);
+  return attempts.Run();
+}
+
 void Lookaside::CallAsync(const CallRequest& request, const CallOptions& options, bool insist,
                           CallCallback done) {
-  std::make_shared<AsyncCall>(shared_from_this(), request, options, insist, std::move(done))
-      ->Start();
+  auto attempts = std::make_shared<Attempts>(shared_from_this(), nullptr, options, insist);
+  attempts->Own(request, std::move(done));
+  attempts->Start();
 }
 
 }  // namespace farcall::client_internal

@@ -77,7 +77,7 @@ class Lookaside : public std::enable_shared_from_this<Lookaside> {
  private:
   struct Agent;
   struct Answer;
-  class AsyncCall;
+  class Attempts;
 
   static absl::Status LedgerAgentUnreachable(const Agent& agent, const CallOptions& options);
   // The agents to try for this call, best first; empty: through the router.

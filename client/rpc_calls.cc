@@ -253,7 +253,7 @@ class UnaryCall : public SelfDeleting {
     // handler ran.
     if (exchange_ != nullptr) {
       r = MarkLanded(exchange_->Conclude(std::move(r), deadline_), reader_,
-                     exchange_->args_asked());
+                     exchange_->args_asked() && !exchange_->args_failed());
     }
     completion_->Set(std::move(r));
     Unref();  // the callback runs once gRPC has released our slices

@@ -12,21 +12,29 @@
 namespace farcall::client_internal {
 namespace {
 
-// Tasks by due time, run by a fixed pool of threads started once (never
-// stopped: the process may exit with tasks pending). A fixed pool, not a
-// thread per task: a rollout that refuses thousands of calls at once must
-// not start thousands of threads (and thread creation that fails aborts).
+// Tasks by due time, run by a pool of threads that grows as tasks need
+// them, up to kMaxThreads (never stopped: the process may exit with tasks
+// pending). A thread starts when a task is added, or taken with more left,
+// while no thread is idle (a task may block: an attempt may ask its target
+// first); at the cap, tasks wait for a thread. Not a thread per task: a rollout that
+// refuses thousands of calls at once must not start thousands of threads
+// (and thread creation that fails aborts).
 class Scheduler {
  public:
-  static constexpr int kThreads = 4;  // tasks may block (an attempt may ask first)
-
-  Scheduler() {
-    for (int i = 0; i < kThreads; ++i) std::thread([this] { Loop(); }).detach();
-  }
+  static constexpr int kMaxThreads = 64;
 
   void Add(absl::Time due, std::function<void()> task) {
-    absl::MutexLock l(&mu_);
-    tasks_.push(Task{due, next_++, std::move(task)});
+    bool start = false;
+    {
+      absl::MutexLock l(&mu_);
+      tasks_.push(Task{due, next_++, std::move(task)});
+      if (idle_ == 0 && threads_ < kMaxThreads) {
+        ++threads_;
+        ++idle_;  // the new thread's, from its start
+        start = true;
+      }
+    }
+    if (start) std::thread([this] { Loop(); }).detach();
   }
 
  private:
@@ -40,6 +48,7 @@ class Scheduler {
   void Loop() {
     for (;;) {
       std::function<void()> run;
+      bool start = false;
       {
         absl::MutexLock l(&mu_);
         for (;;) {
@@ -56,13 +65,26 @@ class Scheduler {
         }
         run = std::move(const_cast<Task&>(tasks_.top()).run);
         tasks_.pop();
+        --idle_;
+        // Tasks added while every thread was about to take one: one more
+        // thread for the rest, as Add would have started.
+        start = !tasks_.empty() && idle_ == 0 && threads_ < kMaxThreads;
+        if (start) {
+          ++threads_;
+          ++idle_;
+        }
       }
+      if (start) std::thread([this] { Loop(); }).detach();
       run();
+      absl::MutexLock l(&mu_);
+      ++idle_;
     }
   }
 
   absl::Mutex mu_;
   uint64_t next_ ABSL_GUARDED_BY(mu_) = 0;
+  int threads_ ABSL_GUARDED_BY(mu_) = 0;  // started
+  int idle_ ABSL_GUARDED_BY(mu_) = 0;     // not running a task
   std::priority_queue<Task, std::vector<Task>, std::greater<Task>> tasks_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -37,6 +37,30 @@ TEST(RunAfterTest, EveryTaskRunsWhileOtherThreadsEmptyTheQueue) {
   EXPECT_EQ(ran.load(), kThreads * kEach);
 }
 
+// Tasks that block (an attempt asking its target first) do not hold up the
+// rest: a thread starts for the next task while every other one is busy.
+TEST(RunAfterTest, BlockedTasksDoNotHoldUpTheNextOnes) {
+  constexpr int kBlocked = 12;
+  absl::Notification release;
+  std::atomic<int> started{0}, finished{0};
+  for (int i = 0; i < kBlocked; ++i) {
+    RunAfter(absl::ZeroDuration(), [&] {
+      ++started;
+      release.WaitForNotification();
+      ++finished;  // the last touch of the test's locals
+    });
+  }
+  absl::Notification ran;
+  RunAfter(absl::ZeroDuration(), [&] { ran.Notify(); });
+  const bool ok = ran.WaitForNotificationWithTimeout(absl::Seconds(30));
+  release.Notify();
+  EXPECT_TRUE(ok) << started.load() << " blocked tasks held every thread";
+  // The blocked tasks end before the test's locals go.
+  for (absl::Time end = absl::Now() + absl::Seconds(30); finished.load() < kBlocked;) {
+    ASSERT_LT(absl::Now(), end);
+  }
+}
+
 // Tasks run in the order they fall due.
 TEST(RunAfterTest, ALaterTaskWaitsForItsTime) {
   absl::Notification done;

@@ -57,6 +57,8 @@ class UcxExchange {
   // handler ran, and no result can have landed. Not whether they all went:
   // a send may end here after the agent already has its bytes.
   bool args_asked() const { return args_asked_; }
+  // Whether an arg failed to go (then no handler ran).
+  bool args_failed() const { return args_failed_; }
 
  private:
   std::shared_ptr<ucx::TransferSet> set_;

@@ -56,9 +56,9 @@ inline constexpr Backoff kRouterBackoff{absl::Milliseconds(100), absl::Milliseco
 // Waits before a call goes again to the same target (an agent restarting, a
 // router's next probe): 50 ms doubling to 1 s.
 inline constexpr Backoff kSameTargetBackoff{absl::Milliseconds(50), absl::Seconds(1)};
-// CallOptions::retries' default (-1): a call goes again only where another
-// server can take it, up to this many times (a router draining or away).
-inline constexpr int kAutoRouterRetries = 5;
+// How often a call goes again through a router that drains or cannot be
+// reached (another replica takes it), whatever CallOptions::retries says.
+inline constexpr int kRouterRetries = 5;
 
 // Where an attempt went.
 enum class Hop {

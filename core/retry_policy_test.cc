@@ -17,7 +17,7 @@ absl::Status Landed(absl::Status s, int64_t bytes = 4096) {
 TEST(BackoffTest, DoublesUpToItsMostAndStartsAfreshWhenCopied) {
   Backoff b = kRouterBackoff;
   absl::Duration total;
-  for (int i = 0; i < kAutoRouterRetries; ++i) total += b.Next();
+  for (int i = 0; i < kRouterRetries; ++i) total += b.Next();
   EXPECT_EQ(total, absl::Milliseconds(3100));
   EXPECT_EQ(b.Next(), absl::Milliseconds(1600));  // capped
   Backoff fresh = kSameTargetBackoff;

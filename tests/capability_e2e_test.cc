@@ -187,7 +187,7 @@ TEST(CapabilityKeyFileTest, AnEmptyOrShortKeyStopsTheProcess) {
   const std::string dir = mkdtemp(dir_template);
   std::ofstream(dir + "/empty") << "\n";
   std::ofstream(dir + "/short") << "0123456789\n";
-  for (const std::string bin : {std::string(FARCALL_AGENT_BIN),
+  for (const std::string& bin : {std::string(FARCALL_AGENT_BIN),
                                 absl::StrCat(FARCALL_ROUTER_BIN, " --agents=127.0.0.1:1")}) {
     for (const std::string file : {"/empty", "/short", "/missing"}) {
       ::farcall::testing::CommandResult r = ::farcall::testing::RunCommand(

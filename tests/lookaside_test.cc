@@ -112,6 +112,13 @@ TEST_F(LookasideTest, TheRouterWeighsAgentsByTheCallsTheyHoldFromAnyClient) {
   sleep.handler = "sleep";
   sleep.attributes["ms"] = int64_t{3000};
   auto busy = (*busy_client)->CallFuture(sleep);
+  // CallFuture returns at once; the call reaches a a moment later.
+  bool holding = false;
+  for (absl::Time end = absl::Now() + absl::Seconds(20); !holding && absl::Now() < end;) {
+    absl::StatusOr<AgentDescription> d = (*busy_client)->Describe();
+    holding = d.ok() && d->inflight_calls >= 1;
+  }
+  ASSERT_TRUE(holding);
   // Once the router has probed a holding it, new clients are sent to b.
   bool seen = false;
   for (int round = 0; round < 50 && !seen; ++round) {
@@ -138,7 +145,7 @@ TEST_F(LookasideTest, TheRouterWeighsAgentsByTheCallsTheyHoldFromAnyClient) {
 TEST_F(LookasideTest, RefusedCallsGetTheSameAnswerAsThroughTheRouter) {
   CallOptions proxy;
   proxy.via_router = true;
-  for (const std::string& platform : {"cpu", "gpu", "CUDA", "tpu"}) {
+  for (const char* platform : {"cpu", "gpu", "CUDA", "tpu"}) {
     absl::StatusOr<CallResult> direct = CallOnFour(*client_, "softpls", {}, platform);
     absl::StatusOr<CallResult> routed = CallOnFour(*client_, "softpls", proxy, platform);
     ASSERT_FALSE(direct.ok());

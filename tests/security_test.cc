@@ -328,7 +328,7 @@ TEST(SecurityTest, ATokensFileWithoutTokensStopsTheProcess) {
   const Pki& p = Certificates();
   std::ofstream(p.dir + "/empty-tokens") << "# nobody may call yet\n\n";
   std::ofstream(p.dir + "/weak-tokens") << "root-token-0123456789 *\nshort copy\n";
-  for (const std::string bin : {std::string(FARCALL_AGENT_BIN),
+  for (const std::string& bin : {std::string(FARCALL_AGENT_BIN),
                                 absl::StrCat(FARCALL_ROUTER_BIN, " --agents=127.0.0.1:1")}) {
     for (const std::string file : {"/empty-tokens", "/weak-tokens", "/no-such-tokens"}) {
       ::farcall::testing::CommandResult r = ::farcall::testing::RunCommand(

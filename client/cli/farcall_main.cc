@@ -55,9 +55,10 @@ ABSL_FLAG(bool, wait_for_ready, false,
 ABSL_FLAG(int64_t, busy_poll_us, 0,
           "call, bench: poll this many microseconds for a small call's answer before "
           "sleeping (CallOptions::busy_poll: lower latency, one core spent meanwhile)");
-ABSL_FLAG(int, retries, -1,
-          "call, bench: send a failed call again up to this many times where it may go again "
-          "(CallOptions::retries); -1: only through another router, as a router drains");
+ABSL_FLAG(int, retries, 0,
+          "call, bench: send a failed call again to the same target up to this many times where "
+          "it may go again (CallOptions::retries); a router's next agent, and a router that "
+          "drains, are tried whatever it says");
 ABSL_FLAG(bool, keep_aliased_args, false,
           "call, bench: keep a copy of each aliased arg, so that a call whose result had begun "
           "to land in it can still go again (one copy per call)");
@@ -116,9 +117,9 @@ absl::Status ApplyTransportFlags(farcall::CallOptions& opts) {
   }
   opts.busy_poll = absl::Microseconds(busy_poll_us);
   const int retries = absl::GetFlag(FLAGS_retries);
-  if (retries < -1 || retries > 1000) {
+  if (retries < 0 || retries > 1000) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--retries must be -1 to 1000; got ", retries, "."));
+        absl::StrCat("--retries must be 0 to 1000; got ", retries, "."));
   }
   opts.retries = retries;
   opts.keep_aliased_args = absl::GetFlag(FLAGS_keep_aliased_args);

@@ -229,11 +229,9 @@ class _CallFuture(concurrent.futures.Future):
 
 
 def _retries(retries) -> int:
-    """CallOptions.retries for ``retries=``: -1 for None (farcall's default)."""
-    if retries is None:
-        return -1
+    """CallOptions.retries for ``retries=``."""
     if isinstance(retries, bool) or not isinstance(retries, (int, np.integer)) or retries < 0:
-        raise ValueError(f"retries must be None or an int >= 0; got {retries!r}")
+        raise ValueError(f"retries must be an int >= 0; got {retries!r}")
     return int(retries)
 
 
@@ -324,7 +322,7 @@ class Client:
         return f"farcall.Client({self.target!r})"
 
     def _native_call(self, handler, platform, p: "_Prepared", has_side_effect, timeout, rpc,
-                     validate, call_id, stop=None, retries=None,
+                     validate, call_id, stop=None, retries=0,
                      keep_aliased_args=False) -> dict:
         """The native call's keyword arguments (all but the result memory and
         the completion)."""
@@ -354,7 +352,7 @@ class Client:
              input_output_aliases: Mapping[int, int] | None = None,
              attributes: Mapping[str, Any] | None = None, has_side_effect: bool = False,
              timeout: float | None = None, rpc: str = "auto",
-             validate: bool = True, call_id: str | None = None, retries: int | None = None,
+             validate: bool = True, call_id: str | None = None, retries: int = 0,
              keep_aliased_args: bool = False) -> list:
         """Runs ``handler`` on an agent of ``platform``; returns the results.
 
@@ -371,10 +369,12 @@ class Client:
         retry such a call with the id it first had, and a repeat gets the
         first answer or ``AlreadyExistsError``.
 
-        ``retries`` (None: only through another router, as a router drains)
-        sends a failed call again up to that many times, after every failure
-        that may be sent again: one no handler ran, and, for a call without
-        side effects, ``UnavailableError`` that no handler raised. A call
+        ``retries`` (default 0) sends a failed call again to the same target
+        up to that many times, after a failure that may be sent again: one
+        no handler ran, and, for a call without side effects,
+        ``UnavailableError`` that no handler raised. Whatever it says, a call
+        goes to a router's next agent, and again through a router that
+        drains, as the C++ client's ``CallOptions::retries`` says. A call
         whose aliased result had begun to land in its input array when it
         failed is never sent again from it: it raises ``AbortedError``
         naming the argument, unless ``keep_aliased_args=True``, which keeps a
@@ -392,7 +392,7 @@ class Client:
     def call_with_info(self, handler: str, *args, results: Sequence, platform: str = "cpu",
                        input_output_aliases=None, attributes=None, has_side_effect=False,
                        timeout=None, rpc="auto", validate=True,
-                       call_id=None, retries=None,
+                       call_id=None, retries=0,
                        keep_aliased_args=False) -> tuple[list, CallInfo]:
         """As ``call``, and also returns a ``CallInfo``: which agent ran it,
         over which transport, and the agent's timings."""
@@ -406,7 +406,7 @@ class Client:
     def call_async(self, handler: str, *args, results: Sequence, platform: str = "cpu",
                    input_output_aliases=None, attributes=None, has_side_effect=False,
                    timeout=None, rpc="auto", validate=True,
-                   call_id=None, retries=None,
+                   call_id=None, retries=0,
                    keep_aliased_args=False) -> concurrent.futures.Future:
         """As ``call``, but returns at once with a ``concurrent.futures.Future``
         of the results. The args must not be changed until it is done. Bad

@@ -169,16 +169,16 @@ struct CallOptions {
   // finds them all polling sleeps. Other calls (asynchronous, streamed,
   // shared memory, UCX) ignore it.
   absl::Duration busy_poll = absl::ZeroDuration();
-  // How often a failed call is sent again, within its timeout. -1 (the
-  // default): only where another server can take it: through a router that
-  // drains or cannot be reached, up to 5 times over 3.1 s (a router's agents
-  // called directly: the next agent is tried at once, which is not counted).
-  // N >= 0: at most N times, after every failure that may be sent again:
-  // one that no handler ran (the target draining, no live agent), and, for
-  // a call without side effects, UNAVAILABLE that no handler raised (an
-  // agent gone; then to the same target after 50 ms, doubling to 1 s). A
-  // call with side effects keeps its call_id, so it runs at most once.
-  int retries = -1;
+  // How often a failed call is sent again to the same target, within its
+  // timeout: after a failure that may be sent again, one that no handler ran
+  // (the target draining, no live agent), and, for a call without side
+  // effects, UNAVAILABLE that no handler raised (an agent gone), after
+  // 50 ms doubling to 1 s. 0 (the default): never. Whatever it says, a call
+  // goes where another server can take it: a router's next agent (at once),
+  // and through a router that drains or cannot be reached (up to 5 times
+  // over 3.1 s). A call with side effects keeps its call_id, so it runs at
+  // most once.
+  int retries = 0;
   // A call whose aliased result had begun to land in its InOut memory when
   // it failed is never sent again from those bytes. false (the default): it
   // fails ABORTED, naming the arg and how much of it holds the result (the
