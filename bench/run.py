@@ -229,11 +229,6 @@ def main():
              r["direct_256"] / r["store"], "x store-and-return", ">=", 0.95),
             ("256 MiB aliased copy, router", f"{r['router_256']:.3f} GB/s",
              r["router_256"] / r["store"], "x store-and-return", ">=", 0.90),
-            # keep_aliased_args' cost: a copy of the 256 MiB arg per call.
-            ("256 MiB aliased copy, direct, kept", f"{r['direct_256_kept']:.3f} GB/s",
-             r["direct_256_kept"] / r["direct_256"], "x without the copy", ">=", 0.80),
-            ("256 MiB aliased copy, router, kept", f"{r['router_256_kept']:.3f} GB/s",
-             r["router_256_kept"] / r["router_256"], "x without the copy", ">=", 0.80),
             ("256 MiB aliased copy, proxy", f"{r['proxy_256']:.3f} GB/s",
              r["proxy_256"] / r["store"], "x store-and-return", ">=", 0.65),
             ("256 MiB copy, same-host shm", f"{r['shm_256']:.3f} GB/s",
@@ -271,6 +266,12 @@ def main():
               f" agent RSS grew {r['budget_rss_growth']:.0f} MiB (tensors stay within the"
               f" budget; calls waiting for it still hold their received request)")
         print(f"  farcall 256 MiB copy, direct    {r['direct_copy_256']:.3f} GB/s (not aliased)")
+        # keep_aliased_args' cost (no target: the issue asks for the figure).
+        print(f"  256 MiB aliased copy, kept copy {r['direct_256_kept']:.3f} GB/s direct"
+              f" ({r['direct_256_kept'] / r['direct_256']:.2f} x without it),"
+              f" {r['router_256_kept']:.3f} GB/s router"
+              f" ({r['router_256_kept'] / r['router_256']:.2f} x): --keep_aliased_args copies"
+              " the 256 MiB arg before each call")
         if ucx:
             print(f"  ucx_perftest tag_bw 256 MiB     {r['perftest']:.3f} GB/s one way (UCX_TLS=tcp)")
             print(f"  64 B copy p50, --transport=ucx  {r['ucx_64_p50']:.0f} us"

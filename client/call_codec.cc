@@ -1,8 +1,11 @@
 #include "client/call_codec.h"
 
+#include <sys/random.h>
+
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <new>
-#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
@@ -10,11 +13,21 @@
 
 namespace farcall::client_internal {
 std::string FreshCallId() {
-  thread_local std::mt19937_64 gen([] {
-    std::random_device rd;
-    return (static_cast<uint64_t>(rd()) << 32) ^ rd();
-  }());
-  return absl::StrCat(absl::Hex(gen(), absl::kZeroPad16), absl::Hex(gen(), absl::kZeroPad16));
+  // From the OS's random source on every call: a generator seeded once
+  // (mt19937_64) gives its next ids away to anyone who saw a few hundred,
+  // and an id names a caller's kept answer in an agent's ledger.
+  uint64_t words[2] = {0, 0};
+  auto* bytes = reinterpret_cast<uint8_t*>(words);
+  size_t got = 0;
+  while (got < sizeof(words)) {
+    const ssize_t n = getrandom(bytes + got, sizeof(words) - got, 0);
+    if (n > 0) {
+      got += static_cast<size_t>(n);
+    } else if (errno != EINTR) {
+      std::abort();  // no kernel random source: no id can be made safely
+    }
+  }
+  return absl::StrCat(absl::Hex(words[0], absl::kZeroPad16), absl::Hex(words[1], absl::kZeroPad16));
 }
 
 CallOptions WithCallId(CallOptions options) {

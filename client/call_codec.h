@@ -43,7 +43,7 @@ struct PreparedCall {
 };
 absl::StatusOr<PreparedCall> Prepare(const CallRequest& request, const CallOptions& options);
 
-// 128 random bits in hex, from a generator per thread seeded by the OS.
+// 128 random bits in hex, from the OS's random source (getrandom).
 std::string FreshCallId();
 // `options` with a call_id: its own, or a fresh one. A logical call takes
 // one at its start, and every attempt of it (UCX, then gRPC; an agent, then

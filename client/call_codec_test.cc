@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -121,6 +122,47 @@ TEST(CallCodecTest, AShortAnswerIsAnErrorNeverAShortResult) {
   absl::StatusOr<CallResult> r = reader.Finish();
   EXPECT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInternal) << r.status();
+}
+
+// What a failed call leaves: how much of an aliased arg holds the result
+// (retry_policy.h), counted as chunks land, so that the call is never sent
+// again from those bytes.
+TEST(CallCodecTest, TheBytesOfAnAliasedResultAreCountedAsTheyLand) {
+  std::vector<uint8_t> x(5000, 1), y(5000, 9);
+  absl::StatusOr<PreparedCall> p = Prepare(CopyOf(x, true), {});
+  ASSERT_TRUE(p.ok());
+  ResponseReader reader(*p);
+  EXPECT_FALSE(reader.Landed(true).has_value());  // nothing yet
+  std::vector<grpc::ByteBuffer> frames = Response(y, 5000);
+  ASSERT_TRUE(reader.OnFrame(frames[0]).ok());
+  std::optional<LandedResult> landed = reader.Landed(true);
+  ASSERT_TRUE(landed.has_value());
+  EXPECT_EQ(landed->arg, 0);
+  EXPECT_EQ(landed->result, 0);
+  EXPECT_EQ(landed->bytes, 2500);
+  EXPECT_EQ(landed->size, 5000);
+  EXPECT_EQ(x[0], 9);  // written in place
+  // A result that is not aliased lands in memory of its own: nothing of the
+  // caller's args is lost.
+  std::vector<uint8_t> z(5000, 1);
+  absl::StatusOr<PreparedCall> q = Prepare(CopyOf(z, false), {});
+  ASSERT_TRUE(q.ok());
+  ResponseReader other(*q);
+  ASSERT_TRUE(other.OnFrame(Response(y, 5000)[0]).ok());
+  EXPECT_FALSE(other.Landed(true).has_value());
+}
+
+// Call ids name kept answers in agents' ledgers: 128 bits from the OS's
+// random source each, never repeated.
+TEST(CallCodecTest, CallIdsAre128RandomBitsInHex) {
+  std::set<std::string> ids;
+  for (int i = 0; i < 10000; ++i) {
+    const std::string id = FreshCallId();
+    ASSERT_EQ(id.size(), 32u);
+    ASSERT_EQ(id.find_first_not_of("0123456789abcdef"), std::string::npos) << id;
+    ids.insert(id);
+  }
+  EXPECT_EQ(ids.size(), 10000u);
 }
 
 }  // namespace

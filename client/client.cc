@@ -60,6 +60,8 @@ AgentDescription DescriptionFromProto(const v1::AgentInfo& info) {
   d.calls_total = info.calls_total();
   d.failed_calls_total = info.failed_calls_total();
   d.inflight_calls = info.inflight_calls();
+  d.last_failed_call = info.last_failed_call();
+  d.last_failed_call_age = absl::Milliseconds(info.last_failed_call_age_ms());
   return d;
 }
 

@@ -34,6 +34,32 @@ absl::StatusOr<CallResult> MarkLanded(absl::StatusOr<CallResult> r, const Respon
   return WithLandedResult(r.status(), *landed);
 }
 
+// When a call's own timeout ran out on this client, gRPC says only
+// "Deadline Exceeded": the caller gets the handler, the platform, the
+// timeout and what the call was doing then. A server's own
+// DEADLINE_EXCEEDED (an agent's limits, which end a call before its
+// caller's deadline) keeps its message.
+struct Timeout {
+  absl::Duration timeout;
+  absl::Time deadline;  // no later than gRPC's own for the call
+  static Timeout Of(const CallOptions& options) {
+    return {options.timeout, absl::Now() + options.timeout};
+  }
+};
+absl::Status NamedDeadline(absl::Status s, const PreparedCall& call, const Timeout& t,
+                           absl::string_view phase) {
+  if (!absl::IsDeadlineExceeded(s) || absl::Now() < t.deadline) return s;
+  const std::string platform = call.header.platforms_size() > 0 ? call.header.platforms(0) : "";
+  absl::Status named = absl::DeadlineExceededError(
+      absl::StrCat("the call of '", call.header.handler().substr(0, 128), "' on ", platform,
+                   " did not end within its timeout of ", absl::FormatDuration(t.timeout),
+                   ": it was ", phase, " (", s.message(), ")."));
+  s.ForEachPayload([&named](absl::string_view url, const absl::Cord& payload) {
+    named.SetPayload(url, payload);
+  });
+  return named;
+}
+
 // A finished RPC's outcome: its failure, or what `decode` makes of the
 // answer, with the RPC that carried it. A UCX call's results are marked
 // once its transfers ended (UnaryCall::OnDone).
@@ -141,7 +167,8 @@ class StreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::
       : call_(std::move(call)),
         completion_(std::make_shared<Completion>(std::move(done))),
         writer_(call_, options.chunk_bytes, completion_),
-        reader_(call_) {
+        reader_(call_),
+        timeout_(Timeout::Of(options)) {
     ctx_.set_deadline(DeadlineAfter(options.timeout));
     ctx_.set_wait_for_ready(options.wait_for_ready);
     AddCredentials(ctx_, credentials);
@@ -166,6 +193,7 @@ class StreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::
 
   void OnReadDone(bool ok) override {
     if (!ok) return;
+    ++frames_read_;
     absl::Status s = reader_.OnFrame(in_);
     in_.Clear();
     if (!s.ok()) {
@@ -186,6 +214,12 @@ class StreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::
     absl::StatusOr<CallResult> result =
         Conclude(local.ok() ? status : ToGrpcStatus(local), ctx_, call_, Rpc::kStream, reader_,
                  [this] { return reader_.Finish(); });
+    if (!result.ok()) {
+      const char* phase = !inputs_sent_      ? "sending its inputs"
+                          : frames_read_ > 1 ? "receiving its results"
+                                             : "waiting for the handler's answer";
+      result = NamedDeadline(result.status(), call_, timeout_, phase);
+    }
     completion_->Set(std::move(result));
     Unref();  // the callback runs once gRPC has released our slices
   }
@@ -196,6 +230,7 @@ class StreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::
     if (writer_.Next(&out_)) {
       StartWrite(&out_);
     } else {
+      inputs_sent_ = true;
       StartWritesDone();
     }
   }
@@ -204,6 +239,11 @@ class StreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::
   std::shared_ptr<Completion> completion_;
   RequestWriter writer_;
   ResponseReader reader_;
+  const Timeout timeout_;
+  // For NamedDeadline: the writes' and the reads' progress (gRPC runs the
+  // reactor's reads and writes one at a time each; OnDone comes after both).
+  std::atomic<bool> inputs_sent_{false};
+  std::atomic<int> frames_read_{0};
   grpc::ClientContext ctx_;
   grpc::ByteBuffer in_;
   grpc::ByteBuffer out_;
@@ -221,7 +261,7 @@ class UnaryCall : public SelfDeleting {
       : call_(std::move(call)),
         completion_(std::make_shared<Completion>(std::move(done))),
         reader_(call_),
-        deadline_(absl::Now() + options.timeout) {
+        timeout_(Timeout::Of(options)) {
     ctx_.set_deadline(DeadlineAfter(options.timeout));
     ctx_.set_wait_for_ready(options.wait_for_ready);
     AddCredentials(ctx_, credentials);
@@ -252,9 +292,10 @@ class UnaryCall : public SelfDeleting {
     // still be on its way here. Until the agent asked for the args, no
     // handler ran.
     if (exchange_ != nullptr) {
-      r = MarkLanded(exchange_->Conclude(std::move(r), deadline_), reader_,
+      r = MarkLanded(exchange_->Conclude(std::move(r), timeout_.deadline), reader_,
                      exchange_->args_asked() && !exchange_->args_failed());
     }
+    if (!r.ok()) r = NamedDeadline(r.status(), call_, timeout_, "waiting for its answer");
     completion_->Set(std::move(r));
     Unref();  // the callback runs once gRPC has released our slices
   }
@@ -262,7 +303,7 @@ class UnaryCall : public SelfDeleting {
   PreparedCall call_;
   std::shared_ptr<Completion> completion_;
   ResponseReader reader_;
-  const absl::Time deadline_;
+  const Timeout timeout_;
   std::shared_ptr<UcxExchange> exchange_;
   grpc::ClientContext ctx_;
   grpc::ByteBuffer request_;
@@ -302,6 +343,7 @@ absl::StatusOr<CallResult> BlockingUnaryCall(const RpcTarget& target, const Prep
                                              const CallCredentials& credentials) {
   ResponseReader reader(call);
   if (!reader.init_status().ok()) return reader.init_status();
+  const Timeout timeout = Timeout::Of(options);
   absl::Notification released;
   absl::StatusOr<CallResult> out;
   {
@@ -320,8 +362,10 @@ absl::StatusOr<CallResult> BlockingUnaryCall(const RpcTarget& target, const Prep
     RequestWriter(call, 0, completion).Next(&request_frame);
     grpc::Status s = BlockingRawUnary(*target.stub, ctx, target.method, request_frame,
                                       &response_frame, options.busy_poll);
-    completion->Set(Conclude(s, ctx, call, Rpc::kUnary, reader,
-                             [&] { return DecodeUnary(reader, response_frame); }));
+    absl::StatusOr<CallResult> r = Conclude(s, ctx, call, Rpc::kUnary, reader,
+                                            [&] { return DecodeUnary(reader, response_frame); });
+    if (!r.ok()) r = NamedDeadline(r.status(), call, timeout, "waiting for its answer");
+    completion->Set(std::move(r));
   }
   released.WaitForNotification();
   return out;

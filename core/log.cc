@@ -101,7 +101,8 @@ void Emit(Level level, absl::string_view message, const CallFields& call,
     const std::string line = JsonLine(level, message, call, extra);
     Logger()->log(l, spdlog::string_view_t(line.data(), line.size()));
   } else {
-    Logger()->log(l, spdlog::string_view_t(message.data(), message.size()));
+    const std::string line = EscapeControl(message);
+    Logger()->log(l, spdlog::string_view_t(line.data(), line.size()));
   }
 }
 
@@ -175,6 +176,28 @@ std::string PrintableCallId(absl::string_view id) {
   if (id.empty()) return absl::StrCat("#", next.fetch_add(1, std::memory_order_relaxed));
   std::string out;
   for (char c : id.substr(0, 64)) out.push_back(absl::ascii_isgraph(c) ? c : '?');
+  return out;
+}
+
+std::string EscapeControl(absl::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c < 0x20 || c == 0x7f) {
+      absl::StrAppend(&out, "\\x", absl::Hex(c, absl::kZeroPad2));
+    } else {
+      out.push_back(ch);
+    }
+  }
   return out;
 }
 

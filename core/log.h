@@ -56,6 +56,11 @@ std::string PrintableCallId(absl::string_view id);
 // `text` as the inside of a JSON string: quotes, backslashes and control
 // characters escaped, bytes that are not UTF-8 replaced by U+FFFD.
 std::string JsonEscape(absl::string_view text);
+// `text` as one text log line: control characters (a newline above all,
+// which would start a forged line) written as \n, \r, \t or \xHH, and
+// backslashes doubled so that an escape cannot be forged either. Every
+// text line goes through it: callers choose handler and platform names.
+std::string EscapeControl(absl::string_view text);
 
 // The flags of the farcall binaries whose values differ from their
 // defaults, as "--name=value ..." (for the start-up line), sorted.

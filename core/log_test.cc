@@ -1,5 +1,6 @@
 #include "core/log.h"
 
+#include <algorithm>
 #include <string>
 
 #include "absl/flags/declare.h"
@@ -57,6 +58,19 @@ TEST(LogTest, FormatsAreCheckedAndJsonLinesCarryTheCall) {
                   "\"code\":\"INTERNAL\"\\}\n"));
   absl::SetFlag(&FLAGS_log_format, "text");
   ASSERT_TRUE(InitFromFlags("log_test").ok());
+}
+
+// A caller chooses handler and platform names, which reach log lines: a
+// newline in one must not start a line of its own (a forged log entry).
+TEST(LogTest, TextLinesEscapeControlCharacters) {
+  EXPECT_EQ(EscapeControl("handler 'a\n[info] forged' \\ \r\t\x01\x7f é"),
+            "handler 'a\\n[info] forged' \\\\ \\r\\t\\x01\\x7f é");
+  ASSERT_TRUE(InitFromFlags("log_test").ok());
+  ::testing::internal::CaptureStderr();
+  Warning("call of handler 'x\n[2026-01-01] [farcall-agent] [info] forged' failed");
+  const std::string out = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+  EXPECT_THAT(out, ::testing::HasSubstr("'x\\n[2026-01-01] [farcall-agent] [info] forged'"));
 }
 
 TEST(LogTest, JsonEscapeKeepsUtf8AndReplacesWhatIsNot) {

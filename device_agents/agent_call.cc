@@ -96,14 +96,16 @@ CallLedger::Claim AgentCall::ClaimRun() {
   return c;
 }
 
-void AgentCall::RecordOutcome(const absl::Status& status, const grpc::ByteBuffer* answer) {
+void AgentCall::RecordOutcome(const absl::Status& answered, const grpc::ByteBuffer* answer,
+                              const absl::Status& caller_gone) {
+  const absl::Status& status = answered.ok() && !caller_gone.ok() ? caller_gone : answered;
   if (in_ledger_) {
     in_ledger_ = false;
     if (handler_ran_) {
       // A shared-memory answer names places in this call's own regions,
       // which a repeat does not share: it is never kept.
       // Nor is a UCX answer, whose results went over UCX.
-      agent_.ledger->Ran(ledger_key_, status, shm_ || ucx_ ? nullptr : answer);
+      agent_.ledger->Ran(ledger_key_, answered, shm_ || ucx_ ? nullptr : answer);
     } else {
       agent_.ledger->Forget(ledger_key_);
     }
@@ -115,7 +117,10 @@ void AgentCall::RecordOutcome(const absl::Status& status, const grpc::ByteBuffer
   const std::string handler = handler_ != nullptr ? handler_->name : "-";
   m.calls.With({platform, handler, absl::StatusCodeToString(status.code())}).Increment();
   agent_.calls_ended.fetch_add(1, std::memory_order_relaxed);
-  if (!status.ok()) agent_.calls_failed.fetch_add(1, std::memory_order_relaxed);
+  if (!status.ok()) {
+    agent_.calls_failed.fetch_add(1, std::memory_order_relaxed);
+    agent_.RecordFailure(status);
+  }
   if (refused_ != nullptr) m.refused.With({refused_}).Increment();
   if (!status.ok() || log::DebugEnabled()) {
     const std::string call_id = log::PrintableCallId(header_.call_id());

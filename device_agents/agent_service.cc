@@ -144,11 +144,26 @@ class AgentReactor : public GrpcReactor, public WatchedCall {
     // still running past it is stuck (ctx.deadline in Python handlers).
     cancel_.SetDeadline(absl::Now() + shared.state.config.max_call_time);
     if (ctx->deadline() != std::chrono::system_clock::time_point::max()) {
-      cancel_.SetCallerDeadline(absl::FromChrono(ctx->deadline()));
+      caller_deadline_ = absl::FromChrono(ctx->deadline());
+      cancel_.SetCallerDeadline(caller_deadline_);
     }
   }
   // Ends the call with `s`: records it, frees its memory, finishes the RPC.
   virtual void FinishWith(const absl::Status& s) = 0;
+  // What the caller gets instead of an OK answer that comes after its
+  // deadline passed or it cancelled the call (gRPC answers it so); OK
+  // while the caller still waits.
+  absl::Status CallerGone() const {
+    if (absl::Now() >= caller_deadline_) {
+      return absl::DeadlineExceededError(
+          "the handler ended after its caller's deadline; the caller got DEADLINE_EXCEEDED.");
+    }
+    if (cancel_.cancelled()) {
+      return absl::CancelledError(
+          "the handler ended after its caller cancelled the call; its answer went to no one.");
+    }
+    return absl::OkStatus();
+  }
   // Refuses a call that arrived while the agent drains. True if it did (the
   // constructor then returns).
   bool RefusedWhileDraining() {
@@ -207,6 +222,7 @@ class AgentReactor : public GrpcReactor, public WatchedCall {
   absl::Mutex queued_mu_;
   absl::Status queued_end_ ABSL_GUARDED_BY(queued_mu_);  // why the wait was ended
   const bool entered_;                                   // through the drain gate
+  absl::Time caller_deadline_ = absl::InfiniteFuture();
 };
 
 // Streamed call: reads frames until half-close, runs the handler on the
@@ -328,7 +344,7 @@ class ExecuteReactor final
   }
 
   void FinishWith(const absl::Status& s) override {
-    call_->RecordOutcome(s);
+    call_->RecordOutcome(s, nullptr, CallerGone());
     shared_.Release(std::move(call_));  // frees the call's memory now, not at OnDone
     SetHoldsBudget(false);
     Finish(ToGrpcStatus(s));
@@ -517,7 +533,7 @@ class CallReactor final : public AgentReactor<grpc::ServerUnaryReactor> {
   }
 
   void FinishWith(const absl::Status& s) override {
-    call_->RecordOutcome(s, response_);
+    call_->RecordOutcome(s, response_, CallerGone());
     shared_.Release(std::move(call_));
     SetHoldsBudget(false);
     AwaitClient(Wait::kRead);
@@ -567,6 +583,10 @@ class AgentService final
     info->set_inflight_calls(inflight);
     info->set_calls_total(s.calls_ended.load(std::memory_order_relaxed));
     info->set_failed_calls_total(s.calls_failed.load(std::memory_order_relaxed));
+    if (auto [failure, when] = s.LastFailure(); !failure.empty()) {
+      info->set_last_failed_call(std::move(failure));
+      info->set_last_failed_call_age_ms(absl::ToInt64Milliseconds(absl::Now() - when));
+    }
     if (s.shm != nullptr) {
       info->set_shm_socket(s.shm->address());
       info->set_shm_regions(s.shm->region_count());

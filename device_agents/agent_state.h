@@ -13,10 +13,13 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "core/capability.h"
 #include "core/platform.h"
@@ -82,6 +85,21 @@ struct AgentState {
   // Calls ended, and those that failed (AgentInfo.calls_total).
   std::atomic<uint64_t> calls_ended{0};
   std::atomic<uint64_t> calls_failed{0};
+  // The last failed call, "CODE: message" (AgentInfo.last_failed_call).
+  void RecordFailure(const absl::Status& s) const {
+    absl::MutexLock l(&last_failure_mu);
+    last_failure = absl::StrCat(absl::StatusCodeToString(s.code()), ": ", s.message());
+    if (last_failure.size() > 300) last_failure.resize(300);
+    last_failure_time = absl::Now();
+  }
+  // The last failure and when it came (empty: none).
+  std::pair<std::string, absl::Time> LastFailure() const {
+    absl::MutexLock l(&last_failure_mu);
+    return {last_failure, last_failure_time};
+  }
+  mutable absl::Mutex last_failure_mu;
+  mutable std::string last_failure ABSL_GUARDED_BY(last_failure_mu);
+  mutable absl::Time last_failure_time ABSL_GUARDED_BY(last_failure_mu);
   std::optional<CapabilityKey> capability_key;  // none: capabilities ignored
 
   // The id is final only once the port is bound, after serving has begun,

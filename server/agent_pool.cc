@@ -210,6 +210,7 @@ void AgentPool::Record(Probe& p) {
       } else {
         e.info = std::move(p.info);
         e.described = true;
+        e.described_at = absl::Now();
         h->reported_inflight = e.info.inflight_calls();
         {
           absl::MutexLock l(&h->id_mu);
@@ -316,6 +317,15 @@ std::vector<AgentStatus> AgentPool::Status() const {
       absl::MutexLock el(&e.handle->error_mu);
       a.last_call_error = e.handle->last_call_error;
       a.last_call_error_time = e.handle->last_call_error_time;
+    }
+    // The agent's own last failure, when later than the last one routed
+    // here: calls that go to the agent directly (lookaside) fail there.
+    if (e.described && !e.info.last_failed_call().empty()) {
+      const absl::Time when = e.described_at - absl::Milliseconds(e.info.last_failed_call_age_ms());
+      if (a.last_call_error.empty() || when > a.last_call_error_time) {
+        a.last_call_error = e.info.last_failed_call();
+        a.last_call_error_time = when;
+      }
     }
     for (const v1::HandlerInfo& h : e.info.handlers()) a.handlers.push_back(h.name());
     out.push_back(std::move(a));

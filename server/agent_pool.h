@@ -120,6 +120,7 @@ class AgentPool {
     std::string source;  // the --agents entry it came from
     v1::AgentInfo info;
     bool described = false;
+    absl::Time described_at;  // when `info` came
     v1::AgentEntry::Health health = v1::AgentEntry::UNKNOWN;
     std::string last_error;
     std::string published_platform;  // the platform label it is exported under

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "farcall/v1/farcall.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
@@ -37,6 +38,11 @@ class FakeAgent final : public v1::Agent::Service {
     info->set_platform(platform_);
     info->set_inflight_calls(inflight);
     for (const std::string& h : handlers_) info->add_handlers()->set_name(h);
+    absl::MutexLock l(&mu);
+    if (!last_failed_call.empty()) {
+      info->set_last_failed_call(last_failed_call);
+      info->set_last_failed_call_age_ms(2000);
+    }
     return grpc::Status::OK;
   }
 
@@ -49,6 +55,8 @@ class FakeAgent final : public v1::Agent::Service {
 
   std::atomic<int> describes{0};
   std::atomic<int64_t> inflight{0};  // what Describe reports
+  absl::Mutex mu;
+  std::string last_failed_call ABSL_GUARDED_BY(mu);  // what Describe reports, 2 s ago
 
  private:
   const std::string platform_;
@@ -161,6 +169,30 @@ TEST(AgentPoolTest, StatusCountsCallsAndErrorsPerAgent) {
   EXPECT_EQ(status[0].errors_total, 1u);
   EXPECT_EQ(status[0].last_call_error, "INTERNAL: boom");
   EXPECT_THAT(status[0].handlers, ::testing::ElementsAre("copy"));
+}
+
+// With lookaside, calls that fail on an agent never pass the router: the
+// page shows the agent's own last failure (from its Describe), when later
+// than the last one routed there.
+TEST(AgentPoolTest, StatusShowsTheAgentsOwnLastFailure) {
+  FakeAgent a("cpu", {"copy"});
+  AgentPool pool({a.address()}, {});
+  pool.ProbeAll();
+  EXPECT_EQ(pool.Status()[0].last_call_error, "");
+  {
+    absl::MutexLock l(&a.mu);
+    a.last_failed_call = "NOT_FOUND: handler 'nope' is not registered for platform 'cpu'.";
+  }
+  pool.ProbeAll();
+  std::vector<AgentStatus> status = pool.Status();
+  EXPECT_EQ(status[0].last_call_error,
+            "NOT_FOUND: handler 'nope' is not registered for platform 'cpu'.");
+  EXPECT_LT(status[0].last_call_error_time, absl::Now() - absl::Seconds(1));
+  // A failure routed here since then is the later one.
+  auto c = pool.Candidates(Platform::kCpu, "copy");
+  ASSERT_TRUE(c.ok());
+  (*c)[0]->RecordError("INTERNAL: boom");
+  EXPECT_EQ(pool.Status()[0].last_call_error, "INTERNAL: boom");
 }
 
 }  // namespace

@@ -158,6 +158,23 @@ TEST_F(LookasideTest, RefusedCallsGetTheSameAnswerAsThroughTheRouter) {
             "axpy, copy, crc32c, fail, scale, sleep, sum.");
 }
 
+// A call that fails on an agent the client called directly never passes
+// the router; the router's status page shows it all the same, from the
+// agent's own report.
+TEST_F(LookasideTest, TheStatusPageShowsFailuresOfCallsThatWentStraightToAgents) {
+  CallRequest fail;
+  fail.platform = "cpu";
+  fail.handler = "fail";
+  fail.attributes = {{"code", int64_t{9}}, {"message", std::string("not ready (lookaside)")}};
+  absl::StatusOr<CallResult> r = client_->Call(fail);
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+  ASSERT_TRUE(
+      client_->ListAgents(/*refresh=*/true).ok());  // a probe: the agents describe themselves
+  const std::string page = testing::HttpGet(router_->metrics_port(), "/status.json");
+  EXPECT_THAT(page, HasSubstr("\"last_call_error\":\"FAILED_PRECONDITION: not ready (lookaside)\""))
+      << page;
+}
+
 TEST_F(LookasideTest, ACallThatCannotReachItsAgentGoesToAnother) {
   // Both agents are known and connected first.
   for (int i = 0; i < 20; ++i) ASSERT_TRUE(CallOnFour(*client_).ok());

@@ -23,6 +23,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tests/process_harness.h"
+#include "tests/test_calls.h"
 
 namespace farcall {
 namespace {
@@ -91,8 +92,12 @@ TEST(GrpcLimitsTest, CallsPastTheStreamLimitOfAConnectionWait) {
   ASSERT_TRUE(a.ok()) << a.status();
   auto client = Client::Connect((*a)->address());
   ASSERT_TRUE(client.ok());
-  // Connected, with the server's settings (one stream) known to the client.
+  // Connected, with the server's settings (one stream) known to the client,
+  // and known to be an agent: CallFuture below then starts its call before
+  // it returns (for a target not yet known it starts on a thread of the
+  // client's, a moment later).
   ASSERT_TRUE((*client)->Health().ok());
+  ASSERT_TRUE(testing::CallOnFour(**client).ok());
   CallRequest sleep;
   sleep.platform = "cpu";
   sleep.handler = "sleep";

@@ -131,6 +131,12 @@ def _result_spec(r) -> tuple[int, tuple]:
 def _attribute(name: str, v):
     if isinstance(v, np.generic):
         v = v.item()
+    if type(v).__module__.startswith("jax") and type(v).__name__.endswith("Tracer"):
+        raise TypeError(
+            f"attribute {name!r} is a traced value ({type(v).__name__}): attributes are fixed "
+            f"when the call is traced, as in JAX's FFI. Pass a value that changes from step to "
+            f"step as an argument (an array the handler reads), and bind constants with "
+            f"functools.partial or attributes= outside the traced function.")
     if not isinstance(v, (bool, int, float, str)):
         raise TypeError(
             f"attribute {name!r} must be an int, float, bool or str; got {type(v).__name__}"

@@ -37,22 +37,56 @@ from farcall import _dtypes, _errors, _farcall, _handlers, _tree
 _KDL_CPU, _KDL_CUDA, _KDL_ROCM = 1, 2, 10
 
 
-class ExecutionStage(enum.IntEnum):
-    """As jax.experimental.buffer_callback.ExecutionStage; agents run
-    handlers at EXECUTE."""
+class _ExecutionStage(enum.Enum):
+    """As jax.experimental.buffer_callback.ExecutionStage, for agents where
+    jax is not installed; it compares equal to JAX's members of the same
+    name and value (so a handler written against JAX's compares as there)."""
 
     INSTANTIATE = 0
     PREPARE = 1
     INITIALIZE = 2
     EXECUTE = 3
 
+    def __eq__(self, other):
+        if isinstance(other, enum.Enum):
+            return self.name == other.name and self.value == other.value
+        return NotImplemented
+
+    def __hash__(self):
+        return hash((self.name, self.value))
+
+
+def _jax_runtime():
+    """(ExecutionStage, JaxRuntimeError) from jaxlib where it is installed
+    (a fifth of a second to import, once), else farcall's stand-ins."""
+    try:
+        import importlib.util as util
+        if util.find_spec("jaxlib") is None:
+            raise ImportError
+        import jaxlib._jax as jax_runtime
+        return jax_runtime.ffi.ExecutionStage, jax_runtime.JaxRuntimeError
+    except Exception:  # noqa: BLE001: any jaxlib that does not have them
+        return _ExecutionStage, _errors.UnimplementedError
+
+
+# JAX's own enum and exception type when jaxlib is importable here: a
+# handler that compares ctx.stage with jax's ExecutionStage, or catches
+# jax.errors.JaxRuntimeError from ctx.stream, behaves as under JAX.
+ExecutionStage, _ContextError = _jax_runtime()
+# What JAX raises for ctx.stream where there is no GPU stream.
+_NO_GPU_CONTEXT = "UNIMPLEMENTED: XLA FFI GPU context is not available"
+
 
 _NO_ATTRIBUTES = types.MappingProxyType({})
 
 
 class ExecutionContext:
-    """What JAX's ExecutionContext offers: ``stage``, and ``stream`` (the
-    platform stream as an int, on GPU agents; 0 on cpu). Also ``platform``,
+    """What JAX's ExecutionContext offers: ``stage`` (JAX's
+    ``ExecutionStage.EXECUTE`` where jaxlib is installed), and ``stream``
+    (the platform stream as an int, on GPU agents; on cpu it raises as JAX
+    does, ``JaxRuntimeError("UNIMPLEMENTED: XLA FFI GPU context is not
+    available")``, or ``farcall.UnimplementedError`` with that message
+    without jaxlib). Also ``platform``,
     ``device_ordinal``, ``attributes`` (the call's attributes, int, float,
     bool or str by name, a read-only mapping), ``deadline`` (when the call
     ends, as a ``time.monotonic()`` value: the caller's timeout or the
@@ -61,29 +95,36 @@ class ExecutionContext:
     passed; True once the call has ended), so that a long handler can stop
     early."""
 
-    __slots__ = ("stage", "stream", "platform", "device_ordinal", "attributes", "deadline",
+    __slots__ = ("stage", "_stream", "platform", "device_ordinal", "attributes", "deadline",
                  "_cancel")
 
     def __init__(self, platform: str, device_ordinal: int, stream: int,
                  attributes=_NO_ATTRIBUTES, deadline=None, cancel=None):
         self.stage = ExecutionStage.EXECUTE
-        self.stream = stream
+        self._stream = stream
         self.platform = platform
         self.device_ordinal = device_ordinal
         self.attributes = attributes
         self.deadline = deadline
         self._cancel = cancel
 
+    @property
+    def stream(self) -> int:
+        if self.platform == "cpu":
+            raise _ContextError(_NO_GPU_CONTEXT)
+        return self._stream
+
     def cancelled(self) -> bool:
         return self._cancel is not None and self._cancel.cancelled()
 
     def __repr__(self) -> str:
         return (f"ExecutionContext(platform={self.platform!r}, "
-                f"device_ordinal={self.device_ordinal}, stream={self.stream:#x})")
+                f"device_ordinal={self.device_ordinal}, stream={self._stream:#x})")
 
 
 class Buffer:
-    """One of a handler's buffers: ``shape``, ``dtype``, ``ndim``, and
+    """One of a handler's buffers: ``shape``, ``dtype``, ``ndim``,
+    ``writeable`` (False for args, True for results, as JAX's), and
     ``np.asarray`` (host platforms; read-only for args, writable for
     results), ``__dlpack__``, and ``__cuda_array_interface__`` on cuda and
     rocm. A buffer is converted only while its handler runs; an array taken
@@ -112,6 +153,10 @@ class Buffer:
     @property
     def ndim(self) -> int:
         return len(self.shape)
+
+    @property
+    def writeable(self) -> bool:
+        return self._writable
 
     @property
     def size(self) -> int:
@@ -223,6 +268,7 @@ def _dispatch(fn, ctx_info, results, args):
            for p, c, s, n, lease in args]
     attributes = ctx_info.get("attributes", {})
     tree = attributes.get(_tree.ATTRIBUTE)
+    in_tree = attributes.get(_tree.IN_ATTRIBUTE)
     visible = types.MappingProxyType(
         {k: v for k, v in attributes.items() if not k.startswith(_tree.RESERVED_PREFIX)})
     try:
@@ -239,10 +285,22 @@ def _dispatch(fn, ctx_info, results, args):
                     f"{_tree.ATTRIBUTE} holds {_tree.count(structure)} results; the call "
                     f"has {len(out)}.")
             handed = _tree.unflatten(structure, out)
+        # The inputs as the caller's arguments were: trees, and keyword
+        # arguments by name (farcall.jax); flat leaves without.
+        in_args, in_kwargs = tuple(ins), {}
+        if isinstance(in_tree, str):
+            try:
+                structure = _tree.decode(in_tree, _tree.IN_ATTRIBUTE)
+                if _tree.count(structure) != len(ins):
+                    raise ValueError(f"{_tree.IN_ATTRIBUTE} holds {_tree.count(structure)} "
+                                     f"inputs; the call has {len(ins)}.")
+                in_args, in_kwargs = _tree.unflatten_inputs(structure, ins)
+            except (ValueError, TypeError) as e:
+                raise _errors.InvalidArgumentError(str(e)) from None
         try:
             ctx = ExecutionContext(platform, dev, stream, visible, ctx_info.get("deadline"),
                                    ctx_info.get("cancel"))
-            ret = fn(ctx, handed, *ins)
+            ret = fn(ctx, handed, *in_args, **in_kwargs)
         except BaseException as e:  # noqa: BLE001: the handler's own failure
             try:
                 e.__farcall_traceback__ = _remote_traceback(e)

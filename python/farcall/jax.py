@@ -198,6 +198,14 @@ def buffer_callback(handler: str, result_shape_dtypes: object, *, target: str,
     def wrapped_callback(*args, **kwargs):
         remote_platform = _check_platform(platform)
         flat_args, in_tree = tree_util.tree_flatten((args, kwargs))
+        # The handler gets its inputs as JAX gives them: each argument's
+        # tree, and keyword arguments by name (farcall._tree).
+        call_attributes, call_encoded = attributes, encoded_attrs
+        in_structure = _tree.input_structure(args, kwargs, len(flat_args))
+        if in_structure is not None:
+            call_attributes = dict(attributes)
+            call_attributes[_tree.IN_ATTRIBUTE] = _tree.encode(in_structure)
+            call_encoded = _encode_attrs(call_attributes)
         in_avals = [core.typeof(x) for x in flat_args]
         static_aliases: list[tuple[int, int]] = []
         if input_output_aliases is not None:
@@ -229,8 +237,8 @@ def buffer_callback(handler: str, result_shape_dtypes: object, *, target: str,
             has_side_effect=bool(has_side_effect),
             input_output_aliases=tuple(static_aliases),
             command_buffer_compatible=bool(command_buffer_compatible),
-            attributes=encoded_attrs,
-            raw_attributes=tuple(sorted((attributes or {}).items())),
+            attributes=call_encoded,
+            raw_attributes=tuple(sorted((call_attributes or {}).items())),
             timeout=call_timeout,
             wait_for_ready=bool(wait_for_ready),
             retries=int(retries),

@@ -190,3 +190,35 @@ def scale_by_attribute(ctx, out, x):
     except TypeError:
         pass
     np.asarray(out)[...] = np.asarray(x) * ctx.attributes["lr"]
+
+
+@farcall.handler("py_tree_inputs")
+def tree_inputs(ctx, out, g, state, extra=None, *, scale=None):
+    """Inputs as JAX gives them: a dict, a tuple or list (or None), and a
+    keyword argument; results in a dict."""
+    gg = np.asarray(g)
+    s = 1.0 if scale is None else np.asarray(scale)[()]
+    e = 0 if extra is None else sum(np.asarray(t) for t in extra)
+    np.asarray(out["m"])[...] = 0.9 * np.asarray(state["m"]) + 0.1 * gg * s + e
+    np.asarray(out["v"])[...] = 0.99 * np.asarray(state["v"]) + 0.01 * gg * gg
+
+
+@farcall.handler("py_jax_context")
+def jax_context(ctx, out, x):
+    """1 for each thing that is as JAX gives it on the CPU: the stage
+    (compared with JAX's own enum), ctx.stream raising JAX's error, and
+    the buffers' properties; then x copied into out[1]."""
+    from jax.experimental.buffer_callback import ExecutionStage
+    import jax.errors
+    try:
+        ctx.stream
+        stream_raises = False
+    except jax.errors.JaxRuntimeError as e:
+        stream_raises = str(e) == "UNIMPLEMENTED: XLA FFI GPU context is not available"
+    checks = [
+        ctx.stage == ExecutionStage.EXECUTE, ctx.stage.name == "EXECUTE", ctx.stage.value == 3,
+        stream_raises, x.writeable is False, out[1].writeable is True,
+        x.ndim == len(x.shape), out[1].shape == x.shape, out[1].dtype == x.dtype,
+    ]
+    np.asarray(out[0])[...] = np.array(checks, dtype=np.int32)
+    np.asarray(out[1])[...] = np.asarray(x)

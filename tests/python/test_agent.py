@@ -273,3 +273,36 @@ def test_the_python_agent_reloads_its_tokens_on_sighup(tmp_path):
     finally:
         assert s.stop() == 0, s.output()
     assert "tokens reloaded" in s.output()
+
+
+def _calls_counted(port: int, handler: str, code: str) -> float:
+    for line in _scrape(port).splitlines():
+        if (line.startswith("farcall_agent_calls_total{") and f'handler="{handler}"' in line
+                and f'code="{code}"' in line):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def test_a_handler_that_ends_after_its_callers_deadline_is_counted_as_the_caller_saw_it():
+    # The caller got DEADLINE_EXCEEDED; the handler returned normally later.
+    # The agent counts the call as the caller saw it, not as OK.
+    s = start_python_agent("--metrics_listen=127.0.0.1:0")
+    try:
+        client = farcall.Client(s.address)
+        with pytest.raises(farcall.DeadlineExceededError) as e:
+            client.call("py_slow", np.array(0.6), results=[], timeout=0.2)
+        # The deadline error names the handler, the timeout and the phase.
+        assert "the call of 'py_slow' on cpu did not end within its timeout of 200ms" in str(e.value)
+        assert "waiting for its answer" in str(e.value)
+        with pytest.raises(farcall.DeadlineExceededError) as e:
+            client.call("py_slow", np.array(0.6), results=[], timeout=0.2, rpc="stream")
+        assert "it was waiting for the handler's answer" in str(e.value)
+        # Both handlers end about 0.4 s later: bounded wait for the count.
+        deadline = time.monotonic() + 20
+        while (_calls_counted(s.metrics_port, "py_slow", "DEADLINE_EXCEEDED") < 2
+               and time.monotonic() < deadline):
+            pass  # each look is one scrape of /metrics
+        assert _calls_counted(s.metrics_port, "py_slow", "DEADLINE_EXCEEDED") == 2
+        assert _calls_counted(s.metrics_port, "py_slow", "OK") == 0
+    finally:
+        assert s.stop() == 0, s.output()

@@ -240,3 +240,19 @@ def test_the_ffi_handler_lets_xla_run_independent_work_while_a_call_is_out(py_ag
         assert not out.done()
         gate.release_all()
         np.testing.assert_allclose(out.result(timeout=30)[2], local(x), rtol=1e-6)
+
+
+def test_a_traced_attribute_says_to_pass_it_as_an_argument(agent):
+    # A learning rate traced under jit cannot be an attribute (fixed when the
+    # call is traced, as in JAX's FFI): the error says what to do instead.
+    def step(x, lr):
+        f = fj.buffer_callback("scale", S8, target=agent.address, attributes={"alpha": lr})
+        return f(x)
+
+    with pytest.raises(TypeError) as e:
+        jax.jit(step)(jnp.ones(8, jnp.float32), 0.5)
+    assert "attribute 'alpha' is a traced value" in str(e.value)
+    assert "as an argument" in str(e.value)
+    # A constant bound outside the traced function works.
+    np.testing.assert_array_equal(jax.jit(lambda x: step(x, 0.5))(jnp.ones(8, jnp.float32)),
+                                  np.full(8, 0.5))

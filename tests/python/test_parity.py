@@ -95,3 +95,66 @@ def test_handlers_read_the_calls_attributes(py_agent):
     out = farcall.Client(py_agent.address).call("py_scale_by_attribute", x, results=spec,
                                                 attributes={"lr": 3})
     np.testing.assert_array_equal(out, x * 3)
+
+
+# Inputs: JAX calls callback(ctx, out, *args, **kwargs) with each argument's
+# tree rebuilt (dicts, tuples, lists, None) and keyword arguments by name;
+# so does a farcall agent, through farcall.jax.buffer_callback.
+def _tree_calls():
+    g = jnp.arange(4, dtype=jnp.float32)
+    state = {"m": jnp.ones(4, jnp.float32), "v": jnp.full(4, 2.0, jnp.float32)}
+    return [
+        ("dict", (g, state), {}),
+        ("tuple", (g, state, (jnp.ones(4, jnp.float32), jnp.full(4, 3.0, jnp.float32))), {}),
+        ("list", (g, state, [jnp.full(4, 0.5, jnp.float32)]), {}),
+        ("none_and_keyword", (g, state, None), {"scale": jnp.float32(2)}),
+        ("keyword_only", (g,), {"state": state, "scale": jnp.float32(3)}),
+    ]
+
+
+@pytest.mark.parametrize("path", ["ffi", "host_callback"])
+@pytest.mark.parametrize("call", _tree_calls(), ids=[c[0] for c in _tree_calls()])
+def test_inputs_keep_their_structure(py_agent, call, path):
+    import farcall.jax as fj
+    _, args, kwargs = call
+    spec = jax.ShapeDtypeStruct((4,), jnp.float32)
+    specs = {"m": spec, "v": spec}
+    expected = jax.jit(jax_buffer_callback(h.tree_inputs, specs))(*args, **kwargs)
+    fj.prefer_host_callback(path == "host_callback")
+    try:
+        remote = fj.buffer_callback("py_tree_inputs", specs, target=py_agent.address)
+        got = jax.jit(remote)(*args, **kwargs)
+    finally:
+        fj.prefer_host_callback(False)
+    assert sorted(got) == ["m", "v"]
+    for k in ("m", "v"):
+        assert np.asarray(got[k]).tobytes() == np.asarray(expected[k]).tobytes(), k
+
+
+# ctx.stage, ctx.stream and the buffers' properties, as JAX gives them on
+# the CPU, for every dtype JAX has, with 64-bit types off and on.
+DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+          "float16", "bfloat16", "float32", "float64", "complex64", "complex128"]
+
+
+@pytest.mark.parametrize("x64", [False, True], ids=["x64_off", "x64_on"])
+@pytest.mark.parametrize("path", ["ffi", "host_callback"])
+def test_the_context_and_buffers_are_as_jax_gives_them(py_agent, path, x64):
+    import farcall.jax as fj
+    previous = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", x64)
+    fj.prefer_host_callback(path == "host_callback")
+    try:
+        for name in DTYPES:
+            x = jnp.asarray(np.arange(6).reshape(2, 3) % 2).astype(name)  # JAX's own dtype
+            specs = [jax.ShapeDtypeStruct((9,), jnp.int32), jax.ShapeDtypeStruct(x.shape, x.dtype)]
+            local = jax.jit(jax_buffer_callback(h.jax_context, specs))(x)
+            remote = jax.jit(fj.buffer_callback("py_jax_context", specs,
+                                                target=py_agent.address))(x)
+            assert np.asarray(local[0]).tolist() == [1] * 9, (name, "under JAX")
+            assert np.asarray(remote[0]).tolist() == [1] * 9, (name, np.asarray(remote[0]))
+            assert remote[1].dtype == x.dtype and remote[1].shape == x.shape, name
+            assert np.asarray(remote[1]).tobytes() == np.asarray(x).tobytes(), name
+    finally:
+        fj.prefer_host_callback(False)
+        jax.config.update("jax_enable_x64", previous)

@@ -298,6 +298,10 @@ struct AgentDescription {
   uint64_t calls_total = 0;
   uint64_t failed_calls_total = 0;
   int64_t inflight_calls = 0;  // calls it holds now, from every client
+  // Its last failed call, "CODE: message", and how long ago it ended
+  // (empty: none since it started).
+  std::string last_failed_call;
+  absl::Duration last_failed_call_age;
 };
 
 // One agent as a router sees it (Client::ListAgents).
