@@ -186,9 +186,11 @@ struct Client::State::Attempts : std::enable_shared_from_this<Attempts> {
     return absl::OkStatus();
   }
 
-  // What is left of the timeout: CallAsync's first attempt may have waited
-  // for a thread (RunAfter).
-  CallOptions AttemptOptions() const { return WithTimeLeft(options, deadline); }
+  // What is left of the timeout (CallAsync's first attempt may have waited
+  // for a thread, RunAfter); the caller's own for Call's first.
+  CallOptions AttemptOptions(bool first = false) const {
+    return first ? options : WithTimeLeft(options, deadline);
+  }
 
   // Puts each kept arg back as it was before the first attempt.
   void Restore() {
@@ -224,8 +226,8 @@ struct Client::State::Attempts : std::enable_shared_from_this<Attempts> {
   }
 
   absl::StatusOr<CallResult> Run() {
-    for (;;) {
-      absl::StatusOr<CallResult> r = state->Attempt(*request, AttemptOptions(), insist);
+    for (bool first = true;; first = false) {
+      absl::StatusOr<CallResult> r = state->Attempt(*request, AttemptOptions(first), insist);
       std::optional<absl::Duration> wait = Next(r);
       if (!wait.has_value()) return r;
       state->channel->PauseBeforeRetry(*wait);

@@ -52,7 +52,12 @@ absl::Status NamedDeadline(absl::Status s, const PreparedCall& call, const Timeo
   const std::string platform = call.header.platforms_size() > 0 ? call.header.platforms(0) : "";
   absl::Status named = absl::DeadlineExceededError(
       absl::StrCat("the call of '", call.header.handler().substr(0, 128), "' on ", platform,
-                   " did not end within its timeout of ", absl::FormatDuration(t.timeout),
+                   " did not end within its timeout of ",
+                   // What an attempt had left (a hand-off to a thread first,
+                   // or a retry, takes some), to the millisecond.
+                   absl::FormatDuration(t.timeout >= absl::Milliseconds(1)
+                                            ? absl::Ceil(t.timeout, absl::Milliseconds(1))
+                                            : t.timeout),
                    ": it was ", phase, " (", s.message(), ")."));
   s.ForEachPayload([&named](absl::string_view url, const absl::Cord& payload) {
     named.SetPayload(url, payload);

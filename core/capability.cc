@@ -21,10 +21,10 @@ namespace {
 // (a 128-bit tag, as AES-GCM's: it travels on every call).
 constexpr uint8_t kVersion = 1;
 constexpr size_t kMacBytes = 16;
-constexpr size_t kMaxFieldBytes = 1024;
+constexpr size_t kMaxFieldBytes = kMaxCapabilityFieldBytes;
 
 void PutField(std::string& out, absl::string_view field) {
-  const size_t n = std::min(field.size(), kMaxFieldBytes);
+  const size_t n = field.size();  // at most kMaxCapabilityFieldBytes (Mint checks)
   out.push_back(static_cast<char>(n >> 8));
   out.push_back(static_cast<char>(n & 0xff));
   out.append(field.data(), n);
@@ -75,6 +75,10 @@ std::string CapabilityKey::Mac(absl::string_view signed_part) const {
 }
 
 std::string CapabilityKey::Mint(const Capability& c) const {
+  // A field cut short would authorize its prefix: none is minted instead.
+  for (absl::string_view field : {c.principal, c.handler, c.agent_id}) {
+    if (field.size() > kMaxFieldBytes) return "";
+  }
   std::string out;
   out.push_back(static_cast<char>(kVersion));
   PutField(out, c.principal);

@@ -42,6 +42,8 @@ inline constexpr absl::Duration kCapabilityClockSkew = absl::Seconds(30);
 inline constexpr size_t kMinCapabilityKeyBytes = 32;
 // The longest encoded capability a verifier reads.
 inline constexpr size_t kMaxCapabilityBytes = 2048;
+// The longest principal, handler name or agent id a capability names.
+inline constexpr size_t kMaxCapabilityFieldBytes = 1024;
 
 struct Capability {
   std::string principal;  // who calls; "" when the router needs no token
@@ -59,7 +61,8 @@ class CapabilityKey {
   static absl::StatusOr<CapabilityKey> FromSecret(std::string secret, absl::string_view source);
 
   // The encoded, signed capability. Its expiry is clamped to
-  // kMaxCapabilityLifetime from now.
+  // kMaxCapabilityLifetime from now. Empty (none) when a field is longer
+  // than kMaxCapabilityFieldBytes: cut short, it would grant its prefix.
   std::string Mint(const Capability& c) const;
   // The capability `encoded` grants: UNAUTHENTICATED, saying why, when it
   // does not parse, its MAC is wrong, it has expired, or it claims a

@@ -83,4 +83,14 @@ TEST(CapabilityTest, KeysFailClosed) {
 }
 
 }  // namespace
+// A field cut short would grant its prefix: a capability for a handler
+// longer than kMaxCapabilityFieldBytes is not minted at all.
+TEST(CapabilityTest, NoCapabilityIsMintedForANameLongerThanItHolds) {
+  const absl::Time soon = absl::Now() + absl::Minutes(1);
+  const std::string name(kMaxCapabilityFieldBytes, 'h');
+  EXPECT_FALSE(Key().Mint({"token:aaaaaaaaaaaa", name, "cpu-1", soon}).empty());
+  EXPECT_EQ(Key().Mint({"token:aaaaaaaaaaaa", name + "x", "cpu-1", soon}), "");
+  EXPECT_EQ(Key().Mint({std::string(2000, 'p'), "copy", "cpu-1", soon}), "");
+}
+
 }  // namespace farcall

@@ -98,7 +98,11 @@ CallLedger::Claim AgentCall::ClaimRun() {
 
 void AgentCall::RecordOutcome(const absl::Status& answered, const grpc::ByteBuffer* answer,
                               const absl::Status& caller_gone) {
-  const absl::Status& status = answered.ok() && !caller_gone.ok() ? caller_gone : answered;
+  // The caller's view: an answer after its deadline (or its cancel) went to
+  // no one, and a stream that ended when gRPC dropped it then was
+  // DEADLINE_EXCEEDED to the caller, not CANCELLED.
+  const bool superseded = answered.ok() || absl::IsCancelled(answered);
+  const absl::Status& status = superseded && !caller_gone.ok() ? caller_gone : answered;
   if (in_ledger_) {
     in_ledger_ = false;
     if (handler_ran_) {

@@ -135,9 +135,10 @@ class AgentCall final : private FrameVisitor {
   // side effects) in the ledger. Call once, with the status the agent
   // answers. `answer` is a unary call's response message (kept for a repeat
   // of a call with side effects), or null. `caller_gone`: what the caller
-  // got instead of an OK answer that came after its deadline passed or it
-  // cancelled (DEADLINE_EXCEEDED or CANCELLED): counted and logged as that,
-  // while the ledger keeps the answer for a repeat.
+  // got instead of an answer (OK, or CANCELLED as gRPC dropped the call)
+  // that came after its deadline passed or it cancelled (DEADLINE_EXCEEDED
+  // or CANCELLED): counted and logged as that, while the ledger keeps the
+  // answer for a repeat.
   void RecordOutcome(const absl::Status& status, const grpc::ByteBuffer* answer = nullptr,
                      const absl::Status& caller_gone = absl::OkStatus());
   // After Begin(): whether this call runs, or, when its call_id names a call

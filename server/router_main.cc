@@ -8,6 +8,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
+#include "core/capability.h"
 #include "core/limit_flags.h"
 #include "core/log.h"
 #include "core/process.h"
@@ -83,6 +84,16 @@ int main(int argc, char** argv) {
     }
     return absl::OkStatus();
   }();
+  if (bad.ok() && options.capability_key.has_value() &&
+      options.header_limits.max_name_bytes >
+          static_cast<int64_t>(farcall::kMaxCapabilityFieldBytes)) {
+    // A capability names the handler in at most that many bytes: a longer
+    // name would be forwarded with none.
+    bad = absl::InvalidArgumentError(
+        absl::StrCat("--max_name_bytes=", options.header_limits.max_name_bytes, " is over ",
+                     farcall::kMaxCapabilityFieldBytes,
+                     ", the longest handler name a capability can name (--capability_key_file)."));
+  }
   if (!bad.ok()) {
     farcall::log::Error(bad.ToString());
     return 2;

@@ -601,6 +601,9 @@ class RouterService final
  private:
   absl::Status ResolveCall(const std::string& authorization, const v1::ResolveRequest& request,
                            v1::ResolveResponse& response) {
+    // Bounded before anything is done with it, as a call header's names are.
+    FARCALL_RETURN_IF_ERROR(
+        CheckNameLimits(request.handler(), request.platform(), shared_.header_limits));
     // Authorized first, as a call is.
     std::string principal;
     if (absl::Status s = shared_.tokens->Authorize(authorization, request.handler(), &principal);

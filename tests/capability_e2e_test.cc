@@ -182,13 +182,38 @@ TEST_F(CapabilityTest, ForgedExpiredAndMisdirectedCapabilitiesAreRefused) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
 }
 
+// A capability names its handler in at most 1 KiB; cut short, it would
+// grant the prefix. Resolve bounds the name as a call header does, and a
+// router that could forward a longer name with a capability will not start.
+TEST_F(CapabilityTest, HandlerNamesLongerThanACapabilityHoldsAreRefused) {
+  auto channel = grpc::CreateChannel(router_->address(), grpc::InsecureChannelCredentials());
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  ctx.AddMetadata("authorization", std::string("Bearer ") + kRoot);
+  v1::ResolveRequest req;
+  req.set_platform("cpu");
+  req.set_handler(std::string(1024, 'c') + std::string(1024, 'x'));
+  v1::ResolveResponse resp;
+  grpc::Status s = v1::Router::NewStub(channel)->Resolve(&ctx, req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  EXPECT_EQ(s.error_message(),
+            "the handler name is 2048 bytes, over the limit of 1024 (--max_name_bytes).");
+  EXPECT_EQ(resp.agents_size(), 0);
+  ::farcall::testing::CommandResult r = ::farcall::testing::RunCommand(absl::StrCat(
+      FARCALL_ROUTER_BIN, " --listen=127.0.0.1:0 --agents=127.0.0.1:1 --max_name_bytes=2048",
+      " --capability_key_file=", dir_, "/key"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--max_name_bytes=2048 is over 1024, the longest handler name "
+                                  "a capability can name (--capability_key_file)."));
+}
+
 TEST(CapabilityKeyFileTest, AnEmptyOrShortKeyStopsTheProcess) {
   char dir_template[] = "/tmp/farcall-capability-XXXXXX";
   const std::string dir = mkdtemp(dir_template);
   std::ofstream(dir + "/empty") << "\n";
   std::ofstream(dir + "/short") << "0123456789\n";
   for (const std::string& bin : {std::string(FARCALL_AGENT_BIN),
-                                absl::StrCat(FARCALL_ROUTER_BIN, " --agents=127.0.0.1:1")}) {
+                                 absl::StrCat(FARCALL_ROUTER_BIN, " --agents=127.0.0.1:1")}) {
     for (const std::string file : {"/empty", "/short", "/missing"}) {
       ::farcall::testing::CommandResult r = ::farcall::testing::RunCommand(
           absl::StrCat(bin, " --listen=127.0.0.1:0 --capability_key_file=", dir, file));

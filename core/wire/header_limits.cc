@@ -220,6 +220,19 @@ absl::Status CheckHeaderLimits(absl::string_view header, const HeaderLimits& lim
   return absl::OkStatus();
 }
 
+absl::Status CheckNameLimits(absl::string_view handler, absl::string_view platform,
+                             const HeaderLimits& limits) {
+  if (static_cast<int64_t>(handler.size()) > limits.max_name_bytes) {
+    return Over(absl::StrCat("the handler name is ", handler.size(), " bytes"),
+                limits.max_name_bytes, "max_name_bytes");
+  }
+  if (static_cast<int64_t>(platform.size()) > limits.max_name_bytes) {
+    return Over(absl::StrCat("a platform name is ", platform.size(), " bytes"),
+                limits.max_name_bytes, "max_name_bytes");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateHeaderLimits(const HeaderLimits& l) {
   for (auto [value, flag] :
        {std::pair<int64_t, const char*>{l.max_header_bytes, "max_header_bytes"},

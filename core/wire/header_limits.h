@@ -41,6 +41,12 @@ absl::Status CheckHeaderLimits(absl::string_view header, const HeaderLimits& lim
 // INVALID_ARGUMENT unless every limit is positive.
 absl::Status ValidateHeaderLimits(const HeaderLimits& limits);
 
+// The names a request outside a call header carries (Router.Resolve's
+// handler and platform), bounded as a header's are: RESOURCE_EXHAUSTED
+// with the same message.
+absl::Status CheckNameLimits(absl::string_view handler, absl::string_view platform,
+                             const HeaderLimits& limits);
+
 }  // namespace farcall
 
 #endif  // FARCALL_CORE_WIRE_HEADER_LIMITS_H_
