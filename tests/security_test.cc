@@ -329,7 +329,7 @@ TEST(SecurityTest, ATokensFileWithoutTokensStopsTheProcess) {
   std::ofstream(p.dir + "/empty-tokens") << "# nobody may call yet\n\n";
   std::ofstream(p.dir + "/weak-tokens") << "root-token-0123456789 *\nshort copy\n";
   for (const std::string& bin : {std::string(FARCALL_AGENT_BIN),
-                                absl::StrCat(FARCALL_ROUTER_BIN, " --agents=127.0.0.1:1")}) {
+                                 absl::StrCat(FARCALL_ROUTER_BIN, " --agents=127.0.0.1:1")}) {
     for (const std::string file : {"/empty-tokens", "/weak-tokens", "/no-such-tokens"}) {
       ::farcall::testing::CommandResult r = ::farcall::testing::RunCommand(
           absl::StrCat(bin, " --listen=127.0.0.1:0 --tokens_file=", p.dir, file));
