@@ -6,6 +6,7 @@
 #include "farcall/client.h"
 
 #include <cstring>
+#include <memory>
 #include <new>
 #include <optional>
 #include <utility>
@@ -158,9 +159,14 @@ struct Client::State::Attempts : std::enable_shared_from_this<Attempts> {
   int same_left = 0;                 // CallOptions::retries left
   Backoff router_backoff = kRouterBackoff;
   Backoff same_target_backoff = kSameTargetBackoff;
-  // keep_aliased_args: each aliased arg's memory, and a copy of it as it
-  // was before the first attempt.
-  std::vector<std::pair<uint8_t*, std::vector<uint8_t>>> kept;
+  // keep_aliased_args: each aliased arg's memory, a copy of it as it was
+  // before the first attempt, and its size.
+  struct Kept {
+    uint8_t* memory;
+    std::unique_ptr<uint8_t[]> copy;
+    size_t bytes;
+  };
+  std::vector<Kept> kept;
   CallCallback done;  // CallAsync's
 
   absl::Status Init(const CallRequest& r, const CallOptions& caller_options) {
@@ -173,15 +179,15 @@ struct Client::State::Attempts : std::enable_shared_from_this<Attempts> {
       if (i >= r.args.size() || r.args[i].writable_data() == nullptr) continue;  // refused later
       absl::StatusOr<int64_t> bytes = ByteSize(r.args[i].spec(), "");
       if (!bytes.ok()) continue;
-      std::vector<uint8_t> copy;
-      try {
-        copy.assign(r.args[i].data(), r.args[i].data() + *bytes);
-      } catch (const std::bad_alloc&) {
+      const size_t n = static_cast<size_t>(*bytes);
+      std::unique_ptr<uint8_t[]> copy(new (std::nothrow) uint8_t[n > 0 ? n : 1]);
+      if (copy == nullptr) {
         return absl::ResourceExhaustedError(absl::StrCat(
-            "cannot allocate ", *bytes, " bytes on the client for a copy of args[", i,
+            "cannot allocate ", n, " bytes on the client for a copy of args[", i,
             "] (keep_aliased_args); give the call less, or set keep_aliased_args to false."));
       }
-      kept.emplace_back(r.args[i].writable_data(), std::move(copy));
+      std::memcpy(copy.get(), r.args[i].data(), n);
+      kept.push_back({r.args[i].writable_data(), std::move(copy), n});
     }
     return absl::OkStatus();
   }
@@ -194,7 +200,7 @@ struct Client::State::Attempts : std::enable_shared_from_this<Attempts> {
 
   // Puts each kept arg back as it was before the first attempt.
   void Restore() {
-    for (auto& [memory, copy] : kept) std::memcpy(memory, copy.data(), copy.size());
+    for (const Kept& k : kept) std::memcpy(k.memory, k.copy.get(), k.bytes);
   }
 
   // What follows the attempt that ended with `r`: the wait before the next

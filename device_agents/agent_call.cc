@@ -123,7 +123,7 @@ void AgentCall::RecordOutcome(const absl::Status& answered, const grpc::ByteBuff
   agent_.calls_ended.fetch_add(1, std::memory_order_relaxed);
   if (!status.ok()) {
     agent_.calls_failed.fetch_add(1, std::memory_order_relaxed);
-    agent_.RecordFailure(status);
+    agent_.RecordFailure(status, handler);
   }
   if (refused_ != nullptr) m.refused.With({refused_}).Increment();
   if (!status.ok() || log::DebugEnabled()) {
@@ -551,6 +551,7 @@ bool AgentCall::RunsInline() const {
 }
 
 void AgentCall::ReachedResultPhases(bool all_sent) const {
+  if (!PhaseExitArmed()) return;  // every result frame of every call comes here
   int64_t total = 0;
   for (const Tensor& t : results_) total += t.size;
   if (sent_bytes_ > 0) ReachedPhase(CallPhase::kResultFirst);

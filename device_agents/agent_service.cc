@@ -124,6 +124,7 @@ template <class GrpcReactor>
 class AgentReactor : public GrpcReactor, public WatchedCall {
  public:
   void OnCancel() override {
+    caller_gone_ = true;
     cancel_.Cancel();
     budget_.Withdraw(*shared_.state.admission);
   }
@@ -158,7 +159,7 @@ class AgentReactor : public GrpcReactor, public WatchedCall {
       return absl::DeadlineExceededError(
           "the handler ended after its caller's deadline; the caller got DEADLINE_EXCEEDED.");
     }
-    if (cancel_.cancelled()) {
+    if (caller_gone_) {  // gRPC's cancel: not the agent's own --max_call_seconds
       return absl::CancelledError(
           "the handler ended after its caller cancelled the call; its answer went to no one.");
     }
@@ -223,6 +224,7 @@ class AgentReactor : public GrpcReactor, public WatchedCall {
   absl::Status queued_end_ ABSL_GUARDED_BY(queued_mu_);  // why the wait was ended
   const bool entered_;                                   // through the drain gate
   absl::Time caller_deadline_ = absl::InfiniteFuture();
+  std::atomic<bool> caller_gone_{false};  // gRPC cancelled the call (OnCancel)
 };
 
 // Streamed call: reads frames until half-close, runs the handler on the

@@ -85,20 +85,33 @@ struct AgentState {
   // Calls ended, and those that failed (AgentInfo.calls_total).
   std::atomic<uint64_t> calls_ended{0};
   std::atomic<uint64_t> calls_failed{0};
-  // The last failed call, "CODE: message" (AgentInfo.last_failed_call).
-  void RecordFailure(const absl::Status& s) const {
+  // The last failed call (AgentInfo.last_failed_call), of `handler` ("-"
+  // when none was named).
+  void RecordFailure(const absl::Status& s, absl::string_view handler) const {
     absl::MutexLock l(&last_failure_mu);
-    last_failure = absl::StrCat(absl::StatusCodeToString(s.code()), ": ", s.message());
-    if (last_failure.size() > 300) last_failure.resize(300);
+    last_failure_code = absl::StatusCodeToString(s.code());
+    last_failure_message = std::string(s.message().substr(0, 300));
+    last_failure_handler = std::string(handler);
     last_failure_time = absl::Now();
   }
-  // The last failure and when it came (empty: none).
+  // The last failure as a caller of Describe may see it, and when it came
+  // (empty: none). Where calls come from several principals (tokens or
+  // capabilities), only its code and handler: its message may hold another
+  // tenant's data. Without them, "CODE: message".
   std::pair<std::string, absl::Time> LastFailure() const {
+    const bool tenants = tokens.required() || capability_key.has_value();
     absl::MutexLock l(&last_failure_mu);
-    return {last_failure, last_failure_time};
+    if (last_failure_code.empty()) return {"", absl::InfinitePast()};
+    std::string text =
+        tenants ? absl::StrCat(last_failure_code, " from handler '", last_failure_handler, "'")
+                : absl::StrCat(last_failure_code, ": ", last_failure_message);
+    if (text.size() > 300) text.resize(300);
+    return {std::move(text), last_failure_time};
   }
   mutable absl::Mutex last_failure_mu;
-  mutable std::string last_failure ABSL_GUARDED_BY(last_failure_mu);
+  mutable std::string last_failure_code ABSL_GUARDED_BY(last_failure_mu);
+  mutable std::string last_failure_message ABSL_GUARDED_BY(last_failure_mu);
+  mutable std::string last_failure_handler ABSL_GUARDED_BY(last_failure_mu);
   mutable absl::Time last_failure_time ABSL_GUARDED_BY(last_failure_mu);
   std::optional<CapabilityKey> capability_key;  // none: capabilities ignored
 

@@ -139,6 +139,11 @@ FaultPlan* exit_plan = nullptr;  // set before exit_phase, never freed
 
 }  // namespace
 
+bool PhaseExitArmed() {
+  return exit_phase.load(std::memory_order_relaxed) != CallPhase::kNone &&
+         !exit_fired.load(std::memory_order_relaxed);
+}
+
 void ReachedPhase(CallPhase phase) {
   if (exit_phase.load(std::memory_order_acquire) != phase || phase == CallPhase::kNone) return;
   if (exit_fired.exchange(true)) return;

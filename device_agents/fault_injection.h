@@ -69,6 +69,9 @@ void InjectFaults(const FaultPlan& plan, Backend& backend);
 // A call of this agent reached `phase`: where the plan exits there, the
 // process raises its signal (once). Costs one atomic load otherwise.
 void ReachedPhase(CallPhase phase);
+// Whether some exit_at phase is armed: callers skip the work of finding
+// the phase (a stream's result bytes) otherwise.
+bool PhaseExitArmed();
 
 }  // namespace farcall::agent
 

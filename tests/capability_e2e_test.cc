@@ -207,6 +207,24 @@ TEST_F(CapabilityTest, HandlerNamesLongerThanACapabilityHoldsAreRefused) {
                                   "a capability can name (--capability_key_file)."));
 }
 
+// An agent with several principals reports its last failed call to
+// Describe by code and handler only: the message may hold a tenant's data.
+TEST_F(CapabilityTest, DescribeGivesAnotherTenantsFailureByCodeAndHandlerOnly) {
+  ClientOptions o;
+  o.token = "router-token-0123456789";
+  auto c = Client::Connect(agent_->address(), o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  CallRequest fail;
+  fail.platform = "cpu";
+  fail.handler = "fail";
+  fail.attributes = {{"code", int64_t{9}}, {"message", std::string("tenant A's secret")}};
+  EXPECT_EQ((*c)->Call(fail).status().code(), absl::StatusCode::kFailedPrecondition);
+  absl::StatusOr<AgentDescription> d = (*c)->Describe();
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->last_failed_call, "FAILED_PRECONDITION from handler 'fail'");
+  EXPECT_THAT(d->last_failed_call, ::testing::Not(HasSubstr("secret")));
+}
+
 TEST(CapabilityKeyFileTest, AnEmptyOrShortKeyStopsTheProcess) {
   char dir_template[] = "/tmp/farcall-capability-XXXXXX";
   const std::string dir = mkdtemp(dir_template);
