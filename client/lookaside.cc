@@ -100,9 +100,10 @@ bool Lookaside::Usable(const v1::ResolvedAgent& a) const {
   // An agent's loopback address names the router's host: only a router on
   // this host may name one (else whatever listens here would get the call).
   if (IsLoopbackTarget(a.address()) && !IsLoopbackTarget(router_target_)) return false;
-  // Without a capability the agent would get this client's token, which
-  // goes only where Connect would send it.
-  return !a.capability().empty() || options_.token.empty() || TokenMayGo(a.address(), options_);
+  // A capability is a bearer credential for its lifetime, as a token is:
+  // either goes only where Connect would send a token (over TLS, or to
+  // this host).
+  return (a.capability().empty() && options_.token.empty()) || TokenMayGo(a.address(), options_);
 }
 
 std::shared_ptr<const Lookaside::Answer> Lookaside::Resolved(const CallRequest& request,
@@ -299,6 +300,10 @@ RetryStep Lookaside::Judge(Agent& agent, const CallRequest& request,
       NextStep({s, request.has_side_effect, Hop::kLookasideAgent, not_delivered});
   if (step == RetryStep::kViaRouter) {
     Avoid(agent, kRefusedFor);
+    // Its capability may be what was refused (a key rotated out): the next
+    // answer brings fresh ones.
+    absl::MutexLock l(&mu_);
+    answers_.erase(AnswerKey(request));
     return step;
   }
   // An agent that could not be reached, or went away mid-call, stays out of

@@ -4,6 +4,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "core/log.h"
@@ -16,13 +17,22 @@ ABSL_FLAG(bool, require_client_cert, false,
           "refuse clients without a certificate signed by --tls_ca (mutual TLS)");
 ABSL_FLAG(std::string, tokens_file, "",
           "require bearer tokens: lines 'TOKEN HANDLER[,HANDLER...]' or 'TOKEN *'");
+ABSL_FLAG(std::string, capability_signing_key_file, "",
+          "router: a PEM Ed25519 private key (openssl genpkey -algorithm ed25519) to sign "
+          "short-lived capabilities with, so that callers' tokens never reach agents");
+ABSL_FLAG(std::string, capability_verify_keys_file, "",
+          "agent: PEM Ed25519 public keys (one or more; openssl pkey -in KEY -pubout) that "
+          "capabilities may be signed with");
 ABSL_FLAG(std::string, capability_key_file, "",
-          "a secret of at least 32 bytes shared by a router and its agents: the router mints "
-          "short-lived capabilities with it, so that callers' tokens never reach agents, and "
-          "agents verify them");
+          "replaced: see --capability_signing_key_file (routers) and "
+          "--capability_verify_keys_file (agents)");
 
 namespace farcall {
 namespace {
+
+// Which keys a capability key file holds, for logs.
+std::string KeyIds(const CapabilitySigner& s) { return s.key_id(); }
+std::string KeyIds(const CapabilityVerifier& v) { return absl::StrJoin(v.key_ids(), ", "); }
 
 // farcall_tls_certificate_expiry_timestamp_seconds for --tls_cert, and a
 // word in the log when it has expired or will within 14 days.
@@ -53,7 +63,26 @@ void ExportCertificateExpiry(const ServerTlsFiles& files) {
 
 }  // namespace
 
-absl::StatusOr<ServerSecurity> ServerSecurityFromFlags() {
+absl::StatusOr<ServerSecurity> ServerSecurityFromFlags(ServerRole role) {
+  if (!absl::GetFlag(FLAGS_capability_key_file).empty()) {
+    return absl::InvalidArgumentError(
+        "--capability_key_file (a secret every agent shared, with which any of them could mint "
+        "capabilities) is gone: give the router an Ed25519 private key, "
+        "--capability_signing_key_file, and the agents its public key, "
+        "--capability_verify_keys_file (docs/security.md, 'Capabilities').");
+  }
+  const std::string signing = absl::GetFlag(FLAGS_capability_signing_key_file);
+  const std::string verify = absl::GetFlag(FLAGS_capability_verify_keys_file);
+  if (role == ServerRole::kAgent && !signing.empty()) {
+    return absl::InvalidArgumentError(
+        "--capability_signing_key_file is the router's: an agent verifies capabilities with "
+        "public keys only (--capability_verify_keys_file).");
+  }
+  if (role == ServerRole::kRouter && !verify.empty()) {
+    return absl::InvalidArgumentError(
+        "--capability_verify_keys_file is the agents': a router signs capabilities "
+        "(--capability_signing_key_file).");
+  }
   ServerSecurity s;
   ServerTls tls;
   tls.files = {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
@@ -71,6 +100,7 @@ absl::StatusOr<ServerSecurity> ServerSecurityFromFlags() {
     s.tls_files = *std::move(files);
     s.credentials = s.tls_files->credentials();
     s.tls = true;
+    s.require_client_cert = tls.require_client_cert;
     ExportCertificateExpiry(*s.tls_files);
   }
   const std::string tokens = absl::GetFlag(FLAGS_tokens_file);
@@ -79,11 +109,18 @@ absl::StatusOr<ServerSecurity> ServerSecurityFromFlags() {
     if (!t.ok()) return t.status();
     s.tokens = *std::move(t);
   }
-  const std::string key = absl::GetFlag(FLAGS_capability_key_file);
-  if (!key.empty()) {
-    absl::StatusOr<CapabilityKey> k = CapabilityKey::Load(key);
+  if (!signing.empty()) {
+    absl::StatusOr<CapabilitySigner> k = CapabilitySigner::Load(signing);
     if (!k.ok()) return k.status();
-    s.capability_key = *std::move(k);
+    log::Info(absl::StrCat("signing capabilities with key ", k->key_id(), " (", signing, ")"));
+    s.signer = *std::move(k);
+  }
+  if (!verify.empty()) {
+    absl::StatusOr<CapabilityVerifier> k = CapabilityVerifier::Load(verify);
+    if (!k.ok()) return k.status();
+    log::Info(
+        absl::StrCat("trusting capabilities signed with key(s) ", KeyIds(*k), " (", verify, ")"));
+    s.verifier = *std::move(k);
   }
   return s;
 }
@@ -132,18 +169,41 @@ void ReloadTls(ServerTlsFiles& files, bool force) {
   }
 }
 
+// A capability key file, reloaded, logged by its keys' ids.
+template <class Keys>
+void ReloadCapabilityKeys(const Keys& keys, const char* file, bool force) {
+  absl::StatusOr<bool> r = keys.Reload(force);
+  if (!r.ok()) {
+    ReloadFailures(file).Increment();
+    log::Error(absl::StrCat("reloading ", keys.path(), " failed; key(s) ", KeyIds(keys),
+                            " stay in use: ", r.status().message()));
+    return;
+  }
+  if (*r) {
+    log::Info(absl::StrCat("capability key(s) reloaded from ", keys.path(),
+                           force ? " (SIGHUP)" : " (the file changed)", ": now ", KeyIds(keys)));
+  }
+}
+
 }  // namespace
 
-ReloadableFiles ServerSecurity::reloadable() const { return {tokens, tls_files}; }
+ReloadableFiles ServerSecurity::reloadable() const { return {tokens, tls_files, signer, verifier}; }
 
 void ExportReloadMetrics() {
-  ReloadFailures("tokens").Increment(0);
-  ReloadFailures("tls").Increment(0);
+  for (const char* file : {"tokens", "tls", "capability_signing_key", "capability_verify_keys"}) {
+    ReloadFailures(file).Increment(0);
+  }
 }
 
 void ReloadFiles(const ReloadableFiles& files, bool force) {
   ReloadTokens(files.tokens, force);
   if (files.tls != nullptr) ReloadTls(*files.tls, force);
+  if (files.signer.has_value()) {
+    ReloadCapabilityKeys(*files.signer, "capability_signing_key", force);
+  }
+  if (files.verifier.has_value()) {
+    ReloadCapabilityKeys(*files.verifier, "capability_verify_keys", force);
+  }
 }
 
 }  // namespace farcall

@@ -3,8 +3,12 @@
 //   --tls_ca                  verify client certificates against this CA;
 //   --require_client_cert     refuse clients without one (mutual TLS);
 //   --tokens_file             require bearer tokens (core/tokens.h);
-//   --capability_key_file     the key routers mint capabilities with and
-//                             agents verify them with (core/capability.h).
+//   --capability_signing_key_file   a router's Ed25519 private key, which
+//                             mints capabilities (core/capability.h);
+//   --capability_verify_keys_file   an agent's trusted public keys, which
+//                             verify them.
+// (--capability_key_file, the shared secret these replaced, stops the
+// process, naming them.)
 // Each fails closed: a file given but unreadable, empty or weak stops the
 // process.
 #ifndef FARCALL_CORE_SECURITY_FLAGS_H_
@@ -27,32 +31,43 @@ namespace farcall {
 struct ReloadableFiles {
   TokenTable tokens;                    // from no file: nothing to reload
   std::shared_ptr<ServerTlsFiles> tls;  // null: plaintext
+  std::optional<CapabilitySigner> signer;
+  std::optional<CapabilityVerifier> verifier;
 };
+
+// Which side of capabilities the process is: a router signs, an agent
+// verifies; each refuses the other's flag.
+enum class ServerRole { kRouter, kAgent };
 
 struct ServerSecurity {
   std::shared_ptr<grpc::ServerCredentials> credentials;
   bool tls = false;                           // the credentials are TLS (else plaintext)
   std::shared_ptr<ServerTlsFiles> tls_files;  // with tls: what the credentials follow
   TokenTable tokens;
-  std::optional<CapabilityKey> capability_key;
+  bool require_client_cert = false;            // callers need a certificate
+  std::optional<CapabilitySigner> signer;      // a router's, or none
+  std::optional<CapabilityVerifier> verifier;  // an agent's, or none
 
   ReloadableFiles reloadable() const;
+  // Whether callers must prove who they are: a token or a client
+  // certificate.
+  bool authenticates_callers() const { return tokens.required() || require_client_cert; }
 };
 
 // What the flags ask for; the files' errors name the flag and the path.
-absl::StatusOr<ServerSecurity> ServerSecurityFromFlags();
+absl::StatusOr<ServerSecurity> ServerSecurityFromFlags(ServerRole role);
 
-// Rotation without restarts: re-reads the tokens file and the TLS files
-// when they changed (Kubernetes updates a mounted Secret in place), or, with
-// `force` (SIGHUP), whatever they hold, and logs that it did (never a token
-// or a key). A reload that fails keeps what was in use, logs why once, and
-// counts farcall_config_reload_failures_total{file="tokens"|"tls"}; the same
+// Rotation without restarts: re-reads the tokens file, the TLS files and
+// the capability key files when they changed (Kubernetes updates a mounted Secret in place), or,
+// with `force` (SIGHUP), whatever they hold, and logs that it did (never a token or a key). A
+// reload that fails keeps what was in use, logs why once, and counts
+// farcall_config_reload_failures_total{file="tokens"|"tls"|
+// "capability_signing_key"|"capability_verify_keys"}; the same
 // bad bytes are not retried until they change or SIGHUP. A new certificate
 // updates farcall_tls_certificate_expiry_timestamp_seconds. Call it from
 // WaitForTerminationSignal's tick.
 void ReloadFiles(const ReloadableFiles& files, bool force);
-// farcall_config_reload_failures_total{file="tokens"|"tls"} at 0 from
-// start-up.
+// farcall_config_reload_failures_total at 0 for every file from start-up.
 void ExportReloadMetrics();
 
 }  // namespace farcall

@@ -9,26 +9,42 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "core/watched_file.h"
 #include "openssl/sha.h"
 
 namespace farcall {
 namespace {
 
-absl::StatusOr<std::string> ReadFile(const std::string& path, absl::string_view what) {
-  std::ifstream f(path);
-  if (!f) {
-    return absl::NotFoundError(absl::StrCat("cannot read the ", what, " ", path, "."));
+constexpr char kDigestPrefix[] = "sha256:";
+
+// The raw digest a `sha256:HEX` field names; empty when HEX is not 64 hex
+// digits.
+std::string DigestOfField(absl::string_view hex) {
+  if (hex.size() != 2 * SHA256_DIGEST_LENGTH) return "";
+  std::string raw;
+  for (size_t i = 0; i < hex.size(); i += 2) {
+    int v = 0;
+    for (char c : hex.substr(i, 2)) {
+      const int d = absl::ascii_isdigit(c)   ? c - '0'
+                    : (c >= 'a' && c <= 'f') ? c - 'a' + 10
+                    : (c >= 'A' && c <= 'F') ? c - 'A' + 10
+                                             : -1;
+      if (d < 0) return "";
+      v = v * 16 + d;
+    }
+    raw.push_back(static_cast<char>(v));
   }
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+  return raw;
 }
 
-// The SHA-256 of `bytes` (raw), to tell whether a file changed.
-std::string Sha256(absl::string_view bytes) {
-  unsigned char digest[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), digest);
-  return std::string(reinterpret_cast<const char*>(digest), sizeof(digest));
+std::string PrincipalOfDigest(absl::string_view digest) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out = "token:";
+  for (int i = 0; i < 6; ++i) {
+    out.push_back(kHex[static_cast<uint8_t>(digest[i]) >> 4]);
+    out.push_back(kHex[static_cast<uint8_t>(digest[i]) & 15]);
+  }
+  return out;
 }
 
 }  // namespace
@@ -44,17 +60,7 @@ bool ConstantTimeEqual(absl::string_view a, absl::string_view b) {
   return diff == 0;
 }
 
-std::string PrincipalOfToken(absl::string_view token) {
-  unsigned char digest[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(token.data()), token.size(), digest);
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out = "token:";
-  for (int i = 0; i < 6; ++i) {
-    out.push_back(kHex[digest[i] >> 4]);
-    out.push_back(kHex[digest[i] & 15]);
-  }
-  return out;
-}
+std::string PrincipalOfToken(absl::string_view token) { return PrincipalOfDigest(Sha256Of(token)); }
 
 absl::StatusOr<TokenTable> TokenTable::Parse(absl::string_view text, absl::string_view source) {
   auto entries = std::make_shared<Entries>();
@@ -71,19 +77,28 @@ absl::StatusOr<TokenTable> TokenTable::Parse(absl::string_view text, absl::strin
           source, " line ", line_no, ": expected 'TOKEN HANDLER[,HANDLER...]' or 'TOKEN *'."));
     }
     Entry e;
-    e.token = std::string(fields[0]);
-    if (e.token.size() < kMinTokenBytes) {
+    if (absl::StartsWith(fields[0], kDigestPrefix)) {
+      e.digest = DigestOfField(fields[0].substr(sizeof(kDigestPrefix) - 1));
+      if (e.digest.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(source, " line ", line_no,
+                         ": a digest is 'sha256:' and 64 hex digits (printf %s TOKEN | "
+                         "sha256sum)."));
+      }
+    } else if (fields[0].size() < kMinTokenBytes) {
       return absl::InvalidArgumentError(absl::StrCat(source, " line ", line_no,
                                                      ": the token is shorter than ", kMinTokenBytes,
                                                      " bytes; use a long random one."));
+    } else {
+      e.digest = Sha256Of(fields[0]);
     }
     for (size_t i = 0; i < entries->size(); ++i) {
-      if (ConstantTimeEqual((*entries)[i].token, e.token)) {
+      if (ConstantTimeEqual((*entries)[i].digest, e.digest)) {
         return absl::InvalidArgumentError(absl::StrCat(
             source, " line ", line_no, ": the token repeats the one on line ", lines[i], "."));
       }
     }
-    e.principal = PrincipalOfToken(e.token);
+    e.principal = PrincipalOfDigest(e.digest);
     if (fields[1] == "*") {
       e.all = true;
     } else {
@@ -108,45 +123,31 @@ absl::StatusOr<TokenTable> TokenTable::Parse(absl::string_view text, absl::strin
 }
 
 absl::StatusOr<TokenTable> TokenTable::Load(const std::string& path) {
-  absl::StatusOr<std::string> text = ReadFile(path, "tokens file");
+  absl::StatusOr<std::string> text = ReadConfigFile(path, "tokens file");
   if (!text.ok()) return text.status();
   absl::StatusOr<TokenTable> t = Parse(*text, path);
   if (!t.ok()) return t.status();
-  t->shared_->path = path;
-  absl::MutexLock l(&t->shared_->mu);
-  t->shared_->loaded_digest = Sha256(*text);
+  t->shared_->file = std::make_unique<WatchedFile>(path, "tokens file", *text);
   return t;
 }
 
 absl::StatusOr<bool> TokenTable::Reload(bool force) const {
-  if (shared_ == nullptr || shared_->path.empty()) {
+  if (shared_ == nullptr || shared_->file == nullptr) {
     return absl::FailedPreconditionError("these tokens were not loaded from a file.");
   }
-  absl::StatusOr<std::string> text = ReadFile(shared_->path, "tokens file");
-  // An unreadable file is "failed" like a bad one: not tried (and counted)
-  // again every tick until it changes, or `force`.
-  const std::string digest =
-      text.ok() ? Sha256(*text) : absl::StrCat("unreadable: ", text.status().message());
-  {
+  return shared_->file->Reload(force, [this](const std::string& text) -> absl::Status {
+    absl::StatusOr<TokenTable> fresh = Parse(text, shared_->file->path());
+    if (!fresh.ok()) return fresh.status();
+    std::shared_ptr<const Entries> entries = fresh->Snapshot();
     absl::MutexLock l(&shared_->mu);
-    if (!force && (digest == shared_->loaded_digest || digest == shared_->failed_digest)) {
-      return false;
-    }
-  }
-  absl::StatusOr<TokenTable> fresh =
-      text.ok() ? Parse(*text, shared_->path) : absl::StatusOr<TokenTable>(text.status());
-  absl::MutexLock l(&shared_->mu);
-  if (!fresh.ok()) {
-    shared_->failed_digest = digest;
-    return fresh.status();
-  }
-  shared_->entries = fresh->Snapshot();
-  shared_->loaded_digest = digest;
-  shared_->failed_digest.clear();
-  return true;
+    shared_->entries = std::move(entries);
+    return absl::OkStatus();
+  });
 }
 
-std::string TokenTable::path() const { return shared_ == nullptr ? "" : shared_->path; }
+std::string TokenTable::path() const {
+  return shared_ == nullptr || shared_->file == nullptr ? "" : shared_->file->path();
+}
 
 std::shared_ptr<const TokenTable::Entries> TokenTable::Snapshot() const {
   if (shared_ == nullptr) return nullptr;
@@ -166,11 +167,11 @@ const TokenTable::Entry* TokenTable::Find(const Entries& entries, absl::string_v
         "this server needs a bearer token: send 'authorization: Bearer TOKEN'.");
     return nullptr;
   }
-  absl::string_view token = authorization.substr(sizeof(kBearerPrefix) - 1);
+  const std::string digest = Sha256Of(authorization.substr(sizeof(kBearerPrefix) - 1));
   const Entry* found = nullptr;
   for (const Entry& e : entries) {
     // No early exit: every entry is compared whatever matched before.
-    const bool eq = ConstantTimeEqual(e.token, token);
+    const bool eq = ConstantTimeEqual(e.digest, digest);
     if (eq && found == nullptr) found = &e;
   }
   if (found == nullptr) {
@@ -205,7 +206,7 @@ absl::Status TokenTable::Authorize(absl::string_view authorization, absl::string
 }
 
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
-  absl::StatusOr<std::string> text = ReadFile(path, "token file");
+  absl::StatusOr<std::string> text = ReadConfigFile(path, "token file");
   if (!text.ok()) return text.status();
   for (absl::string_view line : absl::StrSplit(*text, '\n')) {
     line = absl::StripAsciiWhitespace(line);

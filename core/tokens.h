@@ -23,8 +23,14 @@
 // keeps the tokens there were. Copies of a table share its tokens and
 // reloads.
 //
-// Tokens are compared in constant time (against every entry, whatever
-// matches), and no message or error ever contains one. Thread-safe.
+// A line may name a token by its digest instead, `sha256:HEX` (`printf %s
+// TOKEN | sha256sum`): a server that holds only digests holds nothing a
+// caller could present, so a copy of its file is no use as a bearer token.
+// (Its length cannot be checked: make the token as long as any other.)
+//
+// Tokens are compared by their SHA-256, in constant time (against every
+// entry, whatever matches), and no message or error ever contains one.
+// Thread-safe.
 #ifndef FARCALL_CORE_TOKENS_H_
 #define FARCALL_CORE_TOKENS_H_
 
@@ -36,6 +42,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "core/watched_file.h"
 
 namespace farcall {
 
@@ -80,7 +87,7 @@ class TokenTable {
 
  private:
   struct Entry {
-    std::string token;
+    std::string digest;  // the token's SHA-256, raw
     std::string principal;
     bool all = false;
     std::vector<std::string> handlers;
@@ -97,9 +104,7 @@ class TokenTable {
   struct Shared {
     mutable absl::Mutex mu;
     std::shared_ptr<const Entries> entries ABSL_GUARDED_BY(mu);
-    std::string path;                               // "" unless loaded from a file
-    std::string loaded_digest ABSL_GUARDED_BY(mu);  // SHA-256 of the bytes in use
-    std::string failed_digest ABSL_GUARDED_BY(mu);  // of the last bytes that failed
+    std::unique_ptr<WatchedFile> file;  // null unless loaded from a file
   };
   std::shared_ptr<Shared> shared_;  // null: no tokens
 };

@@ -1,5 +1,6 @@
 #include "core/tokens.h"
 
+#include <cctype>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -105,6 +106,40 @@ TEST(TokenTableTest, EachTokenIsAPrincipalNamedByItsDigest) {
   none = "stale";
   EXPECT_TRUE(TokenTable().Authorize("", "copy", &none).ok());
   EXPECT_EQ(none, "");
+}
+
+// A server that holds only a token's digest lets that token in, as the
+// same principal, and holds nothing a caller could present: the digest
+// itself is no token.
+TEST(TokenTableTest, ADigestLineLetsItsTokenInAndIsNoTokenItself) {
+  // printf %s router-token-0123456789 | sha256sum
+  const std::string hex = "9c8bcf1baa767b86f2f5c19a7db710abd1f73187f7a9204b2b1dcea9350274c9";
+  const std::string real = "router-token-0123456789";
+  absl::StatusOr<TokenTable> t =
+      TokenTable::Parse("sha256:" + hex + " copy\nalpha-token-0123456789 *\n", "digests");
+  ASSERT_TRUE(t.ok()) << t.status();
+  std::string p;
+  EXPECT_TRUE(t->Authorize("Bearer " + real, "copy", &p).ok());
+  EXPECT_EQ(p, PrincipalOfToken(real));
+  EXPECT_EQ(t->Authorize("Bearer " + real, "sum").code(), absl::StatusCode::kPermissionDenied);
+  // Presenting the digest (what a compromised holder of the file has) fails.
+  EXPECT_EQ(t->Authenticate("Bearer sha256:" + hex).code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(t->Authenticate("Bearer " + hex).code(), absl::StatusCode::kUnauthenticated);
+  // A digest and its token on two lines are one token, listed twice.
+  absl::StatusOr<TokenTable> twice =
+      TokenTable::Parse(real + " *\nsha256:" + hex + " copy\n", "twice");
+  EXPECT_EQ(twice.status().message(), "twice line 2: the token repeats the one on line 1.");
+  // Upper-case hex is a digest too; anything else is refused by line.
+  std::string upper = hex;
+  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  EXPECT_TRUE(TokenTable::Parse("sha256:" + upper + " *\n", "upper").ok());
+  for (const std::string& bad : {"sha256:" + hex.substr(1), "sha256:" + hex + "0",
+                                 "sha256:" + std::string(63, '0') + "g", std::string("sha256:")}) {
+    absl::Status s = TokenTable::Parse(bad + " *\n", "bad").status();
+    EXPECT_EQ(s.message(),
+              "bad line 1: a digest is 'sha256:' and 64 hex digits (printf %s TOKEN | sha256sum).")
+        << bad;
+  }
 }
 
 }  // namespace

@@ -299,7 +299,7 @@ absl::Status AgentCall::CheckUcx() const {
   return absl::OkStatus();
 }
 
-void AgentCall::StartUcxInputs(std::function<void()> progress,
+void AgentCall::StartUcxInputs(std::function<void(int64_t)> progress,
                                std::function<void(const absl::Status&)> done,
                                SerialSteps::Executor workers) {
   ucx_exchange_ = std::make_unique<UcxCallExchange>(*agent_.ucx, header_.ucx());
@@ -343,7 +343,7 @@ void AgentCall::StageUcxPiece(size_t index, int64_t offset, int64_t size) {
                      t.host_copy.get() + offset, static_cast<uint64_t>(size));
 }
 
-void AgentCall::StartUcxResults(std::function<void()> progress,
+void AgentCall::StartUcxResults(std::function<void(int64_t)> progress,
                                 std::function<void(const absl::Status&)> done) {
   std::vector<int64_t> sizes;
   std::vector<const uint8_t*> data;

@@ -122,11 +122,11 @@ class AgentCall final : private FrameVisitor {
   // pieces still travel: those copies run one at a time on `workers`, and
   // `done` runs there too, after the last. Elsewhere `done` runs on the UCX
   // worker's thread and must not block.
-  void StartUcxInputs(std::function<void()> progress, std::function<void(const absl::Status&)> done,
-                      SerialSteps::Executor workers);
+  void StartUcxInputs(std::function<void(int64_t)> progress,
+                      std::function<void(const absl::Status&)> done, SerialSteps::Executor workers);
   // Sends the results to the client over UCX; `progress` and `done` as
   // above.
-  void StartUcxResults(std::function<void()> progress,
+  void StartUcxResults(std::function<void(int64_t)> progress,
                        std::function<void(const absl::Status&)> done);
   // Ends the UCX transfers in flight (their `done` runs, CANCELLED).
   void CancelUcx();

@@ -23,7 +23,9 @@
 ABSL_FLAG(std::string, platform, "cpu", "cpu, cuda, rocm or oneapi");
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "HOST:PORT to serve on; port 0 picks a free one");
 ABSL_FLAG(std::vector<std::string>, plugins, {}, "comma-separated handler plugins (.so) to load");
-ABSL_FLAG(std::string, agent_id, "", "id reported to clients (default: PLATFORM-agent-PORT)");
+ABSL_FLAG(std::string, agent_id, "",
+          "id reported to clients and named by capabilities; unique per agent (default: "
+          "PLATFORM-agent-PORT-HOST-RANDOM, HOST being $POD_NAME or the host name)");
 ABSL_FLAG(int64_t, max_call_bytes, int64_t{4} << 30,
           "largest call, args plus non-aliased results, in bytes");
 ABSL_FLAG(int64_t, max_inflight_bytes, 0,
@@ -243,12 +245,12 @@ absl::StatusOr<AgentServer::Options> AgentOptionsFromFlags() {
   options.listen = absl::GetFlag(FLAGS_listen);
   options.plugins = absl::GetFlag(FLAGS_plugins);
   options.disabled_handlers = absl::GetFlag(FLAGS_disable_handlers);
-  FARCALL_ASSIGN_OR_RETURN(ServerSecurity security, ServerSecurityFromFlags());
+  FARCALL_ASSIGN_OR_RETURN(ServerSecurity security, ServerSecurityFromFlags(ServerRole::kAgent));
   options.credentials = std::move(security.credentials);
   options.tls = security.tls;
   options.tls_files = security.tls_files;
   options.tokens = std::move(security.tokens);
-  options.capability_key = std::move(security.capability_key);
+  options.verifier = std::move(security.verifier);
   options.workers = absl::GetFlag(FLAGS_workers);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   FARCALL_RETURN_IF_ERROR(TransportOptionsFromFlags(options));

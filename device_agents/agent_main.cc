@@ -31,7 +31,8 @@ int main(int argc, char** argv) {
   }
   // Shares its tokens and TLS files with the server's: a reload here is the
   // server's too.
-  const farcall::ReloadableFiles files{options->tokens, options->tls_files};
+  const farcall::ReloadableFiles files{options->tokens, options->tls_files, std::nullopt,
+                                       options->verifier};
   farcall::ExportReloadMetrics();
   auto server = farcall::agent::AgentServer::Start(*std::move(options));
   if (!server.ok()) {

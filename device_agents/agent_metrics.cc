@@ -14,6 +14,10 @@ void ExportAgentSeries() {
   m.budget.With({});
   for (const char* reason : {"limit", "auth", "draining"}) m.refused.With({reason});
   m.draining.With({});
+  for (const char* result : {"verified", "cached", "unknown_key", "bad_signature", "expired",
+                             "too_long", "malformed", "no_principal"}) {
+    m.capability_checks.With({result});
+  }
   m.graph_hits.With({});
   m.graph_misses.With({});
   m.graph_evictions.With({});

@@ -41,6 +41,13 @@ struct AgentMetrics {
       "Calls refused before they ran: limit (a header, size or budget limit), auth (no, "
       "unknown or insufficient token), draining (the agent is shutting down).",
       {"reason"}};
+  metrics::CounterFamily capability_checks{
+      "farcall_agent_capability_checks_total",
+      "Capabilities calls presented, by result: verified (its signature checked now), cached "
+      "(verified before; the signature is not checked again), or why it was refused: "
+      "unknown_key (signed with a key this agent does not trust), bad_signature, expired, "
+      "too_long, malformed, no_principal (it names no caller, and this agent requires tokens).",
+      {"result"}};
   metrics::GaugeFamily draining{
       "farcall_agent_draining", "1 while the agent drains for shutdown, else 0.", {}};
   metrics::GaugeFamily device_used{

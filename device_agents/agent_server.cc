@@ -1,9 +1,15 @@
 // AgentServer (agent_service.h): assembles the agent from its options (the
 // backend, handlers, tokens, shared memory, UCX, the worker pool and the
 // watchdog) and serves the reactors of agent_service.cc.
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
 #include <thread>
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "core/log.h"
 #include "core/memory_limit.h"
@@ -20,6 +26,29 @@
 #include "grpcpp/health_check_service_interface.h"
 
 namespace farcall::agent {
+
+std::string DefaultAgentId(absl::string_view platform, int port) {
+  // The pod's name in Kubernetes (the downward API sets POD_NAME), else
+  // the host's.
+  std::string host;
+  if (const char* pod = std::getenv("POD_NAME"); pod != nullptr && *pod != '\0') {
+    host = pod;
+  } else {
+    char name[256] = {};
+    if (gethostname(name, sizeof(name) - 1) == 0) host = name;
+  }
+  if (host.empty()) host = "host";
+  // Replicas share a host name pattern and a port; the random part keeps
+  // each process's id its own (a capability names one agent).
+  unsigned char random[4] = {};
+  if (getrandom(random, sizeof(random), 0) != static_cast<ssize_t>(sizeof(random))) {
+    const uint64_t t = static_cast<uint64_t>(absl::ToUnixNanos(absl::Now())) ^ getpid();
+    std::memcpy(random, &t, sizeof(random));
+  }
+  return absl::StrCat(platform, "-agent-", port, "-", host, "-",
+                      absl::BytesToHexString(absl::string_view(
+                          reinterpret_cast<const char*>(random), sizeof(random))));
+}
 namespace {
 
 // The UCX data plane, when asked for and allowed (see Options::ucx).
@@ -114,7 +143,7 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(Options options)
     FARCALL_RETURN_IF_ERROR(state.registry.RegisterInProcess(std::move(h)));
   }
   state.tokens = std::move(options.tokens);
-  state.capability_key = std::move(options.capability_key);
+  state.verifier = std::move(options.verifier);
   for (const std::string& name : options.disabled_handlers) {
     FARCALL_RETURN_IF_ERROR(state.registry.Disable(name));
   }
@@ -171,7 +200,7 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(Options options)
     server->GetHealthCheckService()->SetServingStatus(false);
   });
   state.set_agent_id(state.config.agent_id.empty()
-                         ? absl::StrCat(PlatformName(state.config.platform), "-agent-", impl->port)
+                         ? DefaultAgentId(PlatformName(state.config.platform), impl->port)
                          : state.config.agent_id);
   return std::unique_ptr<AgentServer>(new AgentServer(std::move(impl)));
 }

@@ -56,13 +56,26 @@ Credentials CredentialsOf(const grpc::ServerContextBase& ctx) {
 }
 
 // The capability the call presents, verified; none when it presents none
-// or this agent takes none (it has no key): then its token decides.
+// or this agent takes none (it has no key): then its token decides. Where
+// this agent requires tokens, a capability must name a caller: one from a
+// router that authenticates no one would let anyone in.
 absl::StatusOr<std::optional<Capability>> VerifiedCapability(const AgentState& state,
                                                              const Credentials& credentials) {
-  if (!state.capability_key.has_value() || credentials.capability.empty()) return std::nullopt;
-  FARCALL_ASSIGN_OR_RETURN(Capability c,
-                           state.capability_key->Verify(credentials.capability, absl::Now()));
-  return std::optional<Capability>(std::move(c));
+  if (!state.verifier.has_value() || credentials.capability.empty()) return std::nullopt;
+  VerifyNote note;
+  absl::StatusOr<Capability> c = state.verifier->Verify(credentials.capability, absl::Now(), &note);
+  if (!c.ok()) {
+    Metrics().capability_checks.With({CapabilityRefusalName(note.refusal)}).Increment();
+    return c.status();
+  }
+  if (c->principal.empty() && state.tokens.required()) {
+    Metrics().capability_checks.With({"no_principal"}).Increment();
+    return absl::UnauthenticatedError(
+        "the call's capability names no caller (its router authenticates none), and this agent "
+        "requires tokens.");
+  }
+  Metrics().capability_checks.With({note.cached ? "cached" : "verified"}).Increment();
+  return std::optional<Capability>(*std::move(c));
 }
 
 // Who may Describe the agent: a caller with a known token, or with a
@@ -455,15 +468,21 @@ class CallReactor final : public AgentReactor<grpc::ServerUnaryReactor> {
     Ref();  // until the inputs ended
     // Like a stream's: its budget is held while its client sends (or not).
     SetHoldsBudget(true);
+    SetMoving(true);
     AwaitClient(Wait::kSend);
     absl::MutexLock l(&ucx_mu_);  // the end waits for this phase to begin
     ucx_phase_ = true;
     call_->StartUcxInputs(
-        [this] {
+        [this](int64_t data_bytes) {
           ReachedPhase(CallPhase::kUpload);
+          // Only tensor bytes are progress: a MAC now and then would
+          // otherwise hold the budget for --max_call_seconds.
+          if (data_bytes == 0) return;
+          Progress(data_bytes);
           AwaitClient(Wait::kSend);
         },
         [this](const absl::Status& s) {
+          SetMoving(false);
           absl::Status why = s;
           // Bytes that failed their check were not the client's: its args
           // did not arrive, and it may send them again another way.
@@ -495,15 +514,18 @@ class CallReactor final : public AgentReactor<grpc::ServerUnaryReactor> {
   // worker's thread: answering does not block).
   void SendOverUcx() {
     Ref();  // until the results were taken
+    SetMoving(true);
     AwaitClient(Wait::kRead);
     absl::MutexLock l(&ucx_mu_);
     ucx_phase_ = true;
     call_->StartUcxResults(
-        [this] {
+        [this](int64_t data_bytes) {
           // A result piece or its MAC went: the first, then the second.
           const int n = ++result_transfers_;
           ReachedPhase(CallPhase::kResultFirst);
           if (n >= 2) ReachedPhase(CallPhase::kResultMid);
+          if (data_bytes == 0) return;  // only tensor bytes are progress
+          Progress(data_bytes);
           AwaitClient(Wait::kRead);
         },
         [this](const absl::Status& s) {

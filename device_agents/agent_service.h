@@ -29,6 +29,12 @@
 
 namespace farcall::agent {
 
+// The id an agent reports when --agent_id is not given:
+// PLATFORM-agent-PORT-HOST-RANDOM, HOST being $POD_NAME (Kubernetes' downward
+// API) or the host name, RANDOM 8 hex digits: replicas that share a port
+// (every pod of a Deployment) still each have their own.
+std::string DefaultAgentId(absl::string_view platform, int port);
+
 class AgentServer {
  public:
   struct Options {
@@ -78,7 +84,7 @@ class AgentServer {
     std::shared_ptr<ServerTlsFiles> tls_files;
     // Verifies the capabilities a router mints (core/capability.h); none:
     // capabilities are ignored and callers need tokens (if any).
-    std::optional<CapabilityKey> capability_key;
+    std::optional<CapabilityVerifier> verifier;
   };
 
   // Opens the platform's devices, loads plugins, binds and starts serving.

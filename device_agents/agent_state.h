@@ -99,7 +99,7 @@ struct AgentState {
   // capabilities), only its code and handler: its message may hold another
   // tenant's data. Without them, "CODE: message".
   std::pair<std::string, absl::Time> LastFailure() const {
-    const bool tenants = tokens.required() || capability_key.has_value();
+    const bool tenants = tokens.required() || verifier.has_value();
     absl::MutexLock l(&last_failure_mu);
     if (last_failure_code.empty()) return {"", absl::InfinitePast()};
     std::string text =
@@ -113,7 +113,7 @@ struct AgentState {
   mutable std::string last_failure_message ABSL_GUARDED_BY(last_failure_mu);
   mutable std::string last_failure_handler ABSL_GUARDED_BY(last_failure_mu);
   mutable absl::Time last_failure_time ABSL_GUARDED_BY(last_failure_mu);
-  std::optional<CapabilityKey> capability_key;  // none: capabilities ignored
+  std::optional<CapabilityVerifier> verifier;  // none: capabilities ignored
 
   // The id is final only once the port is bound, after serving has begun,
   // so it is read under a lock.

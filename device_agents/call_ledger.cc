@@ -84,6 +84,7 @@ void CallLedger::Ran(const CallKey& key, const absl::Status& status, const grpc:
     e.answer = *answer;
     e.bytes = bytes;
     kept_bytes_ += bytes;
+    kept_.emplace_back(e.expires, it->first);
     MakeRoomLocked();
   }
 }
@@ -118,14 +119,18 @@ void CallLedger::ExpireLocked(absl::Time now) {
     }
     ended_.pop_front();
   }
+  while (!kept_.empty() && kept_.front().first <= now) kept_.pop_front();
 }
 
 void CallLedger::MakeRoomLocked() {
-  // The oldest answers go (their ids stay).
-  for (auto& [expires, id] : ended_) {
-    if (id_bytes_ + kept_bytes_ <= options_.max_bytes) break;
-    auto old = entries_.find(id);
-    if (old != entries_.end() && old->second.expires == expires) DropAnswerLocked(old->second);
+  // The oldest answers go (their ids stay). An entry of `kept_` whose id
+  // expired, or was claimed afresh, is passed over; each is popped once.
+  while (id_bytes_ + kept_bytes_ > options_.max_bytes && !kept_.empty()) {
+    auto old = entries_.find(kept_.front().second);
+    if (old != entries_.end() && old->second.expires == kept_.front().first) {
+      DropAnswerLocked(old->second);
+    }
+    kept_.pop_front();
   }
 }
 

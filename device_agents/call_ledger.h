@@ -97,15 +97,18 @@ class CallLedger {
   void ExpireLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropAnswerLocked(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EraseLocked(std::map<Id, Entry>::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Drops the oldest answers until ids and answers fit `max_bytes`.
+  // Drops the oldest answers until ids and answers fit `max_bytes`: each
+  // answer is looked at once, however often the ledger is full (amortized
+  // O(1) per call).
   void MakeRoomLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
   mutable absl::Mutex mu_;
   std::map<Id, Entry> entries_ ABSL_GUARDED_BY(mu_);
-  // Ids in the order they ended, for expiry and for dropping the oldest
-  // answers first.
+  // Ids in the order they ended, for expiry; those whose answers were kept,
+  // in the same order, for dropping the oldest answers first.
   std::deque<std::pair<absl::Time, Id>> ended_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::pair<absl::Time, Id>> kept_ ABSL_GUARDED_BY(mu_);
   int64_t kept_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t id_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };

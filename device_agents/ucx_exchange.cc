@@ -46,7 +46,7 @@ UcxCallExchange::~UcxCallExchange() {
 
 void UcxCallExchange::ReceiveArgs(const std::vector<int64_t>& sizes,
                                   const std::vector<uint8_t*>& places,
-                                  std::function<void()> progress, Range checked,
+                                  std::function<void(int64_t)> progress, Range checked,
                                   std::function<void(const absl::Status&)> done) {
   // The client's endpoint stays open for the whole call (inputs, results).
   peer_hold_ = worker_.HoldPeer(header_.worker_address());
@@ -72,7 +72,7 @@ void UcxCallExchange::ReceiveArgs(const std::vector<int64_t>& sizes,
 
 void UcxCallExchange::SendResults(const std::vector<int64_t>& sizes,
                                   const std::vector<const uint8_t*>& data,
-                                  std::function<void()> progress,
+                                  std::function<void(int64_t)> progress,
                                   std::function<void(const absl::Status&)> done) {
   set_ = ucx::TransferSet::Create(worker_, std::move(done));
   set_->OnEachEnd(std::move(progress));

@@ -62,11 +62,12 @@ class UcxCallExchange {
   // passed its integrity check (its bytes may be used from then on); `done`
   // once all did, or with the first failure.
   void ReceiveArgs(const std::vector<int64_t>& sizes, const std::vector<uint8_t*>& places,
-                   std::function<void()> progress, Range checked,
+                   std::function<void(int64_t)> progress, Range checked,
                    std::function<void(const absl::Status&)> done);
   // Sends the results, each piece with its MAC; callbacks as above.
   void SendResults(const std::vector<int64_t>& sizes, const std::vector<const uint8_t*>& data,
-                   std::function<void()> progress, std::function<void(const absl::Status&)> done);
+                   std::function<void(int64_t)> progress,
+                   std::function<void(const absl::Status&)> done);
   // Ends the transfers in flight (their phase's `done` runs, CANCELLED).
   void Cancel();
 

@@ -22,13 +22,13 @@ UcxCallExchange::UcxCallExchange(ucx::Worker& worker, const v1::UcxTensors& head
 UcxCallExchange::~UcxCallExchange() = default;
 
 void UcxCallExchange::ReceiveArgs(const std::vector<int64_t>&, const std::vector<uint8_t*>&,
-                                  std::function<void()>, Range,
+                                  std::function<void(int64_t)>, Range,
                                   std::function<void(const absl::Status&)> done) {
   done(absl::UnimplementedError("this agent was built without UCX."));
 }
 
 void UcxCallExchange::SendResults(const std::vector<int64_t>&, const std::vector<const uint8_t*>&,
-                                  std::function<void()>,
+                                  std::function<void(int64_t)>,
                                   std::function<void(const absl::Status&)> done) {
   done(absl::UnimplementedError("this agent was built without UCX."));
 }

@@ -33,6 +33,12 @@ struct PoolMetrics {
       "Agents an --agents entry named at the router's last look: the addresses a dns:/// name "
       "resolved to (0: none, or the lookup failed), 1 for a plain address.",
       {"source"}};
+  metrics::CounterFamily duplicate_ids{
+      "farcall_router_duplicate_agent_ids_total",
+      "Probes of an agent that reported an agent id another live agent (at another address) "
+      "already has: capabilities name agents by id, so the later one is left out until the id "
+      "is its own.",
+      {}};
 };
 
 PoolMetrics& Metrics() {
@@ -84,6 +90,7 @@ std::shared_ptr<AgentHandle> AgentPool::Connect(const std::string& address) cons
 
 AgentPool::AgentPool(const std::vector<std::string>& sources, Options options)
     : options_(options), sources_(sources) {
+  Metrics().duplicate_ids.With({});  // at zero from start-up
   absl::MutexLock l(&mu_);
   for (const std::string& s : sources_) {
     if (!IsMultiAgentSource(s)) {
@@ -207,6 +214,17 @@ void AgentPool::Record(Probe& p) {
       } else if (!p.ds.ok()) {
         e.health = v1::AgentEntry::DOWN;
         e.last_error = absl::StrCat("Describe failed: ", p.ds.error_message());
+      } else if (const Entry* holder = IdHolder(p.info.agent_id(), *h); holder != nullptr) {
+        // A capability for the one would work at the other: left out.
+        Metrics().duplicate_ids.With({}).Increment();
+        e.health = v1::AgentEntry::NOT_SERVING;
+        const std::string why =
+            absl::StrCat("it reports agent id '", p.info.agent_id(), "', which the agent at ",
+                         holder->handle->address,
+                         " has already: left out until each agent has its own id "
+                         "(--agent_id, or leave it to the default)");
+        if (e.last_error != why) log::Warning(absl::StrCat("agent ", h->address, ": ", why));
+        e.last_error = why;
       } else {
         e.info = std::move(p.info);
         e.described = true;
@@ -225,6 +243,17 @@ void AgentPool::Record(Probe& p) {
   if (p.done) p.done();
   absl::MutexLock l(&mu_);
   --probes_in_flight_;
+}
+
+const AgentPool::Entry* AgentPool::IdHolder(const std::string& id,
+                                            const AgentHandle& asking) const {
+  for (const Entry& other : entries_) {
+    if (other.handle.get() != &asking && other.health == v1::AgentEntry::SERVING &&
+        other.handle->address != asking.address && other.handle->id() == id) {
+      return &other;
+    }
+  }
+  return nullptr;
 }
 
 void AgentPool::ProbeAllAsync(std::function<void()> done) {

@@ -135,6 +135,10 @@ class AgentPool {
   };
   // --agents entries that named no agent at their last lookup.
   std::set<std::string> empty_sources_ ABSL_GUARDED_BY(mu_);
+  // The live agent other than `asking` that already has agent id `id`, or
+  // null.
+  const Entry* IdHolder(const std::string& id, const AgentHandle& asking) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes a rate sample of every agent (each probe round).
   void SampleRates();
   // The calls an agent ended and those that failed: its own count at the

@@ -35,7 +35,50 @@ ABSL_FLAG(std::string, agent_tls_server_name, "",
 ABSL_FLAG(std::string, agent_token_file, "",
           "a file with the router's own token for agents that need one (default: "
           "each caller's token is passed on)");
+ABSL_FLAG(bool, allow_unauthenticated_callers, false,
+          "serve callers with no token or certificate although the router holds credentials "
+          "for agents (--agent_token_file, --capability_signing_key_file, --agent_tls_cert): "
+          "they then reach whatever those credentials reach");
 ABSL_FLAG(int, ready_fd, -1, "write the bound port to this file descriptor once serving");
+
+namespace {
+
+// Who may call the router, for its start-up line; INVALID_ARGUMENT when the
+// flags leave a door open. A router that holds credentials for agents and
+// authenticates no caller would lend them to anyone; one that calls agents
+// as itself (--agent_token_file) without capabilities would show them one
+// principal for every caller, whose exactly-once answers they would then
+// share.
+absl::StatusOr<std::string> CallerAuthentication(const farcall::ServerSecurity& security) {
+  const bool agent_token = !absl::GetFlag(FLAGS_agent_token_file).empty();
+  const bool credentials =
+      agent_token || security.signer.has_value() || !absl::GetFlag(FLAGS_agent_tls_cert).empty();
+  if (!security.authenticates_callers()) {
+    if (!credentials) return std::string("callers need no token");
+    if (absl::GetFlag(FLAGS_allow_unauthenticated_callers)) {
+      return std::string(
+          "callers need no token although this router holds credentials for agents "
+          "(--allow_unauthenticated_callers)");
+    }
+    return absl::InvalidArgumentError(
+        "this router holds credentials for agents (--agent_token_file, "
+        "--capability_signing_key_file or --agent_tls_cert) but authenticates no caller, so "
+        "anyone could call through it what its credentials allow: give it --tokens_file or "
+        "--require_client_cert, or --allow_unauthenticated_callers if that is meant.");
+  }
+  if (agent_token && !security.signer.has_value()) {
+    return absl::InvalidArgumentError(
+        "with --agent_token_file the router calls agents as itself, so they would see one "
+        "principal for every caller and share exactly-once answers among them: give it "
+        "--capability_signing_key_file too, so that each forwarded call carries its "
+        "caller's principal, signed.");
+  }
+  return security.tokens.required()
+             ? absl::StrCat("callers need one of ", security.tokens.size(), " token(s)")
+             : std::string("callers need a client certificate");
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   farcall::InitFarcallProcess();
@@ -66,12 +109,15 @@ int main(int argc, char** argv) {
   // Shares the router's tokens and TLS files: a reload here is the
   // router's too.
   farcall::ReloadableFiles reloadable;
+  std::string callers;  // who may call, for the start-up line
   absl::Status bad = [&]() -> absl::Status {
-    FARCALL_ASSIGN_OR_RETURN(farcall::ServerSecurity security, farcall::ServerSecurityFromFlags());
+    FARCALL_ASSIGN_OR_RETURN(farcall::ServerSecurity security,
+                             farcall::ServerSecurityFromFlags(farcall::ServerRole::kRouter));
+    FARCALL_ASSIGN_OR_RETURN(callers, CallerAuthentication(security));
     reloadable = security.reloadable();
     options.credentials = std::move(security.credentials);
     options.tokens = std::move(security.tokens);
-    options.capability_key = std::move(security.capability_key);
+    options.signer = std::move(security.signer);
     FARCALL_ASSIGN_OR_RETURN(options.pool.credentials,
                              farcall::ChannelCredentials({absl::GetFlag(FLAGS_agent_tls_cert),
                                                           absl::GetFlag(FLAGS_agent_tls_key),
@@ -84,15 +130,15 @@ int main(int argc, char** argv) {
     }
     return absl::OkStatus();
   }();
-  if (bad.ok() && options.capability_key.has_value() &&
+  if (bad.ok() && options.signer.has_value() &&
       options.header_limits.max_name_bytes >
           static_cast<int64_t>(farcall::kMaxCapabilityFieldBytes)) {
     // A capability names the handler in at most that many bytes: a longer
     // name would be forwarded with none.
-    bad = absl::InvalidArgumentError(
-        absl::StrCat("--max_name_bytes=", options.header_limits.max_name_bytes, " is over ",
-                     farcall::kMaxCapabilityFieldBytes,
-                     ", the longest handler name a capability can name (--capability_key_file)."));
+    bad = absl::InvalidArgumentError(absl::StrCat(
+        "--max_name_bytes=", options.header_limits.max_name_bytes, " is over ",
+        farcall::kMaxCapabilityFieldBytes,
+        ", the longest handler name a capability can name (--capability_signing_key_file)."));
   }
   if (!bad.ok()) {
     farcall::log::Error(bad.ToString());
@@ -114,9 +160,7 @@ int main(int argc, char** argv) {
       (*router)->metrics_port() > 0
           ? absl::StrCat(", metrics and status page on port ", (*router)->metrics_port())
           : std::string(", no metrics"),
-      "; ", live, " of ", agents.agents_size(), " agent(s) live; ",
-      options.tokens.required() ? absl::StrCat(options.tokens.size(), " token(s) loaded")
-                                : std::string("no tokens required"),
+      "; ", live, " of ", agents.agents_size(), " agent(s) live; ", callers,
       "; flags: ", farcall::log::NonDefaultFlags()));
   farcall::ReportReady(absl::GetFlag(FLAGS_ready_fd), (*router)->port(), (*router)->metrics_port());
 

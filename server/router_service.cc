@@ -33,7 +33,7 @@ struct Shared {
   HeaderLimits header_limits;
   const TokenTable* tokens;  // empty: calls need no token
   // Mints capabilities naming the caller for the agents (null: none).
-  const CapabilityKey* capability_key;
+  const CapabilitySigner* signer;
   // What calls carry to agents: "Bearer " + the router's own token, or
   // empty to pass on each caller's.
   std::string agent_authorization;
@@ -62,9 +62,8 @@ struct Route {
 // metadata value; empty without a key.
 std::string CapabilityFor(const Shared& shared, const std::string& principal,
                           const std::string& handler, const AgentHandle& agent) {
-  if (shared.capability_key == nullptr) return "";
-  return shared.capability_key->Mint(
-      {principal, handler, agent.id(), absl::Now() + kMaxCapabilityLifetime});
+  if (shared.signer == nullptr) return "";
+  return shared.signer->MintFor(principal, handler, agent.id());
 }
 
 // The credentials a forwarded call carries to `agent`: the router's token
@@ -642,7 +641,7 @@ class RouterService final
 
 struct RouterServer::Impl {
   TokenTable tokens;
-  std::optional<CapabilityKey> capability_key;
+  std::optional<CapabilitySigner> signer;
   DrainGate gate;  // before the server: its calls use it
   std::unique_ptr<AgentPool> pool;
   // After the pool: its pages read the pool, so it goes first.
@@ -665,7 +664,7 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(Options option
   ExportRouterSeries();
   metrics::ExportBuildInfo("farcall-router", Version());
   impl->tokens = std::move(options.tokens);
-  impl->capability_key = std::move(options.capability_key);
+  impl->signer = std::move(options.signer);
   impl->pool = std::make_unique<AgentPool>(options.agents, options.pool);
   impl->pool->ProbeAll();
   if (!options.metrics_listen.empty()) {
@@ -681,7 +680,7 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(Options option
   }
   impl->service = std::make_unique<RouterService>(
       Shared{impl->pool.get(), options.max_call_bytes, options.header_limits, &impl->tokens,
-             impl->capability_key ? &*impl->capability_key : nullptr,
+             impl->signer ? &*impl->signer : nullptr,
              options.agent_token.empty() ? std::string()
                                          : absl::StrCat(kBearerPrefix, options.agent_token),
              &impl->gate});

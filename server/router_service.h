@@ -46,7 +46,7 @@ class RouterServer {
     // Mints capabilities for agents (core/capability.h): Resolve returns
     // one per agent, and forwarded calls carry one, naming the caller. None:
     // no capabilities (clients send agents their tokens).
-    std::optional<CapabilityKey> capability_key;
+    std::optional<CapabilitySigner> signer;
     AgentPool::Options pool;
     // HOST:PORT for Prometheus' /metrics; empty: not served.
     std::string metrics_listen;

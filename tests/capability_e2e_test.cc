@@ -1,9 +1,11 @@
-// Capabilities end to end (core/capability.h): a router and its agents that
-// share --capability_key_file keep callers' tokens off the agents. Agents
-// here know only the router's token, as in the TLS overlay: a direct call
-// can succeed only on the capability the router minted, and a proxied one
-// carries the caller's principal, so that one caller's call_id never meets
-// another's. Forged, expired and misdirected capabilities are refused.
+// Capabilities end to end (core/capability.h): a router that signs them
+// (--capability_signing_key_file) and agents that trust its public key
+// (--capability_verify_keys_file) keep callers' tokens off the agents.
+// Agents here know only the digest of the router's token, as in the TLS
+// overlay: a direct call can succeed only on the capability the router
+// minted, and a proxied one carries the caller's principal, so that one
+// caller's call_id never meets another's. Forged, expired and misdirected
+// capabilities are refused, and so is whatever an agent holds.
 #include <cstdlib>
 #include <fstream>
 #include <memory>
@@ -17,6 +19,7 @@
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "tests/capability_keys.h"
 #include "tests/process_harness.h"
 #include "tests/test_calls.h"
 
@@ -28,7 +31,6 @@ using ::farcall::testing::ChildProcess;
 using ::farcall::testing::RequestOnFour;
 using ::testing::HasSubstr;
 
-constexpr char kKey[] = "capability-key-for-tests-0123456789abcdef";
 constexpr char kAlpha[] = "alpha-token-0123456789";
 constexpr char kRoot[] = "root-token-0123456789";
 
@@ -39,25 +41,36 @@ std::unique_ptr<ChildProcess> Start(const std::string& binary, std::vector<std::
   return p.ok() ? *std::move(p) : nullptr;
 }
 
-// An agent that takes only the router's token and the shared key, and a
-// router in front of it that knows the callers' tokens.
+// printf %s router-token-0123456789 | sha256sum
+constexpr char kRouterTokenDigest[] =
+    "sha256:9c8bcf1baa767b86f2f5c19a7db710abd1f73187f7a9204b2b1dcea9350274c9";
+
+// An agent that takes only the router's token (by its digest) and trusts
+// the router's public key, and a router in front of it that knows the
+// callers' tokens and signs with the private key.
 class CapabilityTest : public ::testing::Test {
  protected:
   void SetUp() override {
     char dir_template[] = "/tmp/farcall-capability-XXXXXX";
     dir_ = mkdtemp(dir_template);
-    std::ofstream(dir_ + "/key") << kKey << "\n";
-    std::ofstream(dir_ + "/agent-tokens") << "router-token-0123456789 *\n";
+    testing::WriteCapabilityKeys(dir_);
+    std::ofstream(dir_ + "/agent-tokens") << kRouterTokenDigest << " *\n";
     std::ofstream(dir_ + "/router-tokens") << kAlpha << " copy,scale\n" << kRoot << " *\n";
     std::ofstream(dir_ + "/router-token") << "router-token-0123456789\n";
-    agent_ = Start(FARCALL_AGENT_BIN, {"--tokens_file=" + dir_ + "/agent-tokens",
-                                       "--capability_key_file=" + dir_ + "/key"});
+    agent_ = Start(FARCALL_AGENT_BIN,
+                   {"--tokens_file=" + dir_ + "/agent-tokens", "--metrics_listen=127.0.0.1:0",
+                    "--capability_verify_keys_file=" + dir_ + "/capability-agents.pem"});
     ASSERT_TRUE(agent_);
-    router_ = Start(
-        FARCALL_ROUTER_BIN,
-        {"--agents=" + agent_->address(), "--tokens_file=" + dir_ + "/router-tokens",
-         "--agent_token_file=" + dir_ + "/router-token", "--capability_key_file=" + dir_ + "/key"});
+    router_ = Start(FARCALL_ROUTER_BIN,
+                    {"--agents=" + agent_->address(), "--tokens_file=" + dir_ + "/router-tokens",
+                     "--agent_token_file=" + dir_ + "/router-token",
+                     "--capability_signing_key_file=" + dir_ + "/capability-router.pem"});
     ASSERT_TRUE(router_);
+  }
+
+  // The router's key, as the test holds it to mint its own.
+  CapabilitySigner RouterKey() const {
+    return CapabilitySigner::Load(dir_ + "/capability-router.pem").value();
   }
   void TearDown() override { std::system(("rm -rf " + dir_).c_str()); }
 
@@ -155,8 +168,9 @@ TEST_F(CapabilityTest, TheLedgerKeepsCallersApartBehindTheRouter) {
 TEST_F(CapabilityTest, ForgedExpiredAndMisdirectedCapabilitiesAreRefused) {
   const std::string id = AgentId();
   ASSERT_FALSE(id.empty());
-  CapabilityKey key = CapabilityKey::FromSecret(kKey, "test").value();
-  CapabilityKey other = CapabilityKey::FromSecret(std::string(40, 'x'), "test").value();
+  CapabilitySigner key = RouterKey();
+  CapabilitySigner other =
+      CapabilitySigner::FromPem(NewCapabilitySigningKeyPem(), "another").value();
   const absl::Time soon = absl::Now() + absl::Minutes(1);
   // The right key, this agent, this handler: served.
   grpc::Status s = RawCopy(key.Mint({"token:aaaaaaaaaaaa", "copy", id, soon}));
@@ -165,9 +179,12 @@ TEST_F(CapabilityTest, ForgedExpiredAndMisdirectedCapabilitiesAreRefused) {
   s = RawCopy(other.Mint({"token:aaaaaaaaaaaa", "copy", id, soon}));
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_EQ(s.error_message(),
-            "the call's capability was not signed with this agent's key (--capability_key_file).");
+            absl::StrCat("the call's capability was signed by a key this agent does not trust "
+                         "(key id ",
+                         other.key_id(),
+                         "); add the router's public key to --capability_verify_keys_file."));
   std::string tampered = key.Mint({"token:aaaaaaaaaaaa", "copy", id, soon});
-  tampered[3] ^= 1;
+  tampered[12] ^= 1;
   EXPECT_EQ(RawCopy(tampered).error_code(), grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_EQ(RawCopy("not a capability").error_code(), grpc::StatusCode::UNAUTHENTICATED);
   // Replayed after its expiry.
@@ -180,6 +197,54 @@ TEST_F(CapabilityTest, ForgedExpiredAndMisdirectedCapabilitiesAreRefused) {
   EXPECT_EQ(s.error_message(), "the call's capability does not allow handler 'sum'.");
   s = RawCopy(key.Mint({"token:aaaaaaaaaaaa", "copy", id + "-elsewhere", soon}));
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  // An agent that requires tokens refuses a capability that names no
+  // caller (from a router that authenticates none).
+  s = RawCopy(key.Mint({"", "copy", id, soon}));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(s.error_message(),
+            "the call's capability names no caller (its router authenticates none), and this "
+            "agent requires tokens.");
+  // Each refusal is counted by why (what FarcallAgentsRefuseCapabilities
+  // watches).
+  const std::string page = testing::HttpGet(agent_->metrics_port(), "/metrics");
+  auto count = [&page](const char* result) {
+    return testing::MetricValue(
+        page, absl::StrCat("farcall_agent_capability_checks_total{result=\"", result, "\"}"));
+  };
+  EXPECT_EQ(count("unknown_key"), 1);
+  EXPECT_EQ(count("bad_signature"), 1);
+  EXPECT_EQ(count("malformed"), 1);
+  EXPECT_EQ(count("expired"), 1);
+  EXPECT_EQ(count("no_principal"), 1);
+  EXPECT_GE(count("verified"), 1);
+}
+
+// What a compromised agent holds is no use anywhere else: its verify keys
+// cannot mint (tested in core/capability_test.cc), and its tokens file
+// holds only the digest of the router's token, which no agent takes as a
+// token.
+TEST_F(CapabilityTest, WhatAnAgentHoldsOpensNoOtherAgent) {
+  std::string held;
+  {
+    std::ifstream f(dir_ + "/agent-tokens");
+    std::getline(f, held);
+  }
+  const std::string digest = held.substr(0, held.find(' '));
+  ASSERT_EQ(digest, kRouterTokenDigest);
+  for (const std::string& presented : {digest, digest.substr(7)}) {
+    ClientOptions o;
+    o.token = presented;
+    auto c = Client::Connect(agent_->address(), o);
+    ASSERT_TRUE(c.ok());
+    absl::Status s = CallOnFour(**c).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated) << s;
+  }
+  // The router's real token still works, under the router's principal.
+  ClientOptions o;
+  o.token = "router-token-0123456789";
+  auto c = Client::Connect(agent_->address(), o);
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(CallOnFour(**c).ok());
 }
 
 // A capability names its handler in at most 1 KiB; cut short, it would
@@ -201,10 +266,11 @@ TEST_F(CapabilityTest, HandlerNamesLongerThanACapabilityHoldsAreRefused) {
   EXPECT_EQ(resp.agents_size(), 0);
   ::farcall::testing::CommandResult r = ::farcall::testing::RunCommand(absl::StrCat(
       FARCALL_ROUTER_BIN, " --listen=127.0.0.1:0 --agents=127.0.0.1:1 --max_name_bytes=2048",
-      " --capability_key_file=", dir_, "/key"));
+      " --capability_signing_key_file=", dir_, "/capability-router.pem", " --tokens_file=", dir_,
+      "/router-tokens"));
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_THAT(r.output, HasSubstr("--max_name_bytes=2048 is over 1024, the longest handler name "
-                                  "a capability can name (--capability_key_file)."));
+                                  "a capability can name (--capability_signing_key_file)."));
 }
 
 // An agent with several principals reports its last failed call to
@@ -223,24 +289,6 @@ TEST_F(CapabilityTest, DescribeGivesAnotherTenantsFailureByCodeAndHandlerOnly) {
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(d->last_failed_call, "FAILED_PRECONDITION from handler 'fail'");
   EXPECT_THAT(d->last_failed_call, ::testing::Not(HasSubstr("secret")));
-}
-
-TEST(CapabilityKeyFileTest, AnEmptyOrShortKeyStopsTheProcess) {
-  char dir_template[] = "/tmp/farcall-capability-XXXXXX";
-  const std::string dir = mkdtemp(dir_template);
-  std::ofstream(dir + "/empty") << "\n";
-  std::ofstream(dir + "/short") << "0123456789\n";
-  for (const std::string& bin : {std::string(FARCALL_AGENT_BIN),
-                                 absl::StrCat(FARCALL_ROUTER_BIN, " --agents=127.0.0.1:1")}) {
-    for (const std::string file : {"/empty", "/short", "/missing"}) {
-      ::farcall::testing::CommandResult r = ::farcall::testing::RunCommand(
-          absl::StrCat(bin, " --listen=127.0.0.1:0 --capability_key_file=", dir, file));
-      EXPECT_EQ(r.exit_code, 2) << bin << file << r.output;
-      EXPECT_THAT(r.output, HasSubstr(dir + file)) << bin;
-      EXPECT_THAT(r.output, ::testing::Not(HasSubstr("0123456789"))) << bin;
-    }
-  }
-  std::system(("rm -rf " + dir).c_str());
 }
 
 }  // namespace

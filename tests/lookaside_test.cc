@@ -17,6 +17,7 @@
 #include "farcall/client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/capability_keys.h"
 #include "tests/process_harness.h"
 #include "tests/test_calls.h"
 
@@ -49,8 +50,13 @@ class LookasideTest : public ::testing::Test {
     client_ = *std::move(client);
   }
 
+  // The agent's id, as it describes itself.
   std::string Id(const ChildProcess& agent) const {
-    return absl::StrCat("cpu-agent-", agent.port());
+    auto c = Client::Connect(agent.address());
+    EXPECT_TRUE(c.ok());
+    absl::StatusOr<AgentDescription> d = c.ok() ? (*c)->Describe() : c.status();
+    EXPECT_TRUE(d.ok()) << d.status();
+    return d.ok() ? d->agent_id : "";
   }
   double RouterMetric(const std::string& name) const {
     return testing::MetricValue(testing::HttpGet(router_->metrics_port(), "/metrics"), name);
@@ -322,6 +328,40 @@ TEST(LookasideAddressTest, ALoopbackAgentOfARouterElsewhereIsNeverCalledDirectly
   }
 }
 
+// A capability is a bearer credential, as a token is: a client without TLS
+// never sends one in clear to an agent beyond this host, though the router
+// names the agent with one. The call goes through the router instead.
+TEST(LookasideCapabilityTest, ACapabilityNeverTravelsInClearToAnotherHost) {
+  const std::string host = NonLoopbackAddress();
+  if (host.empty()) GTEST_SKIP() << "SKIPPED: this host has no address but loopback";
+  char dir_template[] = "/tmp/farcall-lookaside-XXXXXX";
+  const std::string dir = mkdtemp(dir_template);
+  testing::WriteCapabilityKeys(dir);
+  std::ofstream(dir + "/tokens") << "caller-token-0123456789 *\nrouter-token-0123456789 *\n";
+  std::ofstream(dir + "/router-token") << "router-token-0123456789\n";
+  auto agent = ChildProcess::Start(
+      FARCALL_AGENT_BIN,
+      {"--listen=" + host + ":0", "--capability_verify_keys_file=" + dir + "/capability-agents.pem",
+       "--tokens_file=" + dir + "/tokens"});
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  auto router =
+      Start(FARCALL_ROUTER_BIN,
+            {"--agents=" + host + ":" + std::to_string((*agent)->port()),
+             "--tokens_file=" + dir + "/tokens", "--agent_token_file=" + dir + "/router-token",
+             "--capability_signing_key_file=" + dir + "/capability-router.pem"});
+  ASSERT_TRUE(router);
+  ClientOptions caller;
+  caller.token = "caller-token-0123456789";
+  auto client = Client::Connect(router->address(), caller);
+  ASSERT_TRUE(client.ok()) << client.status();
+  for (int i = 0; i < 3; ++i) {
+    absl::StatusOr<CallResult> r = CallOnFour(**client);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(r->via_router) << "sent a capability in clear to " << host;
+  }
+  std::system(("rm -rf " + dir).c_str());
+}
+
 TEST(LookasideTokenTest, AnAgentThatRefusesTheCallersTokenIsReachedThroughTheRouter) {
   // The agent knows only the router's token; the router knows the caller's.
   char dir_template[] = "/tmp/farcall-lookaside-XXXXXX";
@@ -329,11 +369,13 @@ TEST(LookasideTokenTest, AnAgentThatRefusesTheCallersTokenIsReachedThroughTheRou
   std::ofstream(dir + "/agent-tokens") << "router-token-0123456789 *\n";
   std::ofstream(dir + "/router-tokens") << "caller-token-0123456789 copy\n";
   std::ofstream(dir + "/router-token") << "router-token-0123456789\n";
+  testing::WriteCapabilityKeys(dir);  // the agent trusts none: it ignores capabilities
   auto agent = Start(FARCALL_AGENT_BIN, {"--tokens_file=" + dir + "/agent-tokens"});
   ASSERT_TRUE(agent);
   auto router = Start(FARCALL_ROUTER_BIN,
                       {"--agents=" + agent->address(), "--tokens_file=" + dir + "/router-tokens",
-                       "--agent_token_file=" + dir + "/router-token"});
+                       "--agent_token_file=" + dir + "/router-token",
+                       "--capability_signing_key_file=" + dir + "/capability-router.pem"});
   ASSERT_TRUE(router);
   ClientOptions caller;
   caller.token = "caller-token-0123456789";

@@ -10,6 +10,7 @@
 #include "farcall/client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/capability_keys.h"
 #include "tests/process_harness.h"
 #include "tests/test_calls.h"
 
@@ -55,6 +56,8 @@ const Pki& Certificates() {
         "printf 'root-token-0123456789\\n' > router-token");
     ::farcall::testing::CommandResult r = ::farcall::testing::RunCommand(script);
     if (r.exit_code != 0) std::fprintf(stderr, "openssl failed:\n%s\n", r.output.c_str());
+    // The router's capability key (the agents here trust none of it).
+    ::farcall::testing::WriteCapabilityKeys(p->dir);
     return p;
   }();
   return *pki;
@@ -158,7 +161,8 @@ TEST(SecurityTest, TlsAndTokensThroughTheRouter) {
       FARCALL_ROUTER_BIN,
       {"--agents=" + agent->address(), "--tls_cert=" + p.server_cert, "--tls_key=" + p.server_key,
        "--tokens_file=" + p.tokens, "--agent_tls_ca=" + p.ca, "--agent_tls_cert=" + p.client_cert,
-       "--agent_tls_key=" + p.client_key, "--agent_token_file=" + p.dir + "/router-token"});
+       "--agent_tls_key=" + p.client_key, "--agent_token_file=" + p.dir + "/router-token",
+       "--capability_signing_key_file=" + p.dir + "/capability-router.pem"});
   ASSERT_NE(router, nullptr);
   // The caller has no client certificate, so it cannot call the agent the
   // router names itself: the call goes through the router.
@@ -285,9 +289,10 @@ TEST(SecurityTest, AuthorizationComesBeforeAnythingAboutTheCall) {
   const Pki& p = Certificates();
   auto agent = Start(FARCALL_AGENT_BIN, {"--tokens_file=" + p.tokens});
   ASSERT_NE(agent, nullptr);
-  auto router =
-      Start(FARCALL_ROUTER_BIN, {"--agents=" + agent->address(), "--tokens_file=" + p.tokens,
-                                 "--agent_token_file=" + p.dir + "/router-token"});
+  auto router = Start(FARCALL_ROUTER_BIN,
+                      {"--agents=" + agent->address(), "--tokens_file=" + p.tokens,
+                       "--agent_token_file=" + p.dir + "/router-token",
+                       "--capability_signing_key_file=" + p.dir + "/capability-router.pem"});
   ASSERT_NE(router, nullptr);
   ClientOptions alpha;
   alpha.token = "alpha-token-0123456789";

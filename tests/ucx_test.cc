@@ -3,6 +3,7 @@
 // unreachable UCX peer leaves behind (nothing). Agents run as real
 // processes on loopback ports the OS picks; UCX moves bytes over TCP
 // (ctest sets UCX_TLS=tcp), as between hosts.
+#include <array>
 #include <fstream>
 #include <future>
 #include <memory>
@@ -471,6 +472,38 @@ TEST(UcxTest, AClientThatNeverSendsItsArgsIsEndedAndItsMemoryFreed) {
   EXPECT_EQ(SettledInflightCalls(*agent), 0);
   // The agent did say it was ready (to a worker that wanted nothing).
   EXPECT_GE(worker->discarded(), 1);
+}
+
+// A client that sends only MACs, one now and then, never a byte of its
+// args, is idle all the same: only tensor bytes are progress (a MAC every
+// few seconds once held the budget for --max_call_seconds).
+TEST(UcxTest, ADripOfMacsIsNoProgress) {
+  auto agent = Start({"--stream_idle_timeout=1s"});
+  ASSERT_TRUE(agent);
+  const v1::AgentInfo info = Describe(*agent);
+  auto worker = TestWorker();
+  ASSERT_TRUE(worker);
+  constexpr int kPieces = 16;
+  auto call = UcxCallInFlight::Start(*agent, *worker, kPieces * ucx::kPieceBytes);
+  ASSERT_TRUE(call);
+  // One MAC per 250 ms, each into a receive the agent posted: 16 of them
+  // would span 4 s, each resetting a clock that counted transfers.
+  std::vector<std::array<uint8_t, ucx::kMacBytes>> macs(kPieces);
+  int sent = 0;
+  while (sent < kPieces &&
+         call->answer.wait_for(std::chrono::milliseconds(250)) != std::future_status::ready) {
+    auto t = worker->StartSend(info.ucx_address(),
+                               ucx::TagOf(call->agent_tag, ucx::Carries::kMacs, sent),
+                               macs[sent].data(), macs[sent].size());
+    ASSERT_TRUE(t->Wait(absl::Now() + absl::Seconds(20)).ok());
+    ++sent;
+  }
+  grpc::Status s = call->answer.get();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
+  EXPECT_EQ(s.error_message(),
+            "the caller sent nothing for 1s (--stream_idle_timeout); the call was ended.");
+  EXPECT_LT(sent, kPieces) << "the call outlived the whole drip";
+  EXPECT_EQ(SettledInflightCalls(*agent), 0);
 }
 
 // A call cancelled by its deadline, on either side, leaves no transfer in

@@ -124,7 +124,7 @@ TEST(PieceTransfersTest, AThirdWorkersPieceUnderTheCallsTagFailsItsCheck) {
   auto rx = TransferSet::Create(*b, nullptr);
   absl::Notification landed;  // the first receive to end: the forged piece
   std::atomic<bool> once{false};
-  rx->OnEachEnd([&] {
+  rx->OnEachEnd([&](int64_t) {
     if (!once.exchange(true)) landed.Notify();
   });
   std::atomic<bool> reported{false};  // a forged piece is never reported
@@ -188,7 +188,7 @@ TEST(PieceTransfersTest, AMessagePostedMidCallWaitsBehindAWindowNotTheWholeCall)
   std::atomic<int64_t> pieces_landed{0};
   std::atomic<int64_t> landed_before_ready{-1};
   auto rx = TransferSet::Create(*b, nullptr);
-  rx->OnEachEnd([&] { ++pieces_landed; });  // pieces and MACs: 2 per piece
+  rx->OnEachEnd([&](int64_t) { ++pieces_landed; });  // pieces and MACs: 2 per piece
   ReceivePieces(*rx, key, tag, Carries::kArg, t.pieces, t.Into());
   uint8_t ready = 0;
   rx->AddReceive(TagOf(next_call, Carries::kReady, 0), &ready, 1,

@@ -44,12 +44,12 @@ void TransferSet::AddSend(const std::string& peer, uint64_t tag, const void* dat
                           std::function<void(const absl::Status&)> then) {
   if (!Begin()) return;
   std::shared_ptr<TransferSet> self = shared_from_this();
-  std::shared_ptr<Transfer> t =
-      worker_.StartSend(peer, tag, data, static_cast<size_t>(size),
-                        [self, then = std::move(then)](const absl::Status& s) {
-                          if (then) then(s);
-                          self->End(s);
-                        });
+  std::shared_ptr<Transfer> t = worker_.StartSend(
+      peer, tag, data, static_cast<size_t>(size),
+      [self, then = std::move(then), bytes = DataBytes(tag, size)](const absl::Status& s) {
+        if (then) then(s);
+        self->End(s, bytes);
+      });
   bool cancelled;
   {
     absl::MutexLock l(&mu_);
@@ -64,10 +64,11 @@ void TransferSet::AddReceive(uint64_t tag, void* data, int64_t size,
   if (!Begin()) return;
   std::shared_ptr<TransferSet> self = shared_from_this();
   std::shared_ptr<Transfer> t = worker_.StartReceive(
-      tag, data, static_cast<size_t>(size), [self, then = std::move(then)](const absl::Status& s) {
+      tag, data, static_cast<size_t>(size),
+      [self, then = std::move(then), bytes = DataBytes(tag, size)](const absl::Status& s) {
         // Before End: what `then` adds keeps the set open.
         if (then) then(s);
-        self->End(s);
+        self->End(s, bytes);
       });
   bool cancelled;
   {
@@ -95,9 +96,9 @@ void TransferSet::Fail(const absl::Status& why) {
   }
 }
 
-void TransferSet::End(const absl::Status& s) {
+void TransferSet::End(const absl::Status& s, int64_t data_bytes) {
   Fail(s);
-  if (on_each_) on_each_();
+  if (on_each_) on_each_(s.ok() ? data_bytes : 0);
   mu_.Lock();
   --pending_;
   MaybeFinish();

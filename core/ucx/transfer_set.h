@@ -46,6 +46,14 @@ inline constexpr int64_t kMaxPieces = int64_t{1} << 22;
 inline uint64_t TagOf(uint64_t call_tag, Carries what, uint64_t piece) {
   return (call_tag & kCallTagMask) | (static_cast<uint64_t>(what) << 22) | piece;
 }
+// What a tag's transfer carries.
+inline Carries CarriesOf(uint64_t tag) { return static_cast<Carries>((tag >> 22) & 3); }
+// The bytes of a transfer under `tag` that are tensor data (an arg's or a
+// result's piece); 0 for the ready message and MACs.
+inline int64_t DataBytes(uint64_t tag, int64_t size) {
+  const Carries c = CarriesOf(tag);
+  return c == Carries::kArg || c == Carries::kResult ? size : 0;
+}
 
 // A fresh call tag: 40 bits from the operating system's random source in
 // the top of the word (never zero).
@@ -67,9 +75,10 @@ class TransferSet : public std::enable_shared_from_this<TransferSet> {
   static std::shared_ptr<TransferSet> Create(Worker& worker,
                                              std::function<void(const absl::Status&)> on_end);
 
-  // Each ended transfer (for progress), on the worker's thread; set before
-  // the first Add.
-  void OnEachEnd(std::function<void()> f) { on_each_ = std::move(f); }
+  // Each transfer that ended, on the worker's thread, with the tensor bytes
+  // it moved (DataBytes: 0 for a ready message, a MAC, or a failure): what
+  // counts as a client's progress. Set before the first Add.
+  void OnEachEnd(std::function<void(int64_t data_bytes)> f) { on_each_ = std::move(f); }
   // `then`, if given, runs (worker's thread) when that transfer ended,
   // before the set counts it as ended: it may add more.
   void AddSend(const std::string& peer, uint64_t tag, const void* data, int64_t size,
@@ -95,12 +104,12 @@ class TransferSet : public std::enable_shared_from_this<TransferSet> {
       : worker_(worker), on_end_(std::move(on_end)) {}
   // Before a transfer starts; false when the set was cancelled.
   bool Begin();
-  void End(const absl::Status& s);
+  void End(const absl::Status& s, int64_t data_bytes);
   void MaybeFinish() ABSL_UNLOCK_FUNCTION(mu_);
 
   Worker& worker_;
   std::function<void(const absl::Status&)> on_end_;
-  std::function<void()> on_each_;
+  std::function<void(int64_t)> on_each_;
   mutable absl::Mutex mu_;
   std::vector<std::shared_ptr<Transfer>> transfers_ ABSL_GUARDED_BY(mu_);
   int pending_ ABSL_GUARDED_BY(mu_) = 0;

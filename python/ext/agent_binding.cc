@@ -222,7 +222,7 @@ nb::object StartAgent(std::vector<std::string> argv,
     };
     options->in_process_handlers.push_back(std::move(h));
   }
-  const ReloadableFiles files{options->tokens, options->tls_files};
+  const ReloadableFiles files{options->tokens, options->tls_files, std::nullopt, options->verifier};
   ExportReloadMetrics();
   absl::StatusOr<std::unique_ptr<AgentServer>> server;
   {

@@ -62,14 +62,17 @@ AXPY_RESULT = "[1, 3, 5, 7, 9, 11, 13, 15]"
 
 
 class Compose:
-    def __init__(self, podman: lib.Podman, tool: str):
+    def __init__(self, podman: lib.Podman, tool: str, files: list[pathlib.Path],
+                 env: dict[str, str] | None = None):
         self.podman, self.tool = podman, tool
+        self.files = [a for f in files for a in ("-f", str(f))]
+        self.env = {**podman.env, **(env or {})}
         self.project = f"farcall-test-{uuid.uuid4().hex[:8]}"
         self.network = f"{self.project}_default"
 
     def run(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-        return subprocess.run([self.tool, "-p", self.project, "-f", str(COMPOSE_FILE), *args],
-                              capture_output=True, text=True, env=self.podman.env, timeout=timeout)
+        return subprocess.run([self.tool, "-p", self.project, *self.files, *args],
+                              capture_output=True, text=True, env=self.env, timeout=timeout)
 
     def container(self, service: str) -> str:
         return f"{self.project}_{service}_1"
@@ -97,8 +100,11 @@ def _version(tool: str) -> tuple[int, ...]:
     return int(m.group(1)), int(m.group(2))
 
 
-@pytest.fixture(scope="module")
-def compose():
+def start(files: list[pathlib.Path] | None = None, env: dict[str, str] | None = None,
+          token_file: str | None = None) -> Compose:
+    """Brings up the router and cpu agent of FILES (compose.yaml alone by
+    default) and waits until the router serves the agent; the caller
+    stops it (stop) and removes what is left (remove_leftovers)."""
     tool = lib.require_tool("podman-compose", HINT)
     if _version(tool) < (1, 5):
         lib.unavailable(f"podman-compose 1.5 or later ({tool} is {'.'.join(map(str, _version(tool)))}, "
@@ -113,28 +119,45 @@ def compose():
                                 "something else listens there")
     podman = lib.Podman()
     print(lib.build_images(podman, SERVICES, TAG))
-    c = Compose(podman, tool)
-    start = time.monotonic()
+    c = Compose(podman, tool, files or [COMPOSE_FILE], env)
+    start_s = time.monotonic()
     try:
         # --no-build: the images are there; compose would otherwise compile
         # the binaries from source.
         r = c.run("up", "-d", "--no-build", *SERVICES)
         assert r.returncode == 0, f"podman-compose up exited {r.returncode}:\n{r.stdout}{r.stderr}"
+        token = [f"--token_file={token_file}"] if token_file else []
         try:
             lib.wait_for("the router to find the agent by its service name SERVING",
-                         lambda: "SERVING" in cli("agents", "--target=127.0.0.1:50050").stdout,
+                         lambda: "SERVING" in cli("agents", "--target=127.0.0.1:50050",
+                                                  *token).stdout,
                          DEADLINE_S)
         except AssertionError as e:
             raise AssertionError(f"{e}\n{c.logs()}")
-        print(f"up in {time.monotonic() - start:.1f} s")
+    except BaseException:
+        c.remove_leftovers()
+        raise
+    print(f"up in {time.monotonic() - start_s:.1f} s")
+    return c
+
+
+def stop(c: Compose):
+    """podman-compose down, which must leave no container behind."""
+    start_s = time.monotonic()
+    r = c.run("down", "-t", "45")
+    assert r.returncode == 0, f"podman-compose down exited {r.returncode}:\n{r.stdout}{r.stderr}"
+    print(f"down in {time.monotonic() - start_s:.1f} s")
+    left = c.podman.run("ps", "-a", "-q", "--filter",
+                        f"label=io.podman.compose.project={c.project}").stdout.split()
+    assert not left, f"podman-compose down left containers: {left}"
+
+
+@pytest.fixture(scope="module")
+def compose():
+    c = start()
+    try:
         yield c
-        start = time.monotonic()
-        r = c.run("down", "-t", "45")
-        assert r.returncode == 0, f"podman-compose down exited {r.returncode}:\n{r.stdout}{r.stderr}"
-        print(f"down in {time.monotonic() - start:.1f} s")
-        left = c.podman.run("ps", "-a", "-q", "--filter",
-                            f"label=io.podman.compose.project={c.project}").stdout.split()
-        assert not left, f"podman-compose down left containers: {left}"
+        stop(c)
     finally:
         c.remove_leftovers()
 

@@ -50,9 +50,9 @@ ALLOWED_VOLUME_TYPES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemera
 # Files the binaries read again when they change (core/security_flags.h:
 # ReloadFiles), and files they read at start only. A Secret behind the first
 # kind is updated in place; one behind the second must roll its pods.
-RELOADED_FLAGS = {"tls_cert", "tls_key", "tls_ca", "tokens_file"}
-START_ONLY_FLAGS = {"capability_key_file", "agent_token_file", "agent_tls_ca", "agent_tls_cert",
-                    "agent_tls_key"}
+RELOADED_FLAGS = {"tls_cert", "tls_key", "tls_ca", "tokens_file", "capability_signing_key_file",
+                  "capability_verify_keys_file"}
+START_ONLY_FLAGS = {"agent_token_file", "agent_tls_ca", "agent_tls_cert", "agent_tls_key"}
 DRAIN_SECONDS = 30  # --drain_seconds' default (core/limit_flags.cc)
 
 
@@ -413,14 +413,20 @@ def test_tls_overlay_serves_tls_and_probes_with_the_cli(rendered):
         c = d["spec"]["template"]["spec"]["containers"][0]
         args = c["args"]
         name = d["metadata"]["name"]
-        for flag in ("tls_cert", "tls_key", "tokens_file", "capability_key_file"):
+        for flag in ("tls_cert", "tls_key", "tokens_file"):
             assert _flag(args, flag), f"{name}: --{flag}"
-        if name == "farcall-router":
+        # The router signs capabilities with its private key; agents verify
+        # them with public keys only, so that no agent can make one.
+        router = name == "farcall-router"
+        assert bool(_flag(args, "capability_signing_key_file")) == router, name
+        assert bool(_flag(args, "capability_verify_keys_file")) != router, name
+        assert not _flag(args, "capability_key_file"), f"{name}: the retired shared secret"
+        if router:
             assert _flag(args, "agent_tls_ca") and _flag(args, "agent_token_file"), name
         mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
         volumes = {v["name"]: v for v in d["spec"]["template"]["spec"]["volumes"]}
         for flag in ("tls_cert", "tls_key", "tokens_file", "agent_tls_ca", "agent_token_file",
-                     "capability_key_file"):
+                     "capability_signing_key_file", "capability_verify_keys_file"):
             value = _flag(args, flag)
             if value:
                 assert any(value.startswith(m + "/") for m in mounts.values()), f"{name}: --{flag}"
@@ -712,9 +718,21 @@ def test_tls_overlay_rolls_pods_when_a_secret_read_at_start_changes(rendered, tm
     # The router's token for the agents is the router's alone.
     after = templates({"router-agent-token": b"another token, 24 bytes or more"})
     assert {n for n in before if before[n] != after[n]} == {"farcall-router"}
-    # The capability key: the router and every agent.
-    after = templates({"capability-key": b"another key of at least 32 bytes, random"})
-    assert {n for n in before if before[n] != after[n]} == set(before)
+
+
+@pytest.mark.parametrize("rel", ["", "tls"])
+def test_agents_take_their_id_from_the_pod_name(rendered, rel):
+    """Replicas of one Deployment listen on one port: the agent's default id
+    carries the pod's name (POD_NAME, from the downward API), so that a
+    capability bound to one agent opens no other replica."""
+    for d in _by_kind(rendered[rel], "Deployment"):
+        if d["metadata"]["labels"].get("app.kubernetes.io/component") != "agent":
+            continue
+        c = d["spec"]["template"]["spec"]["containers"][0]
+        env = {e["name"]: e for e in c.get("env", [])}
+        assert env.get("POD_NAME", {}).get("valueFrom", {}).get("fieldRef", {}).get(
+            "fieldPath") == "metadata.name", d["metadata"]["name"]
+        assert not _flag(c["args"], "agent_id"), f"{d['metadata']['name']}: one --agent_id for every replica"
 
 
 def test_tls_overlay_keeps_metrics_and_status_page_fenced(rendered):
@@ -907,6 +925,32 @@ def test_build_images_script_parses_and_has_help():
     r = subprocess.run(["bash", str(lib.DEPLOY / "build_images.sh"), "--help"],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 0 and "--prebuilt" in r.stdout, r.stdout + r.stderr
+
+
+def test_compose_secure_file_signs_and_verifies_on_the_right_sides():
+    """compose.secure.yaml: the router authenticates callers and signs
+    capabilities with the private key; the agent verifies them with the
+    public key only; every key file comes from the mounted keys directory
+    that deploy/compose_keys.sh writes."""
+    base = yaml.safe_load((lib.DEPLOY / "compose.yaml").read_text())["services"]
+    secure = yaml.safe_load((lib.DEPLOY / "compose.secure.yaml").read_text())["services"]
+    assert set(secure) == {"router", "agent-cpu"} and set(secure) <= set(base)
+    router, agent = secure["router"]["command"], secure["agent-cpu"]["command"]
+    assert _flag(router, "agents") == _flag(base["router"]["command"], "agents")
+    assert _flag(router, "tokens_file") and _flag(router, "capability_signing_key_file")
+    assert not _flag(router, "capability_verify_keys_file")
+    assert _flag(agent, "tokens_file") and _flag(agent, "capability_verify_keys_file")
+    assert not _flag(agent, "capability_signing_key_file")
+    script = (lib.DEPLOY / "compose_keys.sh").read_text()
+    for name, command in (("router", router), ("agent", agent)):
+        (volume,) = secure["router" if name == "router" else "agent-cpu"]["volumes"]
+        src, dest, mode = volume.rsplit(":", 2)
+        assert src == "${FARCALL_COMPOSE_KEYS:-./keys}/" + name and mode == "ro", volume
+        for a in command:
+            if a.endswith(("_file", ".pem")) or "_file=" in a:
+                path = a.split("=", 1)[1]
+                assert path.startswith(dest + "/"), a
+                assert f'"$dir/{name}/{path[len(dest) + 1:]}"' in script, f"compose_keys.sh writes {a}"
 
 
 def test_compose_file_and_what_it_mounts():

@@ -1,7 +1,8 @@
 // libFuzzer: a capability as an agent reads it (core/capability.h). The
-// input is verified as sent (it must never verify: that would be a MAC
-// forgery), and signed with the agent's key, so that the parser behind the
-// MAC sees arbitrary structure too. Aborts when a promise is broken.
+// input is verified as sent (it must never verify: that would be a
+// signature forgery), and signed with the router's key behind a valid
+// version and key id, so that the parser behind the signature sees
+// arbitrary structure too. Aborts when a promise is broken.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -10,19 +11,28 @@
 #include "core/capability.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const farcall::CapabilityKey* key = new farcall::CapabilityKey(
-      farcall::CapabilityKey::FromSecret(std::string(32, 'k'), "fuzz").value());
+  static const farcall::CapabilitySigner* signer = new farcall::CapabilitySigner(
+      farcall::CapabilitySigner::FromPem(farcall::NewCapabilitySigningKeyPem(), "fuzz").value());
+  static const farcall::CapabilityVerifier* verifier = new farcall::CapabilityVerifier(
+      farcall::CapabilityVerifier::FromPem(signer->public_key_pem(), "fuzz").value());
   const std::string input(reinterpret_cast<const char*>(data), size);
   const absl::Time now = absl::FromUnixSeconds(1'800'000'000);
-  if (key->Verify(input, now).ok()) std::abort();  // forged
-  absl::StatusOr<farcall::Capability> c = key->Verify(key->SignForTest(input), now);
+  if (verifier->Verify(input, now).ok()) std::abort();  // forged
+  const std::string blob = signer->SignForTest(signer->BodyForTest(input));
+  absl::StatusOr<farcall::Capability> c = verifier->Verify(blob, now);
   if (c.ok()) {
-    // Whatever parsed is within the promised bounds, and mints back the same.
+    // Whatever parsed is within the promised bounds.
     if (c->expires <= now ||
         c->expires - now > farcall::kMaxCapabilityLifetime + farcall::kCapabilityClockSkew) {
       std::abort();
     }
-    if (input.size() + 16 > farcall::kMaxCapabilityBytes) std::abort();
+    if (blob.size() > farcall::kMaxCapabilityBytes) std::abort();
+    // A second look, from the cache, says the same.
+    absl::StatusOr<farcall::Capability> again = verifier->Verify(blob, now);
+    if (!again.ok() || again->principal != c->principal || again->handler != c->handler ||
+        again->agent_id != c->agent_id || again->expires != c->expires) {
+      std::abort();
+    }
   }
   return 0;
 }

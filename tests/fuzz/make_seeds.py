@@ -93,13 +93,13 @@ def shm_reply(status, token, message):
     return bytes([status]) + token.ljust(32, b"\0") + struct.pack("<I", len(message)) + message
 
 
-def capability_signed_part(principal, handler, agent, expires_ms):
-    # core/capability.cc: version, three u16-length-prefixed fields (big
-    # endian), the expiry in Unix ms (u64, big endian); the MAC follows,
-    # which the fuzzer adds.
+def capability_fields(principal, handler, agent, expires_ms):
+    # core/capability.cc: three u16-length-prefixed fields (big endian) and
+    # the expiry in Unix ms (u64, big endian). The fuzzer puts the version
+    # and its key's id before them and the Ed25519 signature after.
     def f(b):
         return struct.pack(">H", len(b)) + b
-    return bytes([1]) + f(principal) + f(handler) + f(agent) + struct.pack(">Q", expires_ms)
+    return f(principal) + f(handler) + f(agent) + struct.pack(">Q", expires_ms)
 
 
 def write(target, name, data):
@@ -126,8 +126,8 @@ def main():
     # 60 s after the fuzzer's clock (1,800,000,000 s).
     soon = 1_800_000_000_000 + 60_000
     write("capability_fuzz", "minted",
-          capability_signed_part(b"token:0a1b2c3d4e5f", b"scale", b"cpu-agent-50051", soon))
-    write("capability_fuzz", "anonymous", capability_signed_part(b"", b"copy", b"a", soon))
+          capability_fields(b"token:0a1b2c3d4e5f", b"scale", b"cpu-agent-50051-host-0a1b2c3d", soon))
+    write("capability_fuzz", "anonymous", capability_fields(b"", b"copy", b"a", soon))
 
 
 if __name__ == "__main__":

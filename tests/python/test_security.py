@@ -84,9 +84,14 @@ def test_json_logs_name_the_call_and_the_caller_never_the_token(pki, tmp_path):
     tls = (f"--tls_cert={pki / 'server.pem'}", f"--tls_key={pki / 'server.key'}")
     agent = start_agent(*tls, f"--tokens_file={tmp_path / 'tokens'}", "--log_format=json")
     (tmp_path / "own").write_text(token)
+    # A router that calls agents with its own token signs each caller's
+    # capability (the agent here trusts no key, so it goes by the token).
+    subprocess.run(["openssl", "genpkey", "-algorithm", "ed25519", "-out", str(tmp_path / "sign.pem")],
+                   check=True, capture_output=True)
     router = Server([ROUTER_BIN, "--listen=127.0.0.1:0", "--agents=" + agent.address,
                      "--log_format=json", f"--tokens_file={tmp_path / 'tokens'}",
-                     f"--agent_tls_ca={pki / 'ca.pem'}", f"--agent_token_file={tmp_path / 'own'}"])
+                     f"--agent_tls_ca={pki / 'ca.pem'}", f"--agent_token_file={tmp_path / 'own'}",
+                     f"--capability_signing_key_file={tmp_path / 'sign.pem'}"])
     try:
         direct = farcall.Client(agent.address, tls_ca=str(pki / "ca.pem"), token=token)
         with pytest.raises(farcall.Error):
