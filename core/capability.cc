@@ -91,8 +91,18 @@ absl::StatusOr<Key> ParsePrivate(absl::string_view pem, absl::string_view source
                                  "its public half."
                                : "holds no PEM private key (openssl genpkey -algorithm ed25519).");
   }
+  if (absl::StrContains(pem, "ENCRYPTED PRIVATE KEY-----") ||
+      absl::StrContains(pem, "Proc-Type: 4,ENCRYPTED")) {
+    return Invalid(source,
+                   "holds a private key encrypted with a passphrase, which the router cannot "
+                   "ask for: give it the key unencrypted (openssl pkey -in KEY -out PLAIN) in a "
+                   "file only the router may read.");
+  }
   auto bio = MemoryBio(pem);
-  Pkey pkey(PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr));
+  // No passphrase callback may ever prompt (OpenSSL's default reads the
+  // terminal): a key that wants one does not parse.
+  pem_password_cb* no_passphrase = [](char*, int, int, void*) { return 0; };
+  Pkey pkey(PEM_read_bio_PrivateKey(bio.get(), nullptr, no_passphrase, nullptr));
   ERR_clear_error();
   if (pkey == nullptr) return Invalid(source, "its PEM private key does not parse.");
   return Ed25519Key(std::move(pkey), source);
@@ -301,7 +311,11 @@ std::string CapabilitySigner::MintFor(absl::string_view principal, absl::string_
                            now + kMaxCapabilityLifetime});
   if (!blob.empty()) {
     absl::MutexLock l(&shared_->mu);
-    shared_->minted.Put(k, {blob, now});
+    // Signed outside the lock: a reload in between cleared the cache, and a
+    // capability of the retired key must not go back into it.
+    if (absl::string_view(blob).substr(1, kKeyIdBytes) == shared_->key.id) {
+      shared_->minted.Put(k, {blob, now});
+    }
   }
   return blob;
 }

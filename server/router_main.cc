@@ -73,6 +73,15 @@ absl::StatusOr<std::string> CallerAuthentication(const farcall::ServerSecurity& 
         "--capability_signing_key_file too, so that each forwarded call carries its "
         "caller's principal, signed.");
   }
+  if (security.signer.has_value() && !security.tokens.required()) {
+    // A capability names its caller by the token's principal; a client
+    // certificate gives none, so every caller would be one principal.
+    return absl::InvalidArgumentError(
+        "--capability_signing_key_file signs each caller's principal, which comes from its "
+        "token, and this router takes client certificates without tokens: every caller would "
+        "be the same principal to the agents (and share exactly-once answers). Give it "
+        "--tokens_file too.");
+  }
   return security.tokens.required()
              ? absl::StrCat("callers need one of ", security.tokens.size(), " token(s)")
              : std::string("callers need a client certificate");

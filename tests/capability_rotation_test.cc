@@ -12,10 +12,12 @@
 #include <cstdlib>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "core/capability.h"
@@ -131,17 +133,25 @@ class RotationTest : public ::testing::Test {
     ASSERT_EQ(std::rename((dir_ + "/" + name + ".tmp").c_str(), (dir_ + "/" + name).c_str()), 0);
   }
 
-  // Whether the agent takes a capability signed with `pem` (Describe).
-  static bool Trusts(const ChildProcess& agent, const std::string& agent_id,
-                     const std::string& pem) {
+  // Whether the agent takes a capability signed with `pem` (Describe):
+  // true, false when it refuses the key, nothing when the answer says
+  // neither (a deadline, say).
+  static std::optional<bool> Trusts(const ChildProcess& agent, const std::string& agent_id,
+                                    const std::string& pem) {
     CapabilitySigner s = CapabilitySigner::FromPem(pem, "test").value();
     auto channel = grpc::CreateChannel(agent.address(), grpc::InsecureChannelCredentials());
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    ctx.AddMetadata(kCapabilityMetadataKey,
-                    s.Mint({"token:aaaaaaaaaaaa", "copy", agent_id, absl::Now() + absl::Minutes(1)}));
+    ctx.AddMetadata(kCapabilityMetadataKey, s.Mint({"token:aaaaaaaaaaaa", "copy", agent_id,
+                                                    absl::Now() + absl::Minutes(1)}));
     v1::AgentInfo info;
-    return v1::Agent::NewStub(channel)->Describe(&ctx, {}, &info).ok();
+    const grpc::Status st = v1::Agent::NewStub(channel)->Describe(&ctx, {}, &info);
+    if (st.ok()) return true;
+    if (st.error_code() == grpc::StatusCode::UNAUTHENTICATED &&
+        absl::StrContains(st.error_message(), "signed by a key this agent does not trust")) {
+      return false;
+    }
+    return std::nullopt;
   }
   // Waits (bounded) until the agent's trust of `pem` is `trusted`.
   static bool UntilTrust(const ChildProcess& agent, const std::string& agent_id,
@@ -180,9 +190,9 @@ TEST_F(RotationTest, TheRunbooksOrderFailsNoCallUnderLoad) {
   std::vector<std::unique_ptr<ChildProcess>> agents;
   std::vector<std::string> ids;
   for (int i = 0; i < 2; ++i) {
-    agents.push_back(Start(FARCALL_AGENT_BIN,
-                           {"--tokens_file=" + dir_ + "/agent-tokens",
-                            "--capability_verify_keys_file=" + dir_ + "/agents.pem"}));
+    agents.push_back(
+        Start(FARCALL_AGENT_BIN, {"--tokens_file=" + dir_ + "/agent-tokens",
+                                  "--capability_verify_keys_file=" + dir_ + "/agents.pem"}));
     ASSERT_TRUE(agents.back());
     ClientOptions o;
     o.token = "router-token-0123456789";
@@ -192,11 +202,11 @@ TEST_F(RotationTest, TheRunbooksOrderFailsNoCallUnderLoad) {
     ASSERT_TRUE(d.ok()) << d.status();
     ids.push_back(d->agent_id);
   }
-  auto router = Start(FARCALL_ROUTER_BIN,
-                      {"--agents=" + agents[0]->address() + "," + agents[1]->address(),
-                       "--tokens_file=" + dir_ + "/router-tokens",
-                       "--agent_token_file=" + dir_ + "/router-token",
-                       "--capability_signing_key_file=" + dir_ + "/router.pem"});
+  auto router =
+      Start(FARCALL_ROUTER_BIN, {"--agents=" + agents[0]->address() + "," + agents[1]->address(),
+                                 "--tokens_file=" + dir_ + "/router-tokens",
+                                 "--agent_token_file=" + dir_ + "/router-token",
+                                 "--capability_signing_key_file=" + dir_ + "/router.pem"});
   ASSERT_TRUE(router);
 
   Load load(router->address(), 4);

@@ -40,8 +40,8 @@ class TrustTest : public ::testing::Test {
   // The router's exit and output with these flags (it stops at its checks,
   // before it would serve).
   CommandResult Router(const std::string& flags) const {
-    return RunCommand(absl::StrCat(FARCALL_ROUTER_BIN,
-                                   " --listen=127.0.0.1:0 --agents=127.0.0.1:1 ", flags));
+    return RunCommand(
+        absl::StrCat(FARCALL_ROUTER_BIN, " --listen=127.0.0.1:0 --agents=127.0.0.1:1 ", flags));
   }
   CommandResult Agent(const std::string& flags) const {
     return RunCommand(absl::StrCat(FARCALL_AGENT_BIN, " --listen=127.0.0.1:0 ", flags));
@@ -119,6 +119,17 @@ TEST_F(TrustTest, ARouterWithAgentCredentialsMustKnowItsCallers) {
   CommandResult r = Router("--tokens_file=" + dir_ + "/tokens" + token);
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_THAT(r.output, HasSubstr("with --agent_token_file the router calls agents as itself"));
+  // Client certificates alone name no caller a capability could carry.
+  ASSERT_EQ(RunCommand("cd " + dir_ +
+                       " && openssl req -x509 -newkey rsa:2048 -nodes -subj /CN=localhost "
+                       "-keyout tls.key -out tls.pem -days 1 2>&1")
+                .exit_code,
+            0);
+  r = Router(absl::StrCat("--tls_cert=", dir_, "/tls.pem --tls_key=", dir_,
+                          "/tls.key --tls_ca=", dir_, "/tls.pem --require_client_cert", key));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("this router takes client certificates without tokens: every "
+                                  "caller would be the same principal to the agents"));
 
   // Meant: it serves, and says so.
   auto agent = ChildProcess::Start(FARCALL_AGENT_BIN, {"--listen=127.0.0.1:0"});
@@ -140,10 +151,10 @@ TEST_F(TrustTest, ARouterWithAgentCredentialsMustKnowItsCallers) {
                           "--capability_verify_keys_file=" + dir_ + "/capability-agents.pem"});
   ASSERT_TRUE(guarded.ok()) << guarded.status();
   auto open = ChildProcess::Start(
-      FARCALL_ROUTER_BIN, {"--listen=127.0.0.1:0", "--agents=" + (*guarded)->address(),
-                           "--capability_signing_key_file=" + dir_ + "/capability-router.pem",
-                           "--agent_token_file=" + dir_ + "/router-token",
-                           "--allow_unauthenticated_callers"});
+      FARCALL_ROUTER_BIN,
+      {"--listen=127.0.0.1:0", "--agents=" + (*guarded)->address(),
+       "--capability_signing_key_file=" + dir_ + "/capability-router.pem",
+       "--agent_token_file=" + dir_ + "/router-token", "--allow_unauthenticated_callers"});
   ASSERT_TRUE(open.ok()) << open.status();
   auto anyone = Client::Connect((*open)->address());
   ASSERT_TRUE(anyone.ok());
@@ -157,8 +168,8 @@ TEST_F(TrustTest, ARouterWithAgentCredentialsMustKnowItsCallers) {
 TEST_F(TrustTest, EachAgentHasItsOwnIdAndTheRouterRefusesATwin) {
   auto a = ChildProcess::Start(FARCALL_AGENT_BIN, {"--listen=127.0.0.1:0"});
   ASSERT_TRUE(a.ok()) << a.status();
-  auto b = ChildProcess::Start(FARCALL_AGENT_BIN,
-                               {absl::StrCat("--listen=127.0.0.2:", (*a)->port())});
+  auto b =
+      ChildProcess::Start(FARCALL_AGENT_BIN, {absl::StrCat("--listen=127.0.0.2:", (*a)->port())});
   if (!b.ok()) GTEST_SKIP() << "SKIPPED: cannot listen on 127.0.0.2: " << b.status();
   const std::string b_address = absl::StrCat("127.0.0.2:", (*a)->port());
   std::vector<std::string> ids;
@@ -185,10 +196,11 @@ TEST_F(TrustTest, EachAgentHasItsOwnIdAndTheRouterRefusesATwin) {
   ASSERT_TRUE(list.ok()) << list.status();
   ASSERT_EQ(list->size(), 2u);
   int serving = 0;
-  std::string why;
+  std::string why, served_by;
   for (const AgentStatus& s : *list) {
     if (s.health == AgentStatus::Health::kServing) {
       ++serving;
+      served_by = s.address;
     } else {
       why = s.last_error;
     }
@@ -198,11 +210,18 @@ TEST_F(TrustTest, EachAgentHasItsOwnIdAndTheRouterRefusesATwin) {
   EXPECT_GE(testing::MetricValue(testing::HttpGet((*router)->metrics_port(), "/metrics"),
                                  "farcall_router_duplicate_agent_ids_total"),
             1);
-  // Every call lands on the one agent routed to.
+  // Every call lands on the one agent routed to; the twin left out runs
+  // none (each agent counts its own calls, however they came).
   for (int i = 0; i < 5; ++i) {
     absl::StatusOr<CallResult> r = testing::CallOnFour(**client);
     ASSERT_TRUE(r.ok()) << r.status();
-    EXPECT_EQ(r->agent_id, "twin");
+  }
+  for (const auto* twin : {&*twin1, &*twin2}) {
+    auto c = Client::Connect((*twin)->address());
+    ASSERT_TRUE(c.ok());
+    absl::StatusOr<AgentDescription> d = (*c)->Describe();
+    ASSERT_TRUE(d.ok()) << d.status();
+    EXPECT_EQ(d->calls_total, (*twin)->address() == served_by ? 5u : 0u) << (*twin)->address();
   }
 }
 

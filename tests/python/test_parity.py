@@ -158,3 +158,56 @@ def test_the_context_and_buffers_are_as_jax_gives_them(py_agent, path, x64):
     finally:
         fj.prefer_host_callback(False)
         jax.config.update("jax_enable_x64", previous)
+
+
+# Inputs sharded over meshes, as JAX takes them. JAX needs a process with
+# several devices, so this runs in a child process of its own (4 CPU
+# devices). Over two different meshes in one call, jit itself refuses
+# the call, the drop-in exactly as JAX's own; over two shardings of one
+# mesh, the remote call gives JAX's values.
+SHARDED = r'''
+import os, sys
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+import jax, jax.numpy as jnp, numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.experimental.buffer_callback import buffer_callback
+import farcall.jax as fj
+
+target = sys.argv[1]
+devs = np.array(jax.devices())
+assert len(devs) == 4, devs
+spec = jax.ShapeDtypeStruct((8,), jnp.float32)
+
+def add(ctx, out, a, b):
+    np.asarray(out)[...] = np.asarray(a) + np.asarray(b)
+
+def outcome(f, x, y):
+    try:
+        return "ok", np.asarray(jax.jit(f)(x, y)).tobytes()
+    except Exception as e:
+        return type(e).__name__, str(e).split("\n")[0]
+
+for path in ("ffi", "host_callback"):
+    fj.prefer_host_callback(path == "host_callback")
+    remote = fj.buffer_callback("add", spec, target=target)
+    a, b = Mesh(devs[:2], ("a",)), Mesh(devs[2:], ("b",))
+    x = jax.device_put(jnp.arange(8, dtype=jnp.float32), NamedSharding(a, P("a")))
+    y = jax.device_put(jnp.arange(8, dtype=jnp.float32) * 10, NamedSharding(b, P("b")))
+    mine, theirs = outcome(remote, x, y), outcome(buffer_callback(add, spec), x, y)
+    assert theirs[0] == "ValueError" and "incompatible devices" in theirs[1], theirs
+    assert mine == theirs, (path, mine, theirs)
+    grid = Mesh(devs.reshape(2, 2), ("x", "y"))
+    x = jax.device_put(jnp.arange(8, dtype=jnp.float32), NamedSharding(grid, P("x")))
+    y = jax.device_put(jnp.arange(8, dtype=jnp.float32) * 10, NamedSharding(grid, P("y")))
+    mine, theirs = outcome(remote, x, y), outcome(buffer_callback(add, spec), x, y)
+    assert mine[0] == "ok" and mine == theirs, (path, mine, theirs)
+print("sharded: as JAX")
+'''
+
+
+def test_inputs_sharded_over_meshes_as_jax_takes_them(agent):
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", SHARDED, agent.address], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0 and "sharded: as JAX" in out.stdout, out.stdout + out.stderr
