@@ -79,11 +79,19 @@ AgentCall::~AgentCall() {
   stream_.reset();
   if (device_ != nullptr) --device_->active_calls;
   Metrics().inflight_calls.With({}).Decrement();
+  if (caller_slots_ != nullptr) caller_slots_->Give(principal_);
   if (admitted_bytes_ > 0) {
     Metrics().inflight_bytes.With({}).Decrement(static_cast<double>(admitted_bytes_));
     // Last: this may resume calls that waited for these bytes.
     agent_.admission->Release(admitted_bytes_);
   }
+}
+
+absl::Status AgentCall::TakeCallerSlot(CallerSlots& slots) {
+  if (caller_slots_ != nullptr) return absl::OkStatus();
+  absl::Status s = slots.Take(principal_);
+  if (s.ok()) caller_slots_ = &slots;
+  return s;
 }
 
 CallLedger::Claim AgentCall::ClaimRun() {

@@ -29,6 +29,7 @@
 #include "core/wire/header_limits.h"
 #include "device_agents/agent_state.h"
 #include "device_agents/call_ledger.h"
+#include "device_agents/caller_slots.h"
 #include "device_agents/device.h"
 #include "device_agents/device_staging.h"
 #include "device_agents/fault_injection.h"
@@ -71,6 +72,9 @@ class AgentCall final : private FrameVisitor {
   // The caller's principal (core/tokens.h): keys its entries in the
   // exactly-once ledger; "" without tokens.
   void set_principal(std::string principal) { principal_ = std::move(principal); }
+  // One of the caller's slots (--tenant_max_calls), given back when the
+  // call ends; after set_principal.
+  absl::Status TakeCallerSlot(CallerSlots& slots);
   int64_t footprint() const { return footprint_; }
   // The handler the header names (after Begin()).
   const std::string& handler_name() const { return header_.handler(); }
@@ -197,7 +201,8 @@ class AgentCall final : private FrameVisitor {
   AgentState& agent_;
   const std::string peer_;
   std::string principal_;
-  CallKey ledger_key_;  // set by ClaimRun when the call is in the ledger
+  CallerSlots* caller_slots_ = nullptr;  // a slot taken there, for principal_
+  CallKey ledger_key_;                   // set by ClaimRun when the call is in the ledger
   Device* device_ = nullptr;
   std::unique_ptr<Stream> stream_;
   bool host_memory_ = true;  // the device's memory is the host's (cpu)

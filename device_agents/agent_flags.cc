@@ -74,6 +74,14 @@ ABSL_FLAG(absl::Duration, call_id_ttl, absl::Minutes(10),
           "repeat never runs them twice");
 ABSL_FLAG(int64_t, call_id_cache_bytes, int64_t{256} << 20,
           "bytes of answers kept to replay to repeats of calls with side effects");
+ABSL_FLAG(int64_t, call_id_cache_bytes_per_tenant, 0,
+          "the most of --call_id_cache_bytes one caller (a token, or the caller a router's "
+          "capability names) may hold, its call_ids and kept answers together, so that no "
+          "caller can fill it for the others (0: a quarter of --call_id_cache_bytes)");
+ABSL_FLAG(int64_t, tenant_max_calls, 0,
+          "the most calls one caller (a token, or the caller a router's capability names) may "
+          "have in flight on this agent at once; more are refused with RESOURCE_EXHAUSTED "
+          "(0: no limit)");
 ABSL_FLAG(bool, list_devices, false,
           "print the platform's devices and exit: 0 when there is one, 1 when none");
 ABSL_FLAG(absl::Duration, stream_idle_timeout, absl::Seconds(60),
@@ -238,9 +246,16 @@ absl::StatusOr<AgentServer::Options> AgentOptionsFromFlags() {
   FARCALL_RETURN_IF_ERROR(DeviceOptionsFromFlags(options));
   options.config.ledger.ttl = absl::GetFlag(FLAGS_call_id_ttl);
   options.config.ledger.max_bytes = absl::GetFlag(FLAGS_call_id_cache_bytes);
-  if (options.config.ledger.ttl <= absl::ZeroDuration() || options.config.ledger.max_bytes < 0) {
+  options.config.ledger.max_bytes_per_caller = absl::GetFlag(FLAGS_call_id_cache_bytes_per_tenant);
+  options.config.tenant_max_calls = absl::GetFlag(FLAGS_tenant_max_calls);
+  if (options.config.tenant_max_calls < 0) {
+    return absl::InvalidArgumentError("--tenant_max_calls must not be negative (0: no limit).");
+  }
+  if (options.config.ledger.ttl <= absl::ZeroDuration() || options.config.ledger.max_bytes < 0 ||
+      options.config.ledger.max_bytes_per_caller < 0) {
     return absl::InvalidArgumentError(
-        "--call_id_ttl must be positive and --call_id_cache_bytes not negative.");
+        "--call_id_ttl must be positive, and --call_id_cache_bytes and "
+        "--call_id_cache_bytes_per_tenant not negative.");
   }
   options.listen = absl::GetFlag(FLAGS_listen);
   options.plugins = absl::GetFlag(FLAGS_plugins);

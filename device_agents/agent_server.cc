@@ -115,6 +115,9 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(Options options)
   }
   state.admission = std::make_unique<Admission>(state.config.max_inflight_bytes);
   state.ledger = std::make_unique<CallLedger>(state.config.ledger);
+  if (state.config.tenant_max_calls > 0) {
+    state.caller_slots = std::make_unique<CallerSlots>(state.config.tenant_max_calls);
+  }
   FARCALL_ASSIGN_OR_RETURN(state.backend, OpenBackend(state.config.platform, state.config.backend));
   if (!state.config.faults.empty()) {
     log::Warning("injecting device faults (--inject_faults=" + state.config.faults.ToString() +

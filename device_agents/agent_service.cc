@@ -127,6 +127,9 @@ absl::Status Accept(const AgentState& state, const Credentials& credentials,
     return refused(s);
   }
   call.set_principal(std::move(principal));
+  if (state.caller_slots != nullptr) {
+    if (absl::Status s = call.TakeCallerSlot(*state.caller_slots); !s.ok()) return limit(s);
+  }
   return limit(call.Validate());
 }
 

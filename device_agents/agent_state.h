@@ -27,6 +27,7 @@
 #include "core/wire/header_limits.h"
 #include "device_agents/admission.h"
 #include "device_agents/call_ledger.h"
+#include "device_agents/caller_slots.h"
 #include "device_agents/device.h"
 #include "device_agents/fault_injection.h"
 #include "device_agents/handler_registry.h"
@@ -44,6 +45,9 @@ struct AgentConfig {
   // How long, and within how many bytes of answers, call_ids of calls with
   // side effects are remembered.
   CallLedger::Options ledger;
+  // Calls one caller (a principal) may have in flight at once
+  // (--tenant_max_calls); 0: no limit.
+  int64_t tenant_max_calls = 0;
   // Largest footprint (args plus non-aliased results) of one call.
   int64_t max_call_bytes = int64_t{4} << 30;
   // Tensor bytes all calls in flight may hold together; 0: three quarters
@@ -81,6 +85,8 @@ struct AgentState {
   // call_ids of calls with side effects, so that none runs twice (null: not
   // recorded).
   std::unique_ptr<CallLedger> ledger;
+  // Each caller's calls in flight (null: --tenant_max_calls is off).
+  std::unique_ptr<CallerSlots> caller_slots;
   TokenTable tokens;  // empty: calls need no token
   // Calls ended, and those that failed (AgentInfo.calls_total).
   std::atomic<uint64_t> calls_ended{0};

@@ -26,6 +26,21 @@ CallLedger::Claim CallLedger::Begin(const CallKey& key, absl::Time now) {
     const int64_t cost =
         static_cast<int64_t>(2 * (key.principal.size() + key.call_id.size()) + key.digest.size()) +
         kEntryOverheadBytes;
+    // A caller past its share is refused before it takes anything; the
+    // others' ids and answers stay.
+    if (!key.principal.empty()) {
+      auto mine = caller_bytes_.find(key.principal);
+      const int64_t held = mine != caller_bytes_.end() ? mine->second : 0;
+      if (held + cost > CallerLimit() && CallerLimit() < options_.max_bytes) {
+        c.run = false;
+        c.status = absl::ResourceExhaustedError(absl::StrCat(
+            "this caller's share of the agent's exactly-once ledger is full (", held,
+            " bytes of call_ids and kept answers, --call_id_cache_bytes_per_tenant=", CallerLimit(),
+            "); a call with side effects is never run unrecorded: retry once earlier ids "
+            "expire (--call_id_ttl)."));
+        return c;
+      }
+    }
     // Kept answers make room for ids; ids never make room for each other,
     // and a call with side effects never runs unrecorded.
     id_bytes_ += cost;
@@ -42,6 +57,7 @@ CallLedger::Claim CallLedger::Begin(const CallKey& key, absl::Time now) {
     Entry& e = entries_[Id(key.principal, key.call_id)];
     e.digest = key.digest;
     e.cost = cost;
+    ChargeLocked(key.principal, cost);
     return c;
   }
   c.run = false;
@@ -79,11 +95,17 @@ void CallLedger::Ran(const CallKey& key, const absl::Status& status, const grpc:
   e.expires = now + options_.ttl;
   ended_.emplace_back(e.expires, it->first);
   const int64_t bytes = answer != nullptr ? static_cast<int64_t>(answer->Length()) : 0;
-  if (answer != nullptr && bytes <= options_.max_answer_bytes) {
+  // Within the caller's share only: a caller past it keeps its ids (and
+  // exactly-once), not its answers.
+  auto mine = caller_bytes_.find(key.principal);
+  const bool within_share =
+      key.principal.empty() || mine == caller_bytes_.end() || mine->second + bytes <= CallerLimit();
+  if (answer != nullptr && bytes <= options_.max_answer_bytes && within_share) {
     // Shares the message's slices; no copy.
     e.answer = *answer;
     e.bytes = bytes;
     kept_bytes_ += bytes;
+    ChargeLocked(key.principal, bytes);
     kept_.emplace_back(e.expires, it->first);
     MakeRoomLocked();
   }
@@ -110,6 +132,12 @@ int64_t CallLedger::id_bytes() const {
   return id_bytes_;
 }
 
+int64_t CallLedger::caller_bytes(const std::string& principal) const {
+  absl::MutexLock l(&mu_);
+  auto it = caller_bytes_.find(principal);
+  return it != caller_bytes_.end() ? it->second : 0;
+}
+
 void CallLedger::ExpireLocked(absl::Time now) {
   while (!ended_.empty() && ended_.front().first <= now) {
     auto it = entries_.find(ended_.front().second);
@@ -128,23 +156,32 @@ void CallLedger::MakeRoomLocked() {
   while (id_bytes_ + kept_bytes_ > options_.max_bytes && !kept_.empty()) {
     auto old = entries_.find(kept_.front().second);
     if (old != entries_.end() && old->second.expires == kept_.front().first) {
-      DropAnswerLocked(old->second);
+      DropAnswerLocked(old->first.first, old->second);
     }
     kept_.pop_front();
   }
 }
 
 void CallLedger::EraseLocked(std::map<Id, Entry>::iterator it) {
-  DropAnswerLocked(it->second);
+  DropAnswerLocked(it->first.first, it->second);
   id_bytes_ -= it->second.cost;
+  ChargeLocked(it->first.first, -it->second.cost);
   entries_.erase(it);
 }
 
-void CallLedger::DropAnswerLocked(Entry& e) {
+void CallLedger::DropAnswerLocked(const std::string& principal, Entry& e) {
   if (!e.answer.has_value()) return;
   kept_bytes_ -= e.bytes;
+  ChargeLocked(principal, -e.bytes);
   e.bytes = 0;
   e.answer.reset();
+}
+
+void CallLedger::ChargeLocked(const std::string& principal, int64_t bytes) {
+  if (principal.empty() || bytes == 0) return;
+  int64_t& held = caller_bytes_[principal];
+  held += bytes;
+  if (held <= 0) caller_bytes_.erase(principal);
 }
 
 }  // namespace farcall::agent

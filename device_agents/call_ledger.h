@@ -22,6 +22,15 @@
 // unrecorded. Calls without has_side_effect, or without a call_id, are not
 // recorded: running them again is harmless.
 //
+// One caller (a principal: a token, or the caller a router's capability
+// names) holds at most `max_bytes_per_caller` of it, ids and kept answers
+// together (--call_id_cache_bytes_per_tenant), so that no caller can fill
+// the ledger and have every other caller's calls with side effects
+// refused: past its share its new calls are refused and its answers no
+// longer kept, while others' calls run. Calls without a principal (an
+// agent without tokens, where every caller is one) have no share but the
+// whole.
+//
 // Thread safety: thread-safe.
 #ifndef FARCALL_DEVICE_AGENTS_CALL_LEDGER_H_
 #define FARCALL_DEVICE_AGENTS_CALL_LEDGER_H_
@@ -34,6 +43,7 @@
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -59,6 +69,8 @@ class CallLedger {
     int64_t max_bytes = int64_t{256} << 20;        // ids and kept answers, all together
     int64_t max_answer_bytes = int64_t{16} << 20;  // one kept answer
     size_t max_ids = 1 << 20;
+    // One principal's ids and kept answers; 0: a quarter of `max_bytes`.
+    int64_t max_bytes_per_caller = 0;
   };
   // What to do with a call.
   struct Claim {
@@ -82,6 +94,8 @@ class CallLedger {
   size_t size() const;
   int64_t kept_bytes() const;  // answers
   int64_t id_bytes() const;    // ids, with their overhead
+  // One caller's ids (with their overhead) and kept answers.
+  int64_t caller_bytes(const std::string& principal) const;
 
  private:
   using Id = std::pair<std::string, std::string>;  // principal, call_id
@@ -95,7 +109,13 @@ class CallLedger {
     int64_t bytes = 0;
   };
   void ExpireLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void DropAnswerLocked(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DropAnswerLocked(const std::string& principal, Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adds `bytes` (negative: takes away) to the principal's share.
+  void ChargeLocked(const std::string& principal, int64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int64_t CallerLimit() const {
+    return options_.max_bytes_per_caller > 0 ? options_.max_bytes_per_caller
+                                             : options_.max_bytes / 4;
+  }
   void EraseLocked(std::map<Id, Entry>::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops the oldest answers until ids and answers fit `max_bytes`: each
   // answer is looked at once, however often the ledger is full (amortized
@@ -110,6 +130,8 @@ class CallLedger {
   std::deque<std::pair<absl::Time, Id>> ended_ ABSL_GUARDED_BY(mu_);
   std::deque<std::pair<absl::Time, Id>> kept_ ABSL_GUARDED_BY(mu_);
   int64_t kept_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // Each named principal's ids and kept answers (absent: none).
+  absl::flat_hash_map<std::string, int64_t> caller_bytes_ ABSL_GUARDED_BY(mu_);
   int64_t id_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -146,6 +147,69 @@ TEST(CallLedgerTest, AFullLedgerRefusesInsteadOfRunningUnrecorded) {
   EXPECT_TRUE(few.Begin(K("a")).run);
   EXPECT_TRUE(few.Begin(K("b")).run);
   EXPECT_EQ(few.Begin(K("c")).status.code(), absl::StatusCode::kResourceExhausted);
+}
+
+// One caller cannot fill the ledger: past its share its own new calls are
+// refused (and its answers no longer kept), while another caller's calls
+// with side effects still run and keep their answers.
+TEST(CallLedgerTest, OneCallerFillingItsShareLeavesTheOthersRoom) {
+  CallLedger::Options o;
+  const int64_t id_cost =
+      CallLedger::kEntryOverheadBytes + 2 * (7 + 8) + 1;  // "token:a", 8-byte ids
+  o.max_bytes = 100 * id_cost;
+  o.max_bytes_per_caller = 10 * id_cost;
+  CallLedger ledger(o);
+  const absl::Time t0 = absl::Now();
+  int ran = 0;
+  CallLedger::Claim refused;
+  for (int i = 0; i < 1000; ++i) {
+    const std::string id = absl::StrCat("a-", absl::Dec(i, absl::kZeroPad6));
+    CallLedger::Claim c = ledger.Begin(K(id, "token:a"), t0);
+    if (!c.run) {
+      refused = c;
+      break;
+    }
+    ++ran;
+  }
+  EXPECT_EQ(ran, 10);
+  EXPECT_EQ(refused.status.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(
+      refused.status.message(),
+      absl::StrCat(
+          "this caller's share of the agent's exactly-once ledger is full (", 10 * id_cost,
+          " bytes of call_ids and kept answers, --call_id_cache_bytes_per_tenant=", 10 * id_cost,
+          "); a call with side effects is never run unrecorded: retry once "
+          "earlier ids expire (--call_id_ttl)."));
+  EXPECT_EQ(ledger.caller_bytes("token:a"), 10 * id_cost);
+  // The other caller runs, and its answer is kept and replayed.
+  const grpc::ByteBuffer answer = Message("b's answer");
+  ASSERT_TRUE(ledger.Begin(K("b-000001", "token:b"), t0).run);
+  ledger.Ran(K("b-000001", "token:b"), absl::OkStatus(), &answer, t0);
+  CallLedger::Claim again = ledger.Begin(K("b-000001", "token:b"), t0);
+  ASSERT_TRUE(again.answer.has_value());
+  EXPECT_EQ(Bytes(*again.answer), "b's answer");
+  // A's ids expire, and its share is free again.
+  for (int i = 0; i < 10; ++i) {
+    ledger.Ran(K(absl::StrCat("a-", absl::Dec(i, absl::kZeroPad6)), "token:a"), absl::OkStatus(),
+               nullptr, t0);
+  }
+  EXPECT_TRUE(ledger.Begin(K("a-999999", "token:a"), t0 + o.ttl + absl::Seconds(1)).run);
+  EXPECT_EQ(ledger.caller_bytes("token:a"), id_cost);
+  // A caller at its share keeps its ids but not its answers.
+  CallLedger::Options tight = o;
+  tight.max_bytes_per_caller = id_cost + 4;
+  CallLedger small(tight);
+  ASSERT_TRUE(small.Begin(K("c-000001", "token:c"), t0).run);
+  small.Ran(K("c-000001", "token:c"), absl::OkStatus(), &answer, t0);
+  CallLedger::Claim c = small.Begin(K("c-000001", "token:c"), t0);
+  EXPECT_FALSE(c.run);
+  EXPECT_FALSE(c.answer.has_value());
+  EXPECT_EQ(c.status.code(), absl::StatusCode::kAlreadyExists);
+  // Without a principal (no tokens), the whole ledger is the caller's.
+  CallLedger open(o);
+  for (int i = 0; i < 50; ++i) {
+    ASSERT_TRUE(open.Begin(K(absl::StrCat("n-", absl::Dec(i, absl::kZeroPad6))), t0).run) << i;
+  }
 }
 
 }  // namespace

@@ -236,18 +236,119 @@ TEST(SecurityTest, ClientsCallAgentsSharingOneCertificateDirectlyWhenToldItsName
 // under the same X runs as its own call (the ledger is per caller), never
 // answered with root's scaled tensor; root reusing X for other work is
 // refused. Direct and through the router.
+// Two tenants of one agent: alpha (axpy, copy) and root (every handler).
+struct TwoTenants {
+  std::unique_ptr<Client> alpha, root;
+};
+TwoTenants ConnectTenants(const std::string& address) {
+  ClientOptions alpha, root;
+  alpha.token = "alpha-token-0123456789";
+  root.token = "root-token-0123456789";
+  auto a = Client::Connect(address, alpha);
+  auto r = Client::Connect(address, root);
+  EXPECT_TRUE(a.ok() && r.ok());
+  if (!a.ok() || !r.ok()) return {};
+  return {*std::move(a), *std::move(r)};
+}
+
+// A caller that fills its share of the exactly-once ledger with ids of
+// calls with side effects is refused past it, naming the flag, while
+// another caller's calls with side effects still run and are replayed.
+TEST(SecurityTest, ACallerFillingTheLedgerLeavesTheOthersRunning) {
+  const Pki& p = Certificates();
+  auto agent = Start(FARCALL_AGENT_BIN,
+                     {"--tokens_file=" + p.tokens, "--call_id_cache_bytes_per_tenant=8192"});
+  ASSERT_NE(agent, nullptr);
+  TwoTenants t = ConnectTenants(agent->address());
+  ASSERT_TRUE(t.alpha && t.root);
+  Client* a = t.alpha.get();
+  Client* r = t.root.get();
+  std::vector<float> x = {1, 2, 3, 4};
+  CallRequest copy = ::farcall::testing::RequestOnFour("copy", x);
+  copy.has_side_effect = true;
+  CallOptions o;
+  o.transport = Transport::kGrpc;
+  absl::Status refused;
+  int ran = 0;
+  for (int i = 0; i < 1000 && refused.ok(); ++i) {
+    o.call_id = absl::StrCat("alpha-", i);
+    absl::StatusOr<CallResult> c = a->Call(copy, o);
+    if (c.ok()) {
+      ++ran;
+    } else {
+      refused = c.status();
+    }
+  }
+  EXPECT_GT(ran, 0);
+  EXPECT_LT(ran, 1000);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr("this caller's share of the agent's exactly-once "
+                                           "ledger is full"));
+  EXPECT_THAT(refused.message(), HasSubstr("--call_id_cache_bytes_per_tenant=8192"));
+  // Root's calls with side effects run, and a repeat gets its answer.
+  CallRequest scale = copy;
+  scale.handler = "scale";
+  scale.attributes["alpha"] = 10.0;
+  o.call_id = "root-1";
+  absl::StatusOr<CallResult> first = r->Call(scale, o);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->results[0].as<float>()[3], 40);
+  absl::StatusOr<CallResult> repeat = r->Call(scale, o);
+  ASSERT_TRUE(repeat.ok()) << repeat.status();
+  EXPECT_EQ(repeat->results[0].as<float>()[3], 40);
+  // Alpha's own calls without side effects still run.
+  copy.has_side_effect = false;
+  o.call_id.clear();
+  EXPECT_TRUE(a->Call(copy, o).ok());
+}
+
+// --tenant_max_calls: a caller with that many calls in flight is refused
+// another, naming the flag, while another caller's calls run.
+TEST(SecurityTest, ACallersCallsInFlightAreCappedAndTheOthersRun) {
+  const Pki& p = Certificates();
+  auto agent = Start(FARCALL_AGENT_BIN, {"--tokens_file=" + p.tokens, "--tenant_max_calls=2"});
+  ASSERT_NE(agent, nullptr);
+  TwoTenants t = ConnectTenants(agent->address());
+  ASSERT_TRUE(t.alpha && t.root);
+  Client* a = t.alpha.get();
+  Client* r = t.root.get();
+  CallRequest sleep;
+  sleep.handler = "sleep";
+  sleep.attributes["ms"] = int64_t{2000};
+  auto first = r->CallFuture(sleep);
+  auto second = r->CallFuture(sleep);
+  bool holding = false;
+  for (absl::Time end = absl::Now() + absl::Seconds(20); !holding && absl::Now() < end;) {
+    absl::StatusOr<AgentDescription> d = r->Describe();
+    holding = d.ok() && d->inflight_calls >= 2;
+  }
+  ASSERT_TRUE(holding);
+  absl::Status third = r->Call(sleep).status();
+  EXPECT_EQ(third.code(), absl::StatusCode::kResourceExhausted) << third;
+  EXPECT_THAT(third.message(), HasSubstr("this caller has 2 calls in flight on this agent, its "
+                                         "most (--tenant_max_calls=2)"));
+  std::vector<float> x = {1, 2, 3, 4};
+  absl::StatusOr<CallResult> other =
+      a->Call(::farcall::testing::RequestOnFour("copy", x), CallOptions());
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_EQ(other->results[0].as<float>()[3], 4);
+  EXPECT_TRUE(first.get().ok());
+  EXPECT_TRUE(second.get().ok());
+  // Their slots are back.
+  sleep.attributes["ms"] = int64_t{1};
+  EXPECT_TRUE(r->Call(sleep).ok());
+}
+
 TEST(SecurityTest, OneCallersCallIdNeverAnswersAnother) {
   const Pki& p = Certificates();
   auto agent = Start(FARCALL_AGENT_BIN, {"--tokens_file=" + p.tokens});
   ASSERT_NE(agent, nullptr);
   for (const std::string& target : {agent->address()}) {
     SCOPED_TRACE(target);
-    ClientOptions alpha, root;
-    alpha.token = "alpha-token-0123456789";
-    root.token = "root-token-0123456789";
-    auto a = Client::Connect(target, alpha);
-    auto r = Client::Connect(target, root);
-    ASSERT_TRUE(a.ok() && r.ok());
+    TwoTenants t = ConnectTenants(target);
+    ASSERT_TRUE(t.alpha && t.root);
+    std::unique_ptr<Client>* a = &t.alpha;
+    std::unique_ptr<Client>* r = &t.root;
     const std::string id = "shared-id-" + target;
     std::vector<float> x = {1, 2, 3, 4};
     CallRequest scale = ::farcall::testing::RequestOnFour("scale", x);
