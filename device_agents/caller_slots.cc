@@ -9,9 +9,10 @@ absl::Status CallerSlots::Take(const std::string& principal) {
   absl::MutexLock l(&mu_);
   int64_t& held = held_[principal];
   if (held >= max_) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("this caller has ", held, " calls in flight on this agent, its most "
-                     "(--tenant_max_calls=", max_, "); retry when one ends."));
+    return absl::ResourceExhaustedError(absl::StrCat("this caller has ", held,
+                                                     " calls in flight on this agent, its most "
+                                                     "(--tenant_max_calls=",
+                                                     max_, "); retry when one ends."));
   }
   ++held;
   return absl::OkStatus();
