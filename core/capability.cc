@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -46,15 +47,7 @@ struct Key {
   std::string id;  // kKeyIdBytes, raw
 };
 
-std::string Hex(absl::string_view raw) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (char c : raw) {
-    out.push_back(kHex[static_cast<uint8_t>(c) >> 4]);
-    out.push_back(kHex[static_cast<uint8_t>(c) & 15]);
-  }
-  return out;
-}
+std::string Hex(absl::string_view raw) { return absl::BytesToHexString(raw); }
 
 absl::Status Invalid(absl::string_view source, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat(source, ": ", why));

@@ -270,6 +270,20 @@ TEST(CapabilityTest, KeyFilesFailClosed) {
     EXPECT_THAT(s.message(), Not(HasSubstr("MC4C")));
     std::remove(path.c_str());
   }
+  // What is not a key file at all is refused before it is read whole: a
+  // device that never ends, a directory, a file past 1 MiB.
+  const std::string big = WriteFile("big.pem", std::string((1 << 20) + 1, 'k'));
+  for (const std::string& path : {std::string("/dev/zero"), ::testing::TempDir(), big}) {
+    for (bool signer : {true, false}) {
+      absl::Status s =
+          signer ? CapabilitySigner::Load(path).status() : CapabilityVerifier::Load(path).status();
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << path << s;
+      EXPECT_THAT(s.message(),
+                  ::testing::AnyOf(HasSubstr(path + " is not a regular file."),
+                                   HasSubstr(path + " is larger than 1048576 bytes.")));
+    }
+  }
+  std::remove(big.c_str());
 }
 
 // A field cut short would grant its prefix: a capability for a handler

@@ -4,7 +4,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -20,31 +22,14 @@ constexpr char kDigestPrefix[] = "sha256:";
 // The raw digest a `sha256:HEX` field names; empty when HEX is not 64 hex
 // digits.
 std::string DigestOfField(absl::string_view hex) {
-  if (hex.size() != 2 * SHA256_DIGEST_LENGTH) return "";
-  std::string raw;
-  for (size_t i = 0; i < hex.size(); i += 2) {
-    int v = 0;
-    for (char c : hex.substr(i, 2)) {
-      const int d = absl::ascii_isdigit(c)   ? c - '0'
-                    : (c >= 'a' && c <= 'f') ? c - 'a' + 10
-                    : (c >= 'A' && c <= 'F') ? c - 'A' + 10
-                                             : -1;
-      if (d < 0) return "";
-      v = v * 16 + d;
-    }
-    raw.push_back(static_cast<char>(v));
+  if (hex.size() != 2 * SHA256_DIGEST_LENGTH || !absl::c_all_of(hex, absl::ascii_isxdigit)) {
+    return "";
   }
-  return raw;
+  return absl::HexStringToBytes(hex);
 }
 
 std::string PrincipalOfDigest(absl::string_view digest) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out = "token:";
-  for (int i = 0; i < 6; ++i) {
-    out.push_back(kHex[static_cast<uint8_t>(digest[i]) >> 4]);
-    out.push_back(kHex[static_cast<uint8_t>(digest[i]) & 15]);
-  }
-  return out;
+  return absl::StrCat("token:", absl::BytesToHexString(digest.substr(0, 6)));
 }
 
 }  // namespace

@@ -74,6 +74,17 @@ TEST(TokenTableTest, AFileWithoutTokensIsRefusedNotOpen) {
   }
 }
 
+// A path that is no tokens file (a device that never ends, a directory)
+// is refused before it is read, never taken as an empty file.
+TEST(TokenTableTest, WhatIsNoRegularFileIsRefused) {
+  for (const std::string path : {"/dev/zero", "/tmp"}) {
+    absl::StatusOr<TokenTable> t = TokenTable::Load(path);
+    EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << path;
+    EXPECT_THAT(t.status().message(), HasSubstr(path + " is not a regular file."));
+  }
+  EXPECT_EQ(TokenTable::Load("/nonexistent/tokens").status().code(), absl::StatusCode::kNotFound);
+}
+
 TEST(TokenTableTest, ShortAndRepeatedTokensAreRefusedByLine) {
   absl::StatusOr<TokenTable> t = TokenTable::Parse("# c\nshort-token-15b *\n", "tok");
   EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);

@@ -1,7 +1,8 @@
 #include "core/watched_file.h"
 
+#include <filesystem>
 #include <fstream>
-#include <sstream>
+#include <system_error>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -9,14 +10,32 @@
 
 namespace farcall {
 
-absl::StatusOr<std::string> ReadConfigFile(const std::string& path, absl::string_view what) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) {
-    return absl::NotFoundError(absl::StrCat("cannot read the ", what, " ", path, "."));
+absl::StatusOr<std::string> ReadRegularFile(const std::string& path, int64_t max_bytes,
+                                            absl::string_view label) {
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  if (!f) return absl::NotFoundError(absl::StrCat(label, ": cannot read ", path, "."));
+  // A directory opens too, and its "size" is the largest offset; a device
+  // never ends: say what it is. (A symbolic link to a file, as a mounted
+  // Kubernetes secret is, is a file.)
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat(label, ": ", path, " is not a regular file."));
   }
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+  const std::streamoff size = f.tellg();
+  if (size < 0 || size > max_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(label, ": ", path, " is larger than ", max_bytes, " bytes."));
+  }
+  std::string bytes(static_cast<size_t>(size), '\0');
+  f.seekg(0);
+  if (!f.read(bytes.data(), size)) {
+    return absl::NotFoundError(absl::StrCat(label, ": cannot read ", path, "."));
+  }
+  return bytes;
+}
+
+absl::StatusOr<std::string> ReadConfigFile(const std::string& path, absl::string_view what) {
+  return ReadRegularFile(path, kMaxConfigFileBytes, what);
 }
 
 std::string Sha256Of(absl::string_view bytes) {

@@ -13,6 +13,7 @@
 #ifndef FARCALL_CORE_WATCHED_FILE_H_
 #define FARCALL_CORE_WATCHED_FILE_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/functional/function_ref.h"
@@ -23,8 +24,18 @@
 
 namespace farcall {
 
-// The file's bytes; NOT_FOUND naming `what` and `path` when it cannot be
-// read.
+// The largest configuration file (tokens, keys, certificates) read.
+inline constexpr int64_t kMaxConfigFileBytes = int64_t{1} << 20;
+
+// The bytes of the regular file at `path`, at most `max_bytes`: NOT_FOUND
+// when it cannot be read, INVALID_ARGUMENT when it is not a regular file (a
+// directory, a device such as /dev/zero) or is larger. `label` names it in
+// the messages ("LABEL: cannot read PATH.").
+absl::StatusOr<std::string> ReadRegularFile(const std::string& path, int64_t max_bytes,
+                                            absl::string_view label);
+
+// ReadRegularFile within kMaxConfigFileBytes; `what` names the file
+// ("tokens file").
 absl::StatusOr<std::string> ReadConfigFile(const std::string& path, absl::string_view what);
 
 // The SHA-256 of `bytes`, raw (32 bytes).

@@ -1,11 +1,9 @@
 #include "core/wire/security.h"
 
-#include <filesystem>
-#include <fstream>
-
 #include "absl/strings/str_cat.h"
 #include "core/capability.h"
 #include "core/tokens.h"
+#include "core/watched_file.h"
 
 namespace farcall {
 namespace {
@@ -22,26 +20,7 @@ absl::StatusOr<std::string> ReadPem(const std::string& path, const char* flag) {
 }  // namespace
 
 absl::StatusOr<std::string> ReadPemFile(const std::string& path, const char* flag) {
-  std::ifstream f(path, std::ios::binary | std::ios::ate);
-  if (!f) return absl::NotFoundError(absl::StrCat(flag, ": cannot read ", path, "."));
-  // A directory opens too, and its "size" is the largest offset: say what
-  // it is rather than that it is large. (A symbolic link to a file, as a
-  // mounted Kubernetes secret is, is a file.)
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, ": ", path, " is not a regular file."));
-  }
-  const std::streamoff size = f.tellg();
-  if (size < 0 || size > kMaxPemBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(flag, ": ", path, " is larger than ", kMaxPemBytes, " bytes."));
-  }
-  std::string bytes(static_cast<size_t>(size), '\0');
-  f.seekg(0);
-  if (!f.read(bytes.data(), size)) {
-    return absl::NotFoundError(absl::StrCat(flag, ": cannot read ", path, "."));
-  }
-  return bytes;
+  return ReadRegularFile(path, kMaxPemBytes, flag);
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(const TlsFiles& f) {
