@@ -69,7 +69,7 @@ absl::StatusOr<ServerSecurity> ServerSecurityFromFlags(ServerRole role) {
         "--capability_key_file (a secret every agent shared, with which any of them could mint "
         "capabilities) is gone: give the router an Ed25519 private key, "
         "--capability_signing_key_file, and the agents its public key, "
-        "--capability_verify_keys_file (docs/security.md, 'Capabilities').");
+        "--capability_verify_keys_file (docs/security.md, 'Flags').");
   }
   const std::string signing = absl::GetFlag(FLAGS_capability_signing_key_file);
   const std::string verify = absl::GetFlag(FLAGS_capability_verify_keys_file);

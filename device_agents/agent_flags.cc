@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "core/call_validation.h"
+#include "core/capability.h"
 #include "core/limit_flags.h"
 #include "core/log.h"
 #include "core/platform.h"
@@ -243,6 +244,13 @@ absl::StatusOr<AgentServer::Options> AgentOptionsFromFlags() {
   AgentServer::Options options;
   options.config.platform = *platform;
   options.config.agent_id = absl::GetFlag(FLAGS_agent_id);
+  if (options.config.agent_id.size() > kMaxCapabilityFieldBytes) {
+    // A router could sign no capability for it, and would forward calls
+    // here under its own principal alone.
+    return absl::InvalidArgumentError(absl::StrCat("--agent_id is ", options.config.agent_id.size(),
+                                                   " bytes, over the ", kMaxCapabilityFieldBytes,
+                                                   " a capability can name an agent in."));
+  }
   FARCALL_RETURN_IF_ERROR(DeviceOptionsFromFlags(options));
   options.config.ledger.ttl = absl::GetFlag(FLAGS_call_id_ttl);
   options.config.ledger.max_bytes = absl::GetFlag(FLAGS_call_id_cache_bytes);

@@ -182,6 +182,12 @@ TEST_F(TrustTest, EachAgentHasItsOwnIdAndTheRouterRefusesATwin) {
     ids.push_back(d->agent_id);
   }
   EXPECT_NE(ids[0], ids[1]);
+  // An id no capability could name is refused at start.
+  CommandResult long_id = Agent("--agent_id=" + std::string(1025, 'i'));
+  EXPECT_EQ(long_id.exit_code, 2) << long_id.output;
+  EXPECT_THAT(
+      long_id.output,
+      HasSubstr("--agent_id is 1025 bytes, over the 1024 a capability can name an agent in."));
 
   auto twin1 = ChildProcess::Start(FARCALL_AGENT_BIN, {"--listen=127.0.0.1:0", "--agent_id=twin"});
   auto twin2 = ChildProcess::Start(FARCALL_AGENT_BIN, {"--listen=127.0.0.1:0", "--agent_id=twin"});
