@@ -8,9 +8,11 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "absl/types/span.h"
 #include "core/watched_file.h"
 #include "openssl/sha.h"
 
@@ -30,6 +32,47 @@ std::string DigestOfField(absl::string_view hex) {
 
 std::string PrincipalOfDigest(absl::string_view digest) {
   return absl::StrCat("token:", absl::BytesToHexString(digest.substr(0, 6)));
+}
+
+constexpr size_t kMaxTenantName = 64;
+
+bool ValidTenantName(absl::string_view name) {
+  return !name.empty() && name.size() <= kMaxTenantName && absl::c_all_of(name, [](char c) {
+    return absl::ascii_isalnum(c) || c == '.' || c == '_' || c == '-';
+  });
+}
+
+// A line's `key=value` fields after the handlers: the tenant's name (empty
+// if none) and its quotas. The error says what is wrong, for the caller to
+// put after the file and line.
+absl::Status ParseTenantFields(absl::Span<const absl::string_view> fields, std::string* tenant,
+                               TenantQuota* quota) {
+  for (absl::string_view f : fields) {
+    std::pair<absl::string_view, absl::string_view> kv = absl::StrSplit(f, absl::MaxSplits('=', 1));
+    if (kv.first == "tenant") {
+      if (!ValidTenantName(kv.second)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("a tenant name is 1 to ", kMaxTenantName, " of [A-Za-z0-9._-]."));
+      }
+      *tenant = std::string(kv.second);
+      continue;
+    }
+    int64_t* value = kv.first == "max_calls"      ? &quota->max_calls
+                     : kv.first == "max_bytes"    ? &quota->max_bytes
+                     : kv.first == "ledger_bytes" ? &quota->ledger_bytes
+                                                  : nullptr;
+    if (value == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown field '", kv.first,
+                       "' (after the handlers a line may give tenant=, max_calls=, max_bytes= "
+                       "and ledger_bytes=)."));
+    }
+    if (!absl::SimpleAtoi(kv.second, value) || *value <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kv.first, " must be a positive whole number; got '", kv.second, "'."));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -57,9 +100,11 @@ absl::StatusOr<TokenTable> TokenTable::Parse(absl::string_view text, absl::strin
     if (line.empty() || line.front() == '#') continue;
     std::vector<absl::string_view> fields =
         absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
-    if (fields.size() != 2) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          source, " line ", line_no, ": expected 'TOKEN HANDLER[,HANDLER...]' or 'TOKEN *'."));
+    if (fields.size() < 2 || absl::StrContains(fields[1], '=')) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, " line ", line_no,
+                       ": expected 'TOKEN HANDLER[,HANDLER...]' or 'TOKEN *', then optional "
+                       "tenant=NAME, max_calls=N, max_bytes=N, ledger_bytes=N."));
     }
     Entry e;
     if (absl::StartsWith(fields[0], kDigestPrefix)) {
@@ -83,7 +128,23 @@ absl::StatusOr<TokenTable> TokenTable::Parse(absl::string_view text, absl::strin
             source, " line ", line_no, ": the token repeats the one on line ", lines[i], "."));
       }
     }
-    e.principal = PrincipalOfDigest(e.digest);
+    std::string tenant;
+    if (absl::Status s =
+            ParseTenantFields(absl::MakeConstSpan(fields).subspan(2), &tenant, &e.quota);
+        !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(source, " line ", line_no, ": ", s.message()));
+    }
+    e.principal = tenant.empty() ? PrincipalOfDigest(e.digest) : absl::StrCat("tenant:", tenant);
+    for (size_t i = 0; i < entries->size(); ++i) {
+      const Entry& other = (*entries)[i];
+      if (other.principal == e.principal && (other.quota.max_calls != e.quota.max_calls ||
+                                             other.quota.max_bytes != e.quota.max_bytes ||
+                                             other.quota.ledger_bytes != e.quota.ledger_bytes)) {
+        return absl::InvalidArgumentError(absl::StrCat(source, " line ", line_no, ": tenant ",
+                                                       tenant, " has other quotas on line ",
+                                                       lines[i], "; give them alike."));
+      }
+    }
     if (fields[1] == "*") {
       e.all = true;
     } else {
@@ -173,8 +234,9 @@ absl::Status TokenTable::Authenticate(absl::string_view authorization) const {
 }
 
 absl::Status TokenTable::Authorize(absl::string_view authorization, absl::string_view handler,
-                                   std::string* principal) const {
+                                   std::string* principal, TenantQuota* quota) const {
   if (principal != nullptr) principal->clear();
+  if (quota != nullptr) *quota = {};
   std::shared_ptr<const Entries> entries = Snapshot();  // held while `e` is used
   if (entries == nullptr || entries->empty()) return absl::OkStatus();
   absl::Status error;
@@ -184,10 +246,21 @@ absl::Status TokenTable::Authorize(absl::string_view authorization, absl::string
   for (const std::string& h : e->handlers) allowed = allowed || h == handler;
   if (allowed) {
     if (principal != nullptr) *principal = e->principal;
+    if (quota != nullptr) *quota = e->quota;
     return absl::OkStatus();
   }
   return absl::PermissionDeniedError(
       absl::StrCat("this token may not call handler '", handler, "'."));
+}
+
+std::vector<std::string> TokenTable::principals() const {
+  std::vector<std::string> out;
+  std::shared_ptr<const Entries> entries = Snapshot();
+  if (entries == nullptr) return out;
+  for (const Entry& e : *entries) {
+    if (absl::c_find(out, e.principal) == out.end()) out.push_back(e.principal);
+  }
+  return out;
 }
 
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {

@@ -13,6 +13,18 @@
 // caller must not see of another's (the exactly-once ledger), and may be
 // logged; tokens never are.
 //
+// A line may go on with `key=value` fields, in any order:
+//   tenant=NAME     the token's principal is `tenant:NAME` instead, so that
+//                   the tokens of one team share its quotas, its ledger
+//                   share and its metrics (NAME: 1 to 64 of [A-Za-z0-9._-]);
+//   max_calls=N     the tenant's calls in flight at once, for this tenant
+//                   in place of --tenant_max_calls;
+//   max_bytes=N     the bytes its calls may hold at once, in place of
+//                   --tenant_max_bytes;
+//   ledger_bytes=N  its share of the exactly-once ledger, in place of
+//                   --call_id_cache_bytes_per_tenant.
+// Lines of one tenant that give it different quotas are refused.
+//
 //   absl::StatusOr<TokenTable> t = TokenTable::Load("/etc/farcall/tokens");
 //   absl::Status s = t->Authorize(authorization_value, "axpy");
 //
@@ -34,6 +46,7 @@
 #ifndef FARCALL_CORE_TOKENS_H_
 #define FARCALL_CORE_TOKENS_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,6 +64,13 @@ inline constexpr char kAuthorizationKey[] = "authorization";
 inline constexpr char kBearerPrefix[] = "Bearer ";
 // The shortest token a tokens file may hold.
 inline constexpr size_t kMinTokenBytes = 16;
+
+// What a tokens-file line sets for its tenant; 0: the server's flag.
+struct TenantQuota {
+  int64_t max_calls = 0;
+  int64_t max_bytes = 0;
+  int64_t ledger_bytes = 0;
+};
 
 class TokenTable {
  public:
@@ -81,9 +101,13 @@ class TokenTable {
   absl::Status Authenticate(absl::string_view authorization) const;
   // The same, and PERMISSION_DENIED naming `handler` when the token may not
   // call it. On success `principal` (if given) is set to the caller's
-  // principal, or to "" when no token is required.
+  // principal, or to "" when no token is required, and `quota` (if given)
+  // to its line's quotas.
   absl::Status Authorize(absl::string_view authorization, absl::string_view handler,
-                         std::string* principal = nullptr) const;
+                         std::string* principal = nullptr, TenantQuota* quota = nullptr) const;
+  // The tenants the table names (`tenant:NAME` principals), and each
+  // principal of an unnamed token: what a metric may label calls with.
+  std::vector<std::string> principals() const;
 
  private:
   struct Entry {
@@ -91,6 +115,7 @@ class TokenTable {
     std::string principal;
     bool all = false;
     std::vector<std::string> handlers;
+    TenantQuota quota;
   };
   using Entries = std::vector<Entry>;
   // The entry of `entries` whose token equals the presented one, or null;

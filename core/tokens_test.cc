@@ -4,6 +4,10 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -61,7 +65,8 @@ TEST(TokenTableTest, BadLinesNameTheLineNotTheToken) {
       TokenTable::Parse("root-token-0123456789 *\nsecret-value\n", "/etc/tokens");
   EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(t.status().message(),
-            "/etc/tokens line 2: expected 'TOKEN HANDLER[,HANDLER...]' or 'TOKEN *'.");
+            "/etc/tokens line 2: expected 'TOKEN HANDLER[,HANDLER...]' or 'TOKEN *', then "
+            "optional tenant=NAME, max_calls=N, max_bytes=N, ledger_bytes=N.");
   EXPECT_EQ(TokenTable::Load("/nonexistent/tokens").status().code(), absl::StatusCode::kNotFound);
 }
 
@@ -117,6 +122,72 @@ TEST(TokenTableTest, EachTokenIsAPrincipalNamedByItsDigest) {
   none = "stale";
   EXPECT_TRUE(TokenTable().Authorize("", "copy", &none).ok());
   EXPECT_EQ(none, "");
+}
+
+// Two tokens of one team share its tenant: one principal, named by the
+// tenant and never by a token, with the quotas its lines give.
+TEST(TokenTableTest, TokensOfOneTenantShareItsNameAndQuotas) {
+  absl::StatusOr<TokenTable> t = TokenTable::Parse(
+      "team-a-token-one-0123 copy tenant=team-a max_calls=3 max_bytes=1048576 "
+      "ledger_bytes=4096\n"
+      "team-a-token-two-0123 * ledger_bytes=4096 max_bytes=1048576 tenant=team-a max_calls=3\n"
+      "loner-token-012345678 copy\n",
+      "tok");
+  ASSERT_TRUE(t.ok()) << t.status();
+  std::string one, two, loner;
+  TenantQuota q1, q2, q3{7, 7};
+  ASSERT_TRUE(t->Authorize("Bearer team-a-token-one-0123", "copy", &one, &q1).ok());
+  ASSERT_TRUE(t->Authorize("Bearer team-a-token-two-0123", "axpy", &two, &q2).ok());
+  ASSERT_TRUE(t->Authorize("Bearer loner-token-012345678", "copy", &loner, &q3).ok());
+  EXPECT_EQ(one, "tenant:team-a");
+  EXPECT_EQ(two, "tenant:team-a");
+  EXPECT_EQ(loner, PrincipalOfToken("loner-token-012345678"));
+  EXPECT_EQ(q1.max_calls, 3);
+  EXPECT_EQ(q1.max_bytes, 1048576);
+  EXPECT_EQ(q2.max_bytes, 1048576);
+  EXPECT_EQ(q1.ledger_bytes, 4096);
+  EXPECT_EQ(q3.max_calls, 0) << "an unnamed line's quotas are the flags'";
+  EXPECT_EQ(q3.max_bytes, 0);
+  EXPECT_EQ(t->principals(),
+            (std::vector<std::string>{"tenant:team-a", PrincipalOfToken("loner-token-012345678")}));
+}
+
+TEST(TokenTableTest, BadTenantFieldsAreRefusedByLine) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"some-token-0123456789 * tenant=",
+       "tok line 1: a tenant name is 1 to 64 of [A-Za-z0-9._-]."},
+      {"some-token-0123456789 * tenant=a/b",
+       "tok line 1: a tenant name is 1 to 64 of [A-Za-z0-9._-]."},
+      {"some-token-0123456789 * max_calls=0",
+       "tok line 1: max_calls must be a positive whole "
+       "number; got '0'."},
+      {"some-token-0123456789 * max_bytes=-5",
+       "tok line 1: max_bytes must be a positive whole "
+       "number; got '-5'."},
+      {"some-token-0123456789 * max_bytes=99999999999999999999",
+       "tok line 1: max_bytes must be a positive whole number; got '99999999999999999999'."},
+      {"some-token-0123456789 * weight=2",
+       "tok line 1: unknown field 'weight' (after the handlers a line may give tenant=, "
+       "max_calls=, max_bytes= and ledger_bytes=)."},
+      {"some-token-0123456789 tenant=x",
+       "tok line 1: expected 'TOKEN HANDLER[,HANDLER...]' or "
+       "'TOKEN *', then optional tenant=NAME, max_calls=N, "
+       "max_bytes=N, ledger_bytes=N."},
+      {"some-token-0123456789 * tenant=t max_calls=2\nother-token-0123456789 copy tenant=t",
+       "tok line 2: tenant t has other quotas on line 1; give them alike."},
+  };
+  for (const auto& [text, message] : cases) {
+    absl::StatusOr<TokenTable> t = TokenTable::Parse(text, "tok");
+    EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << text;
+    EXPECT_EQ(t.status().message(), message);
+    EXPECT_THAT(t.status().message(), Not(HasSubstr("token-0123456789")));
+  }
+  EXPECT_TRUE(TokenTable::Parse(
+                  absl::StrCat("some-token-0123456789 * tenant=", std::string(64, 'x')), "tok")
+                  .ok());
+  EXPECT_FALSE(TokenTable::Parse(
+                   absl::StrCat("some-token-0123456789 * tenant=", std::string(65, 'x')), "tok")
+                   .ok());
 }
 
 // A server that holds only a token's digest lets that token in, as the

@@ -3,9 +3,12 @@
 #include <atomic>
 #include <memory>
 #include <random>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "device_agents/worker_pool.h"
 
@@ -54,6 +57,123 @@ TEST(AdmissionTest, WaitAdmitsAtOnceWhenBytesCameFree) {
   EXPECT_EQ(a.held(), 10);
 }
 
+// Tenant A queued many calls before tenant B's one: B's goes after at most
+// one more of A's, not after all of them.
+TEST(AdmissionTest, TenantsAreServedInTurnNotInArrivalOrder) {
+  Admission a(100);
+  const Admission::Tenant ta{"A"}, tb{"B"};
+  ASSERT_TRUE(a.TryAcquire(100, ta));
+  std::vector<std::string> order;
+  for (int i = 0; i < 4; ++i)
+    a.Wait(
+        50, [&] { order.push_back("A"); }, ta);
+  a.Wait(
+      50, [&] { order.push_back("B"); }, tb);
+  EXPECT_EQ(a.waiting(), 5u);
+  a.Release(100, "A");
+  EXPECT_EQ(order, (std::vector<std::string>{"B", "A"}));
+  a.Release(50, "B");
+  a.Release(50, "A");
+  EXPECT_EQ(order, (std::vector<std::string>{"B", "A", "A", "A"}));
+  a.Release(50, "A");
+  a.Release(50, "A");
+  a.Release(50, "A");
+  EXPECT_EQ(a.held(), 0);
+  EXPECT_EQ(a.waiting(), 0u);
+}
+
+// Fairness is by bytes: a tenant of small calls gets as many bytes through
+// as one of large calls while both wait.
+TEST(AdmissionTest, TurnsAreWeighedInBytes) {
+  Admission a(64);
+  const Admission::Tenant big{"big"}, small{"small"};
+  ASSERT_TRUE(a.TryAcquire(64, big));
+  int64_t big_bytes = 64, small_bytes = 0;  // what big held first counts too
+  std::vector<std::pair<std::string, int64_t>> admitted;
+  for (int i = 0; i < 8; ++i) {
+    a.Wait(
+        32,
+        [&] {
+          admitted.push_back({"big", 32});
+        },
+        big);
+  }
+  for (int i = 0; i < 64; ++i) {
+    a.Wait(
+        4,
+        [&] {
+          admitted.push_back({"small", 4});
+        },
+        small);
+  }
+  a.Release(64, "big");
+  // Release each admitted call in turn until 320 bytes went through.
+  for (size_t i = 0; i < admitted.size() && big_bytes + small_bytes < 320; ++i) {
+    (admitted[i].first == "big" ? big_bytes : small_bytes) += admitted[i].second;
+    a.Release(admitted[i].second, admitted[i].first);
+  }
+  EXPECT_NEAR(static_cast<double>(small_bytes) / static_cast<double>(big_bytes), 1.0, 0.3)
+      << "big " << big_bytes << ", small " << small_bytes;
+}
+
+// A tenant at its quota waits in its own queue; the others go past it.
+TEST(AdmissionTest, ATenantAtItsQuotaWaitsAndTheOthersGoOn) {
+  Admission a(100);
+  const Admission::Tenant capped{"C", 30};
+  EXPECT_TRUE(a.TryAcquire(20, capped));
+  EXPECT_FALSE(a.TryAcquire(20, capped));
+  bool c_went = false;
+  a.Wait(
+      20, [&] { c_went = true; }, capped);
+  EXPECT_FALSE(c_went);
+  EXPECT_EQ(a.waiting(), 1u);
+  EXPECT_EQ(a.waiting_for_budget(), 0u) << "a call over its own quota contends for no budget";
+  EXPECT_TRUE(a.TryAcquire(60, {"B"}));  // not held up by C's waiting call
+  EXPECT_EQ(a.held("C"), 20);
+  a.Release(20, "C");
+  EXPECT_TRUE(c_went);
+  EXPECT_EQ(a.held("C"), 20);
+  EXPECT_EQ(a.held(), 80);
+}
+
+// Slow drip across tenants: A's callers hold the budget and queue more of
+// theirs; B's small call, queued last, goes first when bytes come free.
+TEST(AdmissionTest, ASmallCallIsNotQueuedBehindAnotherTenantsWaitingCalls) {
+  Admission a(1000);
+  const Admission::Tenant ta{"A"};
+  ASSERT_TRUE(a.TryAcquire(500, ta));
+  ASSERT_TRUE(a.TryAcquire(500, ta));
+  std::vector<std::string> order;
+  a.Wait(
+      500, [&] { order.push_back("A"); }, ta);
+  a.Wait(
+      500, [&] { order.push_back("A"); }, ta);
+  a.Wait(8, [&] { order.push_back("B"); }, {"B"});
+  a.Release(500, "A");  // one of A's holders ended
+  ASSERT_FALSE(order.empty());
+  EXPECT_EQ(order.front(), "B");
+}
+
+TEST(AdmissionTest, ATenantThatLeftKeepsNoCreditAndIsForgotten) {
+  Admission a(10);
+  // A ran alone for a long time: its tags ran far ahead of the clock.
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_TRUE(a.TryAcquire(10, {"A"}));
+    a.Release(10, "A");
+  }
+  ASSERT_TRUE(a.TryAcquire(10, {"A"}));
+  std::vector<std::string> order;
+  a.Wait(10, [&] { order.push_back("A"); }, {"A"});
+  a.Wait(10, [&] { order.push_back("B"); }, {"B"});
+  a.Release(10, "A");
+  EXPECT_EQ(order, (std::vector<std::string>{"B"}));
+  a.Release(10, "B");
+  EXPECT_EQ(order, (std::vector<std::string>{"B", "A"}));
+  a.Release(10, "A");
+  EXPECT_EQ(a.held("A"), 0);
+  EXPECT_EQ(a.held(), 0);
+}
+
 }  // namespace
 }  // namespace farcall::agent
 
@@ -71,7 +191,7 @@ TEST(BudgetWaitTest, AWithdrawalBeforeTheWaitIsQueuedStillTakesItOut) {
   w.Withdraw(a);
   int go = 0, withdrawn = 0;
   w.Admit(
-      a, 10, [&] { ++go; }, [&] { ++withdrawn; }, Inline);
+      a, 10, {}, [&] { ++go; }, [&] { ++withdrawn; }, Inline);
   EXPECT_EQ(withdrawn, 1);
   EXPECT_EQ(a.waiting(), 0u);
   a.Release(100);
@@ -85,9 +205,9 @@ TEST(BudgetWaitTest, ExactlyOneOfAdmittedAndWithdrawnRuns) {
   BudgetWait admitted, withdrawn;
   int go = 0, gone = 0;
   admitted.Admit(
-      a, 10, [&] { ++go; }, [&] { ++gone; }, Inline);
+      a, 10, {}, [&] { ++go; }, [&] { ++gone; }, Inline);
   withdrawn.Admit(
-      a, 10, [&] { ++go; }, [&] { ++gone; }, Inline);
+      a, 10, {}, [&] { ++go; }, [&] { ++gone; }, Inline);
   withdrawn.Withdraw(a);
   withdrawn.Withdraw(a);  // twice: still once
   EXPECT_EQ(gone, 1);
@@ -103,13 +223,13 @@ TEST(BudgetWaitTest, ACallAdmittedAtOnceIgnoresAWithdrawal) {
   BudgetWait w;
   int go = 0, gone = 0;
   w.Admit(
-      a, 10, [&] { ++go; }, [&] { ++gone; }, Inline);
+      a, 10, {}, [&] { ++go; }, [&] { ++gone; }, Inline);
   w.Withdraw(a);
   EXPECT_EQ(go, 1);
   EXPECT_EQ(gone, 0);
 }
 
-// Many calls at once: each waits for its bytes, is admitted on the pool (as
+// Many calls of three tenants at once: each waits for its bytes, is admitted on the pool (as
 // the agent resumes calls) and gives them back, or is withdrawn by another
 // thread at any moment. Every call ends exactly once, and no byte is lost.
 TEST(BudgetWaitTest, ManyCallsAdmittedAndWithdrawnAtOnceLoseNoByte) {
@@ -132,11 +252,13 @@ TEST(BudgetWaitTest, ManyCallsAdmittedAndWithdrawnAtOnceLoseNoByte) {
           const int k = t * kCalls + i;
           const int64_t bytes = 1 + static_cast<int64_t>(rng() % 60);
           auto w = std::make_shared<BudgetWait>();
+          // Three tenants, one with a quota of its own.
+          const Admission::Tenant tenant{absl::StrCat("t", k % 3), k % 3 == 0 ? 70 : 0};
           w->Admit(
-              a, bytes,
-              [&, k, bytes] {
+              a, bytes, tenant,
+              [&, k, bytes, name = tenant.name] {
                 ended[k] += 1;
-                a.Release(bytes);
+                a.Release(bytes, name);
                 end_one();
               },
               [&, k] {

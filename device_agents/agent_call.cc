@@ -83,22 +83,32 @@ AgentCall::~AgentCall() {
   if (admitted_bytes_ > 0) {
     Metrics().inflight_bytes.With({}).Decrement(static_cast<double>(admitted_bytes_));
     // Last: this may resume calls that waited for these bytes.
-    agent_.admission->Release(admitted_bytes_);
+    agent_.admission->Release(admitted_bytes_, principal_);
   }
 }
 
 absl::Status AgentCall::TakeCallerSlot(CallerSlots& slots) {
   if (caller_slots_ != nullptr) return absl::OkStatus();
-  absl::Status s = slots.Take(principal_);
-  if (s.ok()) caller_slots_ = &slots;
+  const CallerSlots::Limit limit{
+      quota_.max_calls > 0 ? quota_.max_calls : agent_.config.tenant_max_calls,
+      quota_.max_calls > 0};
+  bool took = false;
+  absl::Status s = slots.Take(principal_, limit, &took);
+  if (took) caller_slots_ = &slots;
   return s;
+}
+
+Admission::Tenant AgentCall::budget_tenant() const {
+  // Calls without a principal are one tenant, with no quota but the budget.
+  if (principal_.empty()) return {};
+  return {principal_, quota_.max_bytes > 0 ? quota_.max_bytes : agent_.config.tenant_max_bytes};
 }
 
 CallLedger::Claim AgentCall::ClaimRun() {
   if (!header_.has_side_effect() || header_.call_id().empty() || agent_.ledger == nullptr) {
     return {};
   }
-  ledger_key_ = {principal_, header_.call_id(), HeaderDigest(header_)};
+  ledger_key_ = {principal_, header_.call_id(), HeaderDigest(header_), quota_.ledger_bytes};
   CallLedger::Claim c = agent_.ledger->Begin(ledger_key_);
   in_ledger_ = c.run;
   return c;
@@ -127,13 +137,14 @@ void AgentCall::RecordOutcome(const absl::Status& answered, const grpc::ByteBuff
   // Only registered names become label values, so that callers cannot grow
   // the label set without bound.
   const std::string handler = handler_ != nullptr ? handler_->name : "-";
-  m.calls.With({platform, handler, absl::StatusCodeToString(status.code())}).Increment();
+  const std::string tenant = agent_.tenant_labels.Of(principal_);
+  m.calls.With({platform, handler, absl::StatusCodeToString(status.code()), tenant}).Increment();
   agent_.calls_ended.fetch_add(1, std::memory_order_relaxed);
   if (!status.ok()) {
     agent_.calls_failed.fetch_add(1, std::memory_order_relaxed);
     agent_.RecordFailure(status, handler);
   }
-  if (refused_ != nullptr) m.refused.With({refused_}).Increment();
+  if (refused_ != nullptr) m.refused.With({refused_, tenant}).Increment();
   if (!status.ok() || log::DebugEnabled()) {
     const std::string call_id = log::PrintableCallId(header_.call_id());
     const std::string code = absl::StatusCodeToString(status.code());
@@ -146,16 +157,16 @@ void AgentCall::RecordOutcome(const absl::Status& answered, const grpc::ByteBuff
                {call_id, handler, principal_, peer_, code});
   }
   if (assembler_) {
-    m.received.With({platform})
+    m.received.With({platform, tenant})
         .Increment(static_cast<double>(assembler_->received_bytes() + ucx_received_bytes_));
   }
-  m.sent.With({platform}).Increment(static_cast<double>(sent_bytes_));
+  m.sent.With({platform, tenant}).Increment(static_cast<double>(sent_bytes_));
   if (status.ok()) {
-    m.queue.With({platform, handler})
+    m.queue.With({platform, handler, tenant})
         .Observe(absl::ToDoubleSeconds(run_start_time_ - inputs_done_time_));
-    m.transfer.With({platform, handler})
+    m.transfer.With({platform, handler, tenant})
         .Observe(absl::ToDoubleSeconds(inputs_done_time_ - header_time_));
-    m.execute.With({platform, handler})
+    m.execute.With({platform, handler, tenant})
         .Observe(absl::ToDoubleSeconds(run_end_time_ - run_start_time_));
   }
 }
@@ -211,13 +222,25 @@ absl::Status AgentCall::Validate() {
                      agent_.admission->budget(),
                      " bytes for calls in flight (--max_inflight_bytes); it can never run here."));
   }
+  if (const Admission::Tenant t = budget_tenant(); t.max_bytes > 0 && footprint_ > t.max_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the call needs ", footprint_, " bytes, over this caller's quota of ", t.max_bytes,
+        " bytes in flight (",
+        quota_.max_bytes > 0 ? "max_bytes on its tokens-file line" : "--tenant_max_bytes",
+        "); it can never run here."));
+  }
   pending_ = std::move(v);
   return absl::OkStatus();
 }
 
 void AgentCall::Admitted() {
   admitted_bytes_ = footprint_;
-  Metrics().inflight_bytes.With({}).Increment(static_cast<double>(admitted_bytes_));
+  AgentMetrics& m = Metrics();
+  m.inflight_bytes.With({}).Increment(static_cast<double>(admitted_bytes_));
+  m.admission
+      .With(
+          {std::string(PlatformName(agent_.config.platform)), agent_.tenant_labels.Of(principal_)})
+      .Observe(absl::ToDoubleSeconds(absl::Now() - header_time_));
 }
 
 absl::StatusOr<Device*> AgentCall::PickDevice() {

@@ -23,13 +23,14 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/call_validation.h"
+#include "core/caller_slots.h"
 #include "core/chunk_assembler.h"
 #include "core/tokens.h"
 #include "core/wire/frame_codec.h"
 #include "core/wire/header_limits.h"
+#include "device_agents/admission.h"
 #include "device_agents/agent_state.h"
 #include "device_agents/call_ledger.h"
-#include "device_agents/caller_slots.h"
 #include "device_agents/device.h"
 #include "device_agents/device_staging.h"
 #include "device_agents/fault_injection.h"
@@ -71,7 +72,14 @@ class AgentCall final : private FrameVisitor {
   absl::Status Begin(const grpc::ByteBuffer& first);
   // The caller's principal (core/tokens.h): keys its entries in the
   // exactly-once ledger; "" without tokens.
-  void set_principal(std::string principal) { principal_ = std::move(principal); }
+  // `quota`: what its tokens-file line sets (0s: the agent's flags).
+  void set_principal(std::string principal, TenantQuota quota = {}) {
+    principal_ = std::move(principal);
+    quota_ = quota;
+  }
+  const std::string& principal() const { return principal_; }
+  // Its share of the budget: its tenant, and that tenant's byte quota.
+  Admission::Tenant budget_tenant() const;
   // One of the caller's slots (--tenant_max_calls), given back when the
   // call ends; after set_principal.
   absl::Status TakeCallerSlot(CallerSlots& slots);
@@ -201,6 +209,7 @@ class AgentCall final : private FrameVisitor {
   AgentState& agent_;
   const std::string peer_;
   std::string principal_;
+  TenantQuota quota_;
   CallerSlots* caller_slots_ = nullptr;  // a slot taken there, for principal_
   CallKey ledger_key_;                   // set by ClaimRun when the call is in the ledger
   Device* device_ = nullptr;

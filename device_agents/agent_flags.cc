@@ -58,6 +58,13 @@ ABSL_FLAG(std::vector<std::string>, shm_allow_uids, {},
 ABSL_FLAG(int64_t, shm_max_bytes, int64_t{64} << 30,
           "most bytes of shared memory one client connection may have registered at once");
 ABSL_FLAG(int, workers, 0, "handler threads (0: one per core)");
+ABSL_FLAG(int, metrics_max_tenants, 64,
+          "tenants (the tokens file's first, then callers as they come) whose calls metrics "
+          "label with their own `tenant` value; the rest are labelled 'other'");
+ABSL_FLAG(int, tenant_spare_workers, -1,
+          "handler threads started beyond --workers, each for a caller whose call waits while "
+          "other callers' calls hold every worker; they leave when it is served (-1: as many "
+          "as --workers; 0: none)");
 ABSL_FLAG(std::vector<std::string>, devices, {},
           "device ordinals to serve, e.g. 0,1 (default: every device found)");
 ABSL_FLAG(int64_t, staging_bytes, int64_t{256} << 20,
@@ -83,6 +90,10 @@ ABSL_FLAG(int64_t, tenant_max_calls, 0,
           "the most calls one caller (a token, or the caller a router's capability names) may "
           "have in flight on this agent at once; more are refused with RESOURCE_EXHAUSTED "
           "(0: no limit)");
+ABSL_FLAG(int64_t, tenant_max_bytes, 0,
+          "the most bytes one caller's calls may hold of --max_inflight_bytes at once; its "
+          "calls past it wait in its own queue, and one larger than it is refused with "
+          "RESOURCE_EXHAUSTED (0: no limit but the budget)");
 ABSL_FLAG(bool, list_devices, false,
           "print the platform's devices and exit: 0 when there is one, 1 when none");
 ABSL_FLAG(absl::Duration, stream_idle_timeout, absl::Seconds(60),
@@ -259,6 +270,10 @@ absl::StatusOr<AgentServer::Options> AgentOptionsFromFlags() {
   if (options.config.tenant_max_calls < 0) {
     return absl::InvalidArgumentError("--tenant_max_calls must not be negative (0: no limit).");
   }
+  options.config.tenant_max_bytes = absl::GetFlag(FLAGS_tenant_max_bytes);
+  if (options.config.tenant_max_bytes < 0) {
+    return absl::InvalidArgumentError("--tenant_max_bytes must not be negative (0: no limit).");
+  }
   if (options.config.ledger.ttl <= absl::ZeroDuration() || options.config.ledger.max_bytes < 0 ||
       options.config.ledger.max_bytes_per_caller < 0) {
     return absl::InvalidArgumentError(
@@ -275,7 +290,16 @@ absl::StatusOr<AgentServer::Options> AgentOptionsFromFlags() {
   options.tokens = std::move(security.tokens);
   options.verifier = std::move(security.verifier);
   options.workers = absl::GetFlag(FLAGS_workers);
+  options.tenant_spare_workers = absl::GetFlag(FLAGS_tenant_spare_workers);
+  if (options.tenant_spare_workers < -1) {
+    return absl::InvalidArgumentError(
+        "--tenant_spare_workers must be -1 (as many as --workers), 0 (none) or more.");
+  }
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  options.metrics_max_tenants = absl::GetFlag(FLAGS_metrics_max_tenants);
+  if (options.metrics_max_tenants < 0) {
+    return absl::InvalidArgumentError("--metrics_max_tenants must not be negative.");
+  }
   FARCALL_RETURN_IF_ERROR(TransportOptionsFromFlags(options));
   FARCALL_RETURN_IF_ERROR(CallLimitsFromFlags(options));
   FARCALL_ASSIGN_OR_RETURN(options.config.faults,

@@ -1,5 +1,7 @@
 #include "device_agents/agent_metrics.h"
 
+#include "core/tenant_labels.h"
+
 namespace farcall::agent {
 
 AgentMetrics& Metrics() {
@@ -12,7 +14,9 @@ void ExportAgentSeries() {
   m.inflight_calls.With({});
   m.inflight_bytes.With({});
   m.budget.With({});
-  for (const char* reason : {"limit", "auth", "draining"}) m.refused.With({reason});
+  for (const char* reason : {"limit", "auth", "draining"}) {
+    m.refused.With({reason, kNoTenantLabel});
+  }
   m.draining.With({});
   for (const char* result : {"verified", "cached", "unknown_key", "bad_signature", "expired",
                              "too_long", "malformed", "no_principal"}) {

@@ -2,6 +2,9 @@
 // where the work happens (calls, the budget, shared memory, the GPU graph
 // cache, staging). Every series without per-call labels is exported from
 // start-up, at zero, so that dashboards and alerts find it on every agent.
+// Per-call series carry the caller's `tenant` (core/tenant_labels.h: a
+// bounded set, `-` for calls without a principal, `other` past
+// --metrics_max_tenants).
 //
 // Thread safety: thread-safe, as metrics:: is.
 #ifndef FARCALL_DEVICE_AGENTS_AGENT_METRICS_H_
@@ -13,21 +16,28 @@ namespace farcall::agent {
 
 struct AgentMetrics {
   metrics::CounterFamily calls{"farcall_agent_calls_total",
-                               "Calls finished by this agent, by handler and status code.",
-                               {"platform", "handler", "code"}};
+                               "Calls finished by this agent, by handler, status code and tenant.",
+                               {"platform", "handler", "code", "tenant"}};
   metrics::HistogramFamily queue{"farcall_agent_queue_seconds",
                                  "Time from the inputs' arrival until a worker ran the handler.",
-                                 {"platform", "handler"}};
+                                 {"platform", "handler", "tenant"}};
+  metrics::HistogramFamily admission{
+      "farcall_agent_admission_seconds",
+      "Time from the call header until the call's bytes were admitted to the in-flight budget "
+      "(its wait for memory, behind other calls).",
+      {"platform", "tenant"}};
   metrics::HistogramFamily transfer{"farcall_agent_transfer_seconds",
                                     "Time from the call header until the last input byte.",
-                                    {"platform", "handler"}};
+                                    {"platform", "handler", "tenant"}};
   metrics::HistogramFamily execute{"farcall_agent_execute_seconds",
                                    "Time the handler ran, device synchronisation included.",
-                                   {"platform", "handler"}};
-  metrics::CounterFamily received{
-      "farcall_agent_received_bytes_total", "Tensor bytes received in calls.", {"platform"}};
-  metrics::CounterFamily sent{
-      "farcall_agent_sent_bytes_total", "Tensor bytes sent back in results.", {"platform"}};
+                                   {"platform", "handler", "tenant"}};
+  metrics::CounterFamily received{"farcall_agent_received_bytes_total",
+                                  "Tensor bytes received in calls.",
+                                  {"platform", "tenant"}};
+  metrics::CounterFamily sent{"farcall_agent_sent_bytes_total",
+                              "Tensor bytes sent back in results.",
+                              {"platform", "tenant"}};
   metrics::GaugeFamily inflight_calls{
       "farcall_agent_inflight_calls", "Calls this agent holds now.", {}};
   metrics::GaugeFamily inflight_bytes{
@@ -40,7 +50,7 @@ struct AgentMetrics {
       "farcall_agent_refused_calls_total",
       "Calls refused before they ran: limit (a header, size or budget limit), auth (no, "
       "unknown or insufficient token), draining (the agent is shutting down).",
-      {"reason"}};
+      {"reason", "tenant"}};
   metrics::CounterFamily capability_checks{
       "farcall_agent_capability_checks_total",
       "Capabilities calls presented, by result: verified (its signature checked now), cached "

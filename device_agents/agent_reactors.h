@@ -31,12 +31,13 @@ struct Shared {
     WorkerPool* own = call.handler_pool();
     return own != nullptr ? *own : *pool;
   }
-  // Runs `work` (a call's handler) where PoolFor says; past the call's
-  // deadline it counts as stuck there (an elastic pool then starts another
-  // thread for the calls behind it).
+  // Runs `work` (a call's handler) where PoolFor says, as its caller's
+  // (so that callers take turns there); past the call's deadline it counts
+  // as stuck (an elastic pool then starts another thread for the calls
+  // behind it).
   void RunHandler(const AgentCall& call, const CancellationToken& cancel,
                   std::function<void()> work) {
-    PoolFor(call).Submit(std::move(work), cancel.deadline());
+    PoolFor(call).Submit(std::move(work), cancel.deadline(), call.principal());
   }
   // Runs work on the shared workers: what a gRPC thread must not do (a call
   // admitted when another freed the budget; a call whose end waits for its

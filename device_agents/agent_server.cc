@@ -115,9 +115,7 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(Options options)
   }
   state.admission = std::make_unique<Admission>(state.config.max_inflight_bytes);
   state.ledger = std::make_unique<CallLedger>(state.config.ledger);
-  if (state.config.tenant_max_calls > 0) {
-    state.caller_slots = std::make_unique<CallerSlots>(state.config.tenant_max_calls);
-  }
+  state.caller_slots = std::make_unique<CallerSlots>();
   FARCALL_ASSIGN_OR_RETURN(state.backend, OpenBackend(state.config.platform, state.config.backend));
   if (!state.config.faults.empty()) {
     log::Warning("injecting device faults (--inject_faults=" + state.config.faults.ToString() +
@@ -146,6 +144,8 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(Options options)
     FARCALL_RETURN_IF_ERROR(state.registry.RegisterInProcess(std::move(h)));
   }
   state.tokens = std::move(options.tokens);
+  state.tenant_labels.set_max(options.metrics_max_tenants);
+  state.tenant_labels.Seed(state.tokens.principals());
   state.verifier = std::move(options.verifier);
   for (const std::string& name : options.disabled_handlers) {
     FARCALL_RETURN_IF_ERROR(state.registry.Disable(name));
@@ -170,14 +170,15 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(Options options)
   FARCALL_RETURN_IF_ERROR(StartUcx(options, state));
   int workers =
       options.workers > 0 ? options.workers : static_cast<int>(std::thread::hardware_concurrency());
-  impl->shared.pool = std::make_unique<WorkerPool>(workers);
+  const int spares = options.tenant_spare_workers < 0 ? workers : options.tenant_spare_workers;
+  impl->shared.pool = std::make_unique<WorkerPool>(workers, 0, nullptr, spares);
   impl->shared.device_steps_on_workers = state.config.platform != Platform::kCpu;
   if (options.idle_limits.idle > absl::ZeroDuration() ||
       options.idle_limits.stall > absl::ZeroDuration() ||
       options.idle_limits.max_call < absl::InfiniteDuration()) {
     Admission* admission = state.admission.get();
     impl->watchdog = std::make_unique<IdleWatchdog>(
-        options.idle_limits, [admission] { return admission->waiting() > 0; });
+        options.idle_limits, [admission] { return admission->waiting_for_budget() > 0; });
     impl->shared.watchdog = impl->watchdog.get();
   }
   impl->service = NewAgentService(impl->shared);

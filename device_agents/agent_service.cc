@@ -33,7 +33,7 @@ namespace {
 // The answer to a call that arrives while the agent drains: UNAVAILABLE,
 // without the agent's id, so that a router sends it to another agent.
 grpc::Status Draining() {
-  Metrics().refused.With({"draining"}).Increment();
+  Metrics().refused.With({"draining", kNoTenantLabel}).Increment();
   return ToGrpcStatus(WithReason(
       absl::UnavailableError("this agent is draining for shutdown and takes no new calls."),
       ErrorReason::kAgentDraining));
@@ -117,19 +117,18 @@ absl::Status Accept(const AgentState& state, const Credentials& credentials,
   };
   if (absl::Status s = call.ReadHeader(first); !s.ok()) return limit(s);
   std::string principal;
+  TenantQuota quota;  // a capability's caller has the agent's flags
   if (capability.has_value()) {
     absl::Status s = CheckCapabilityScope(*capability, call.handler_name(), state.agent_id());
     if (!s.ok()) return refused(s);
     principal = capability->principal;
-  } else if (absl::Status s =
-                 state.tokens.Authorize(credentials.authorization, call.handler_name(), &principal);
+  } else if (absl::Status s = state.tokens.Authorize(credentials.authorization, call.handler_name(),
+                                                     &principal, &quota);
              !s.ok()) {
     return refused(s);
   }
-  call.set_principal(std::move(principal));
-  if (state.caller_slots != nullptr) {
-    if (absl::Status s = call.TakeCallerSlot(*state.caller_slots); !s.ok()) return limit(s);
-  }
+  call.set_principal(std::move(principal), quota);
+  if (absl::Status s = call.TakeCallerSlot(*state.caller_slots); !s.ok()) return limit(s);
   return limit(call.Validate());
 }
 
@@ -201,7 +200,7 @@ class AgentReactor : public GrpcReactor, public WatchedCall {
     Ref();  // released once admitted, or when the wait is withdrawn
     AwaitClient(Wait::kBudget);
     budget_.Admit(
-        *shared_.state.admission, call_->footprint(),
+        *shared_.state.admission, call_->footprint(), call_->budget_tenant(),
         [this, admitted = std::move(admitted)] {
           call_->Admitted();
           if (Resume()) {

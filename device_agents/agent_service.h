@@ -41,6 +41,12 @@ class AgentServer {
     std::string listen = "127.0.0.1:0";
     AgentConfig config;
     int workers = 0;  // 0: one per core
+    // Threads started beyond `workers` for a tenant whose handler waits
+    // while other tenants' calls hold every worker (-1: as many as
+    // `workers`; 0: none).
+    int tenant_spare_workers = -1;
+    // Tenants with a `tenant` label value of their own in metrics.
+    int metrics_max_tenants = 64;
     std::vector<std::string> plugins;
     // HOST:PORT for Prometheus' /metrics; empty: not served.
     std::string metrics_listen;

@@ -21,13 +21,14 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "core/caller_slots.h"
 #include "core/capability.h"
 #include "core/platform.h"
+#include "core/tenant_labels.h"
 #include "core/tokens.h"
 #include "core/wire/header_limits.h"
 #include "device_agents/admission.h"
 #include "device_agents/call_ledger.h"
-#include "device_agents/caller_slots.h"
 #include "device_agents/device.h"
 #include "device_agents/fault_injection.h"
 #include "device_agents/handler_registry.h"
@@ -46,8 +47,11 @@ struct AgentConfig {
   // side effects are remembered.
   CallLedger::Options ledger;
   // Calls one caller (a principal) may have in flight at once
-  // (--tenant_max_calls); 0: no limit.
+  // (--tenant_max_calls), and bytes they may hold at once
+  // (--tenant_max_bytes); 0: no limit. A tokens-file line may set its
+  // tenant's own.
   int64_t tenant_max_calls = 0;
+  int64_t tenant_max_bytes = 0;
   // Largest footprint (args plus non-aliased results) of one call.
   int64_t max_call_bytes = int64_t{4} << 30;
   // Tensor bytes all calls in flight may hold together; 0: three quarters
@@ -77,6 +81,8 @@ struct AgentConfig {
 // What every call of one agent shares. Read-only while serving.
 struct AgentState {
   AgentConfig config;
+  // The `tenant` label of per-call metrics (--metrics_max_tenants).
+  TenantLabels tenant_labels{64};
   Backend backend;
   HandlerRegistry registry;
   std::unique_ptr<ShmService> shm;       // null: no same-host path offered
@@ -85,7 +91,7 @@ struct AgentState {
   // call_ids of calls with side effects, so that none runs twice (null: not
   // recorded).
   std::unique_ptr<CallLedger> ledger;
-  // Each caller's calls in flight (null: --tenant_max_calls is off).
+  // Each caller's calls in flight.
   std::unique_ptr<CallerSlots> caller_slots;
   TokenTable tokens;  // empty: calls need no token
   // Calls ended, and those that failed (AgentInfo.calls_total).

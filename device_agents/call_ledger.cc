@@ -31,11 +31,14 @@ CallLedger::Claim CallLedger::Begin(const CallKey& key, absl::Time now) {
     if (!key.principal.empty()) {
       auto mine = caller_bytes_.find(key.principal);
       const int64_t held = mine != caller_bytes_.end() ? mine->second : 0;
-      if (held + cost > CallerLimit() && CallerLimit() < options_.max_bytes) {
+      const int64_t limit = CallerLimit(key);
+      if (held + cost > limit && limit < options_.max_bytes) {
         c.run = false;
         c.status = absl::ResourceExhaustedError(absl::StrCat(
             "this caller's share of the agent's exactly-once ledger is full (", held,
-            " bytes of call_ids and kept answers, --call_id_cache_bytes_per_tenant=", CallerLimit(),
+            " bytes of call_ids and kept answers, ",
+            key.share_bytes > 0 ? "ledger_bytes=" : "--call_id_cache_bytes_per_tenant=", limit,
+            key.share_bytes > 0 ? " on its tokens-file line" : "",
             "); a call with side effects is never run unrecorded: retry once earlier ids "
             "expire (--call_id_ttl)."));
         return c;
@@ -98,8 +101,8 @@ void CallLedger::Ran(const CallKey& key, const absl::Status& status, const grpc:
   // Within the caller's share only: a caller past it keeps its ids (and
   // exactly-once), not its answers.
   auto mine = caller_bytes_.find(key.principal);
-  const bool within_share =
-      key.principal.empty() || mine == caller_bytes_.end() || mine->second + bytes <= CallerLimit();
+  const bool within_share = key.principal.empty() || mine == caller_bytes_.end() ||
+                            mine->second + bytes <= CallerLimit(key);
   if (answer != nullptr && bytes <= options_.max_answer_bytes && within_share) {
     // Shares the message's slices; no copy.
     e.answer = *answer;

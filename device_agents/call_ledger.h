@@ -56,6 +56,10 @@ struct CallKey {
   std::string principal;  // the caller (core/tokens.h); "" without tokens
   std::string call_id;
   std::string digest;  // HeaderDigest() of the call's header
+  // The caller's share of the ledger from its tokens-file line
+  // (`ledger_bytes=`); 0: Options::max_bytes_per_caller. Not part of the
+  // call's identity.
+  int64_t share_bytes = 0;
 };
 
 class CallLedger {
@@ -112,7 +116,8 @@ class CallLedger {
   void DropAnswerLocked(const std::string& principal, Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Adds `bytes` (negative: takes away) to the principal's share.
   void ChargeLocked(const std::string& principal, int64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  int64_t CallerLimit() const {
+  int64_t CallerLimit(const CallKey& key) const {
+    if (key.share_bytes > 0) return key.share_bytes;
     return options_.max_bytes_per_caller > 0 ? options_.max_bytes_per_caller
                                              : options_.max_bytes / 4;
   }

@@ -212,5 +212,29 @@ TEST(CallLedgerTest, OneCallerFillingItsShareLeavesTheOthersRoom) {
   }
 }
 
+// A tenant's tokens-file line may give it a share of its own
+// (`ledger_bytes=`), larger or smaller than the flag's; the refusal names it.
+TEST(CallLedgerTest, ATenantsOwnShareReplacesTheFlags) {
+  CallLedger::Options o;
+  const int64_t id_cost = CallLedger::kEntryOverheadBytes + 2 * (13 + 8) + 1;  // "tenant:team-a"
+  o.max_bytes = 100 * id_cost;
+  o.max_bytes_per_caller = 2 * id_cost;
+  CallLedger ledger(o);
+  const absl::Time t0 = absl::Now();
+  int ran = 0;
+  CallLedger::Claim refused;
+  for (int i = 0; i < 100 && refused.run; ++i) {
+    CallKey k = K(absl::StrCat("a-", absl::Dec(i, absl::kZeroPad6)), "tenant:team-a");
+    k.share_bytes = 5 * id_cost;
+    refused = ledger.Begin(k, t0);
+    if (refused.run) ++ran;
+  }
+  EXPECT_EQ(ran, 5);
+  EXPECT_EQ(refused.status.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(refused.status.message()),
+              ::testing::HasSubstr(absl::StrCat("bytes of call_ids and kept answers, ledger_bytes=",
+                                                5 * id_cost, " on its tokens-file line)")));
+}
+
 }  // namespace
 }  // namespace farcall::agent

@@ -5,10 +5,11 @@
 
 namespace farcall::agent {
 
-WorkerPool::WorkerPool(int threads, int max_threads, std::function<void(int)> on_stuck)
+WorkerPool::WorkerPool(int threads, int max_threads, std::function<void(int)> on_stuck, int spares)
     : base_(std::max(threads, 1)),
       max_(std::max(max_threads, std::max(threads, 1))),
-      on_stuck_(std::move(on_stuck)) {
+      on_stuck_(std::move(on_stuck)),
+      spares_(std::max(spares, 0)) {
   absl::MutexLock l(&mu_);
   for (int i = 0; i < base_; ++i) StartThread();
   if (max_ > base_) watcher_ = std::thread([this] { Watch(); });
@@ -29,17 +30,69 @@ WorkerPool::~WorkerPool() {
   for (Slot& s : slots) s.thread.join();
 }
 
-void WorkerPool::StartThread() {
+void WorkerPool::StartThread(bool spare) {
   slots_.emplace_back();
   Slot* s = &slots_.back();
+  s->spare = spare;
   ++live_;
+  if (spare) ++spares_live_;
   s->thread = std::thread([this, s] { Loop(s); });
 }
 
-void WorkerPool::Submit(std::function<void()> work, absl::Time deadline) {
+void WorkerPool::Reap() {
+  for (auto it = slots_.begin(); it != slots_.end();) {
+    if (!it->done) {
+      ++it;
+      continue;
+    }
+    it->thread.join();  // it has left, or is about to
+    it = slots_.erase(it);
+  }
+}
+
+void WorkerPool::Submit(std::function<void()> work, absl::Time deadline,
+                        const std::string& tenant) {
   absl::MutexLock l(&mu_);
-  queue_.push_back({std::move(work), deadline});
+  std::deque<Work>& q = queues_[tenant];
+  if (q.empty()) turns_.push_back(tenant);
+  q.push_back({std::move(work), deadline, tenant});
   changed_ = true;
+  // Every thread runs other tenants' work: a spare runs this one.
+  if (spares_live_ < spares_ && !stopping_ && busy_ >= live_ && !holding_.contains(tenant)) {
+    Reap();
+    StartThread(/*spare=*/true);
+  }
+}
+
+bool WorkerPool::ATenantWaitsWithoutAThread() const {
+  for (const std::string& t : turns_) {
+    if (!holding_.contains(t)) return true;
+  }
+  return false;
+}
+
+WorkerPool::Work WorkerPool::Next() {
+  auto pick = turns_.begin();
+  int fewest = -1;
+  for (auto it = turns_.begin(); it != turns_.end(); ++it) {
+    auto h = holding_.find(*it);
+    const int held = h == holding_.end() ? 0 : h->second;
+    if (fewest < 0 || held < fewest) {
+      fewest = held;
+      pick = it;
+    }
+  }
+  const std::string tenant = *pick;
+  turns_.erase(pick);
+  auto q = queues_.find(tenant);
+  Work work = std::move(q->second.front());
+  q->second.pop_front();
+  if (q->second.empty()) {
+    queues_.erase(q);
+  } else {
+    turns_.push_back(tenant);  // its next work waits for its next turn
+  }
+  return work;
 }
 
 int WorkerPool::threads() const {
@@ -67,18 +120,28 @@ void WorkerPool::Loop(Slot* slot) {
     Work work;
     {
       absl::MutexLock l(&mu_);
-      mu_.Await(absl::Condition(
-          +[](WorkerPool* p)
-               ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) { return p->stopping_ || !p->queue_.empty(); },
-          this));
-      if (queue_.empty()) {  // stopping, and nothing left to run
+      // A spare thread stays only while a tenant waits without a thread.
+      if (slot->spare && !ATenantWaitsWithoutAThread()) {
+        slot->done = true;
         --live_;
+        --spares_live_;
         return;
       }
-      work = std::move(queue_.front());
-      queue_.pop_front();
+      mu_.Await(absl::Condition(
+          +[](WorkerPool* p)
+               ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) { return p->stopping_ || !p->turns_.empty(); },
+          this));
+      if (turns_.empty()) {  // stopping, and nothing left to run
+        --live_;
+        if (slot->spare) --spares_live_;
+        return;
+      }
+      work = Next();
       slot->busy = true;
       slot->deadline = work.deadline;
+      slot->tenant = work.tenant;
+      ++holding_[work.tenant];
+      ++busy_;
       changed_ = true;
       // Work taken past its deadline is stuck from the start.
       if (max_ > base_ && work.deadline <= absl::Now()) CountStuck(absl::Now());
@@ -87,10 +150,16 @@ void WorkerPool::Loop(Slot* slot) {
     absl::MutexLock l(&mu_);
     slot->busy = false;
     slot->deadline = absl::InfiniteFuture();
+    if (auto h = holding_.find(slot->tenant); h != holding_.end() && --h->second <= 0) {
+      holding_.erase(h);
+    }
+    slot->tenant.clear();
+    --busy_;
     changed_ = true;
     // A thread started for stuck work leaves once enough others are free
     // of it (the watcher joins it).
-    if (!stopping_ && max_ > base_ && live_ - CountStuck(absl::Now()) > base_) {
+    if (!slot->spare && !stopping_ && max_ > base_ &&
+        live_ - spares_live_ - CountStuck(absl::Now()) > base_) {
       slot->done = true;
       --live_;
       return;
@@ -101,17 +170,10 @@ void WorkerPool::Loop(Slot* slot) {
 void WorkerPool::Watch() {
   absl::MutexLock l(&mu_);
   while (!stopping_) {
-    for (auto it = slots_.begin(); it != slots_.end();) {
-      if (!it->done) {
-        ++it;
-        continue;
-      }
-      it->thread.join();  // it has left, or is about to
-      it = slots_.erase(it);
-    }
+    Reap();
     const absl::Time now = absl::Now();
     const int stuck = CountStuck(now);
-    while (!queue_.empty() && live_ - stuck < base_ && live_ < max_) StartThread();
+    while (!turns_.empty() && live_ - spares_live_ - stuck < base_ && live_ < max_) StartThread();
     // Wake at the next deadline of running work, or at a change.
     absl::Time next = absl::InfiniteFuture();
     for (const Slot& s : slots_) {

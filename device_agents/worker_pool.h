@@ -1,6 +1,14 @@
 // A pool of threads that run handlers, so that no handler ever runs on one
 // of gRPC's threads.
 //
+// Work belongs to a tenant (the principal its call runs as; "" for work of
+// no one's). A free thread takes the work of the tenant that holds the
+// fewest threads, first come first served within a tenant, so that one
+// tenant's queue does not keep the others' waiting. A pool made with
+// `spares` starts up to that many threads more for a tenant whose work
+// waits while it holds no thread and none is free (another tenant's slow
+// calls hold them all); a spare thread leaves once no such tenant waits.
+//
 // A pool made with `max_threads` above `threads` is elastic: work still
 // running past the deadline it was submitted with is "stuck", and counts no
 // more against `threads`. While work waits and fewer than `threads` threads
@@ -21,9 +29,11 @@
 #include <deque>
 #include <functional>
 #include <list>
+#include <string>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
@@ -34,18 +44,19 @@ class WorkerPool {
   // `max_threads` <= `threads`: a fixed pool. `on_stuck`, if given, is told
   // the number of stuck works whenever it changes (from the pool's
   // threads; it must not block or Submit).
-  explicit WorkerPool(int threads, int max_threads = 0,
-                      std::function<void(int)> on_stuck = nullptr);
+  explicit WorkerPool(int threads, int max_threads = 0, std::function<void(int)> on_stuck = nullptr,
+                      int spares = 0);
   ~WorkerPool();
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
 
   // `deadline`: when the work counts as stuck if it still runs (elastic
-  // pools only).
-  void Submit(std::function<void()> work, absl::Time deadline = absl::InfiniteFuture());
+  // pools only); `tenant`: whose work it is.
+  void Submit(std::function<void()> work, absl::Time deadline = absl::InfiniteFuture(),
+              const std::string& tenant = "");
 
-  // Threads now, and works running past their deadline now (as the pool
-  // last counted them).
+  // Threads now (spares included), and works running past their deadline
+  // now (as the pool last counted them).
   int threads() const;
   int stuck() const;
 
@@ -53,14 +64,23 @@ class WorkerPool {
   struct Work {
     std::function<void()> fn;
     absl::Time deadline;
+    std::string tenant;
   };
   struct Slot {
     std::thread thread;
     bool busy = false;
+    bool spare = false;
     absl::Time deadline = absl::InfiniteFuture();
-    bool done = false;  // its thread left (to be joined)
+    std::string tenant;  // whose work it runs
+    bool done = false;   // its thread left (to be joined)
   };
-  void StartThread() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StartThread(bool spare = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Joins the threads that left.
+  void Reap() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes the next work: the queued tenant holding the fewest threads.
+  Work Next() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a tenant's work waits while it holds no thread.
+  bool ATenantWaitsWithoutAThread() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Loop(Slot* slot);
   // Elastic pools: counts stuck work and starts threads as needed, until
   // the pool stops.
@@ -72,7 +92,13 @@ class WorkerPool {
   const int max_;
   const std::function<void(int)> on_stuck_;
   mutable absl::Mutex mu_;
-  std::deque<Work> queue_ ABSL_GUARDED_BY(mu_);
+  const int spares_;
+  // Queued work by tenant, and the tenants with work queued, in turn.
+  absl::flat_hash_map<std::string, std::deque<Work>> queues_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::string> turns_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, int> holding_ ABSL_GUARDED_BY(mu_);  // threads per tenant
+  int busy_ ABSL_GUARDED_BY(mu_) = 0;
+  int spares_live_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool changed_ ABSL_GUARDED_BY(mu_) = false;  // wakes the watcher
   std::list<Slot> slots_ ABSL_GUARDED_BY(mu_);

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -85,6 +86,77 @@ TEST(WorkerPoolTest, AFixedPoolNeverGrows) {
     EXPECT_EQ(pool.threads(), 2);
     release.Notify();
     EXPECT_TRUE(quick.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  }
+}
+
+// A free thread takes the work of the tenant holding the fewest threads:
+// tenants take turns, first come first served within each.
+TEST(WorkerPoolTest, TenantsTakeTurns) {
+  absl::Notification gate;
+  std::vector<std::string> order;  // written by the pool's one thread
+  {
+    WorkerPool pool(1);
+    absl::Notification blocked;
+    pool.Submit([&] {
+      blocked.Notify();
+      gate.WaitForNotification();
+    });
+    blocked.WaitForNotification();
+    for (int i = 0; i < 3; ++i)
+      pool.Submit([&, i] { order.push_back("A" + std::to_string(i)); }, absl::InfiniteFuture(),
+                  "A");
+    pool.Submit([&] { order.push_back("B0"); }, absl::InfiniteFuture(), "B");
+    gate.Notify();
+  }
+  EXPECT_EQ(order, (std::vector<std::string>{"A0", "B0", "A1", "A2"}));
+}
+
+// Tenant C's slow work holds every thread; tenant B's quick work does not
+// wait for it: a spare thread runs it, and leaves afterwards.
+TEST(WorkerPoolTest, ATenantHoldingNoThreadGetsASpareWhileOthersHoldThemAll) {
+  absl::Notification release;
+  WorkerPool pool(2, 0, nullptr, /*spares=*/2);
+  std::atomic<int> c_running{0};
+  for (int i = 0; i < 6; ++i) {
+    pool.Submit(
+        [&] {
+          ++c_running;
+          release.WaitForNotification();
+        },
+        absl::InfiniteFuture(), "C");
+  }
+  // Both threads run C's work before B's comes.
+  for (const absl::Time end = absl::Now() + absl::Seconds(10);
+       c_running.load() < 2 && absl::Now() < end;) {
+    std::this_thread::yield();
+  }
+  absl::Notification b_ran;
+  pool.Submit([&] { b_ran.Notify(); }, absl::InfiniteFuture(), "B");
+  EXPECT_TRUE(b_ran.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_LE(pool.threads(), 3);
+  EXPECT_EQ(c_running.load(), 2) << "C's queued work must not take the spare";
+  release.Notify();
+  // C's work ends; the spare left once no tenant waited without a thread.
+  const absl::Time end = absl::Now() + absl::Seconds(10);
+  while (pool.threads() > 2 && absl::Now() < end) {
+    absl::Notification n;  // a round trip through the pool
+    pool.Submit([&] { n.Notify(); }, absl::InfiniteFuture(), "C");
+    n.WaitForNotification();
+  }
+  EXPECT_EQ(pool.threads(), 2);
+}
+
+TEST(WorkerPoolTest, WithoutSparesATenantWaitsForAThread) {
+  absl::Notification release;
+  {
+    WorkerPool pool(1);
+    pool.Submit([&] { release.WaitForNotification(); }, absl::InfiniteFuture(), "C");
+    absl::Notification b_ran;
+    pool.Submit([&] { b_ran.Notify(); }, absl::InfiniteFuture(), "B");
+    EXPECT_FALSE(b_ran.WaitForNotificationWithTimeout(absl::Milliseconds(200)));
+    EXPECT_EQ(pool.threads(), 1);
+    release.Notify();
+    EXPECT_TRUE(b_ran.WaitForNotificationWithTimeout(absl::Seconds(10)));
   }
 }
 

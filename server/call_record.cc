@@ -1,11 +1,13 @@
 #include "server/call_record.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "core/log.h"
 #include "core/metrics.h"
+#include "core/tenant_labels.h"
 
 namespace farcall::router {
 namespace {
@@ -13,10 +15,11 @@ namespace {
 // The router's call metrics, declared once here where they are counted.
 struct RouterMetrics {
   metrics::CounterFamily calls{"farcall_router_calls_total",
-                               "Calls finished by the router, by handler and status code.",
-                               {"platform", "handler", "code"}};
-  metrics::HistogramFamily latency{
-      "farcall_router_call_seconds", "Whole-call latency as the router sees it.", {"platform"}};
+                               "Calls finished by the router, by handler, status code and tenant.",
+                               {"platform", "handler", "code", "tenant"}};
+  metrics::HistogramFamily latency{"farcall_router_call_seconds",
+                                   "Whole-call latency as the router sees it.",
+                                   {"platform", "tenant"}};
   metrics::CounterFamily retries{"farcall_router_retries_total",
                                  "Calls retried on another agent because the first "
                                  "could not be reached.",
@@ -24,16 +27,16 @@ struct RouterMetrics {
   metrics::CounterFamily received{"farcall_router_received_bytes_total",
                                   "Bytes of call messages received from callers and passed "
                                   "on to agents.",
-                                  {"platform"}};
+                                  {"platform", "tenant"}};
   metrics::CounterFamily sent{"farcall_router_sent_bytes_total",
                               "Bytes of answer messages passed from agents to callers.",
-                              {"platform"}};
+                              {"platform", "tenant"}};
   metrics::CounterFamily refused{
       "farcall_router_refused_calls_total",
       "Calls refused before reaching an agent: limit (a header or size limit), auth (no, "
       "unknown or insufficient token), platform (not a supported backend), no_agent (no "
       "live agent serves the platform and handler), draining (the router is shutting down).",
-      {"reason"}};
+      {"reason", "tenant"}};
   metrics::CounterFamily resolves{
       "farcall_router_resolves_total",
       "Resolve answers (clients that then call an agent directly), by status code; the "
@@ -45,11 +48,11 @@ struct RouterMetrics {
   // Every series without per-call labels, at zero from start-up.
   void ExportAtStart() {
     for (const char* r : {"limit", "auth", "platform", "no_agent", "draining"}) {
-      refused.With({r});
+      refused.With({r, kNoTenantLabel});
     }
     for (const char* p : {"cpu", "cuda", "rocm", "oneapi"}) {
-      received.With({p});
-      sent.With({p});
+      received.With({p, kNoTenantLabel});
+      sent.With({p, kNoTenantLabel});
       retries.With({p});
     }
     draining.With({}).Set(0);
@@ -59,6 +62,11 @@ struct RouterMetrics {
 RouterMetrics& Metrics() {
   static auto* m = new RouterMetrics;
   return *m;
+}
+
+TenantLabels& Tenants() {
+  static auto* t = new TenantLabels(64);
+  return *t;
 }
 
 }  // namespace
@@ -72,6 +80,7 @@ void CountResolve(absl::string_view platform, absl::string_view handler, absl::S
 void CallRecord::Identify(absl::string_view call_id, absl::string_view principal) {
   call_id_ = log::PrintableCallId(call_id);
   principal_ = std::string(principal);
+  tenant_ = Tenants().Of(principal_);
 }
 
 void CallRecord::Routed(Platform p, const std::string& handler) {
@@ -80,7 +89,7 @@ void CallRecord::Routed(Platform p, const std::string& handler) {
 }
 
 void CallRecord::Refused(const char* reason) {
-  Metrics().refused.With({reason}).Increment();
+  Metrics().refused.With({reason, tenant_}).Increment();
   refused_ = reason;
 }
 
@@ -92,17 +101,17 @@ void CallRecord::Attempt(std::shared_ptr<AgentHandle> agent) {
 void CallRecord::Retried() { Metrics().retries.With({platform_}).Increment(); }
 
 void CallRecord::Received(size_t bytes) {
-  Metrics().received.With({platform_}).Increment(static_cast<double>(bytes));
+  Metrics().received.With({platform_, tenant_}).Increment(static_cast<double>(bytes));
 }
 
 void CallRecord::Sent(size_t bytes) {
-  Metrics().sent.With({platform_}).Increment(static_cast<double>(bytes));
+  Metrics().sent.With({platform_, tenant_}).Increment(static_cast<double>(bytes));
 }
 
 void CallRecord::Finished(const grpc::Status& s) {
   const std::string code = absl::StatusCodeToString(static_cast<absl::StatusCode>(s.error_code()));
-  Metrics().calls.With({platform_, handler_, code}).Increment();
-  Metrics().latency.With({platform_}).Observe(absl::ToDoubleSeconds(absl::Now() - start_));
+  Metrics().calls.With({platform_, handler_, code, tenant_}).Increment();
+  Metrics().latency.With({platform_, tenant_}).Observe(absl::ToDoubleSeconds(absl::Now() - start_));
   std::shared_ptr<AgentHandle> agent;
   {
     absl::MutexLock l(&mu_);
@@ -129,6 +138,11 @@ void CallRecord::Finished(const grpc::Status& s) {
 }
 
 void ExportRouterSeries() { Metrics().ExportAtStart(); }
+
+void SetRouterTenantLabels(int max, const std::vector<std::string>& principals) {
+  Tenants().set_max(static_cast<size_t>(std::max(max, 0)));
+  Tenants().Seed(principals);
+}
 
 void SetRouterDraining(bool draining) { Metrics().draining.With({}).Set(draining ? 1 : 0); }
 

@@ -1,8 +1,8 @@
 // The record of one routed call, and the router's call metrics it counts
-// (declared once, in call_record.cc): labels, timing, bytes in and out,
-// refusals by reason, and the last agent tried, whose error counts for the
-// status page when the call fails; a failed call's log line (every call's,
-// at --log_level=debug).
+// (declared once, in call_record.cc): labels (the caller's `tenant` among
+// them, core/tenant_labels.h), timing, bytes in and out, refusals by reason, and the last agent
+// tried, whose error counts for the status page when the call fails; a failed call's log line
+// (every call's, at --log_level=debug).
 //
 // Thread safety: a CallRecord may be used from any of its call's threads.
 #ifndef FARCALL_SERVER_CALL_RECORD_H_
@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -47,6 +48,7 @@ class CallRecord {
   std::string platform_ = "-";
   std::string handler_ = "-";
   std::string call_id_, principal_, peer_;
+  std::string tenant_ = "-";  // the metrics' label for principal_
   const char* refused_ = "";  // Refused's reason
   absl::Mutex mu_;
   std::shared_ptr<AgentHandle> agent_ ABSL_GUARDED_BY(mu_);  // the last one tried
@@ -59,6 +61,9 @@ void CountResolve(absl::string_view platform, absl::string_view handler, absl::S
 
 // Creates the router's series that have no per-call labels, at zero.
 void ExportRouterSeries();
+// The `tenant` label's cap (--metrics_max_tenants) and the principals that
+// have a value first (the tokens file's).
+void SetRouterTenantLabels(int max, const std::vector<std::string>& principals);
 // farcall_router_draining.
 void SetRouterDraining(bool draining);
 

@@ -25,6 +25,13 @@ ABSL_FLAG(std::string, metrics_listen, "",
           "HOST:PORT to serve Prometheus /metrics on; a bare PORT binds loopback only "
           "(empty: off)");
 ABSL_FLAG(int, probe_interval_ms, 250, "how often agents' health is checked");
+ABSL_FLAG(int64_t, tenant_max_calls, 0,
+          "the most calls one tenant (a token or its tokens-file tenant) may have in flight "
+          "through this router at once; more are refused with RESOURCE_EXHAUSTED (0: no limit; "
+          "a tokens-file line's max_calls= wins)");
+ABSL_FLAG(int, metrics_max_tenants, 64,
+          "tenants (the tokens file's first, then callers as they come) whose calls metrics "
+          "label with their own `tenant` value; the rest are labelled 'other'");
 ABSL_FLAG(std::string, agent_tls_ca, "",
           "reach agents over TLS, trusting this PEM CA (empty: plaintext)");
 ABSL_FLAG(std::string, agent_tls_cert, "", "the router's PEM client certificate for agents");
@@ -104,6 +111,12 @@ int main(int argc, char** argv) {
   options.agents = absl::GetFlag(FLAGS_agents);
   options.max_call_bytes = absl::GetFlag(FLAGS_max_call_bytes);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  options.tenant_max_calls = absl::GetFlag(FLAGS_tenant_max_calls);
+  options.metrics_max_tenants = absl::GetFlag(FLAGS_metrics_max_tenants);
+  if (options.tenant_max_calls < 0 || options.metrics_max_tenants < 0) {
+    farcall::log::Error("--tenant_max_calls and --metrics_max_tenants must not be negative.");
+    return 2;
+  }
   options.pool.probe_interval = absl::Milliseconds(absl::GetFlag(FLAGS_probe_interval_ms));
   absl::StatusOr<farcall::GrpcServerLimits> grpc_limits = farcall::GrpcServerLimitsFromFlags();
   absl::StatusOr<farcall::HeaderLimits> limits = farcall::HeaderLimitsFromFlags();

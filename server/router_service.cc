@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/call_validation.h"
+#include "core/caller_slots.h"
 #include "core/error_reason.h"
 #include "core/metrics.h"
 #include "core/ref_counted.h"
@@ -38,6 +39,10 @@ struct Shared {
   // empty to pass on each caller's.
   std::string agent_authorization;
   DrainGate* gate;  // closed at shutdown
+  // Each tenant's calls in flight through the router, and its default
+  // limit (--tenant_max_calls; 0: none).
+  CallerSlots* caller_slots;
+  int64_t tenant_max_calls;
 };
 
 // The answer to a call that arrives while the router drains.
@@ -56,7 +61,22 @@ struct Route {
   std::vector<std::shared_ptr<AgentHandle>> candidates;
   std::string authorization;  // sent to the agent; empty: none
   std::string principal;      // the caller's, for the capability
+  // The caller's slot (--tenant_max_calls), given back when the call's
+  // route goes (its reactor ends); null when none was taken.
+  std::shared_ptr<void> slot;
 };
+
+// One of the caller's slots, or RESOURCE_EXHAUSTED naming its limit.
+absl::StatusOr<std::shared_ptr<void>> TakeSlot(const Shared& shared, const std::string& principal,
+                                               const TenantQuota& quota) {
+  const CallerSlots::Limit limit{quota.max_calls > 0 ? quota.max_calls : shared.tenant_max_calls,
+                                 quota.max_calls > 0};
+  bool took = false;
+  FARCALL_RETURN_IF_ERROR(shared.caller_slots->Take(principal, limit, &took));
+  if (!took) return nullptr;
+  CallerSlots* slots = shared.caller_slots;
+  return std::shared_ptr<void>(nullptr, [slots, principal](void*) { slots->Give(principal); });
+}
 
 // A capability for `principal` to call `handler` on `agent`, as the
 // metadata value; empty without a key.
@@ -113,12 +133,19 @@ absl::StatusOr<Route> RouteCall(const Shared& shared, const grpc::ByteBuffer& fi
   // Before anything about the call is checked: a token that may not call
   // this handler learns nothing else (not even whether it exists).
   std::string principal;
-  if (absl::Status s = shared.tokens->Authorize(authorization, header.handler(), &principal);
+  TenantQuota quota;
+  if (absl::Status s =
+          shared.tokens->Authorize(authorization, header.handler(), &principal, &quota);
       !s.ok()) {
     record.Refused("auth");
     return WithReason(s, ErrorReason::kAuthRefused);
   }
   record.Identify(header.call_id(), principal);
+  absl::StatusOr<std::shared_ptr<void>> slot = TakeSlot(shared, principal, quota);
+  if (!slot.ok()) {
+    record.Refused("limit");
+    return slot.status();
+  }
   absl::StatusOr<ValidatedCall> v =
       ValidateCall(DescriptorFromProto(header), shared.max_call_bytes, "router");
   if (!v.ok()) {
@@ -135,7 +162,8 @@ absl::StatusOr<Route> RouteCall(const Shared& shared, const grpc::ByteBuffer& fi
           header.has_side_effect() ? header.call_id() : std::string(),
           {},
           shared.agent_authorization.empty() ? authorization : shared.agent_authorization,
-          std::move(principal)};
+          std::move(principal),
+          *std::move(slot)};
   absl::Status found_agents = FindCandidates(shared, *v, r);
   if (!found_agents.ok()) record.Refused("no_agent");
   FARCALL_RETURN_IF_ERROR(found_agents);
@@ -641,6 +669,7 @@ class RouterService final
 
 struct RouterServer::Impl {
   TokenTable tokens;
+  CallerSlots caller_slots{"through this router"};
   std::optional<CapabilitySigner> signer;
   DrainGate gate;  // before the server: its calls use it
   std::unique_ptr<AgentPool> pool;
@@ -665,6 +694,7 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(Options option
   metrics::ExportBuildInfo("farcall-router", Version());
   impl->tokens = std::move(options.tokens);
   impl->signer = std::move(options.signer);
+  SetRouterTenantLabels(options.metrics_max_tenants, impl->tokens.principals());
   impl->pool = std::make_unique<AgentPool>(options.agents, options.pool);
   impl->pool->ProbeAll();
   if (!options.metrics_listen.empty()) {
@@ -683,7 +713,7 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(Options option
              impl->signer ? &*impl->signer : nullptr,
              options.agent_token.empty() ? std::string()
                                          : absl::StrCat(kBearerPrefix, options.agent_token),
-             &impl->gate});
+             &impl->gate, &impl->caller_slots, options.tenant_max_calls});
 
   FARCALL_ASSIGN_OR_RETURN(RunningServer running,
                            StartGrpcServer(options.listen, impl->service.get(), options.grpc_limits,

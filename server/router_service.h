@@ -50,6 +50,11 @@ class RouterServer {
     AgentPool::Options pool;
     // HOST:PORT for Prometheus' /metrics; empty: not served.
     std::string metrics_listen;
+    // Calls one tenant may have in flight through the router (0: no
+    // limit; a tokens-file line's max_calls= wins), and tenants with a
+    // `tenant` label value of their own.
+    int64_t tenant_max_calls = 0;
+    int metrics_max_tenants = 64;
   };
 
   // Probes every agent once, then starts serving and probing.

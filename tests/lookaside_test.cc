@@ -85,7 +85,9 @@ TEST_F(LookasideTest, CallsGoStraightToTheAgentsTheRouterNames) {
       1);
   // No call passed through it: the series is not there yet (-1).
   EXPECT_LE(
-      RouterMetric("farcall_router_calls_total{code=\"OK\",handler=\"copy\",platform=\"cpu\"}"), 0);
+      RouterMetric(
+          "farcall_router_calls_total{code=\"OK\",handler=\"copy\",platform=\"cpu\",tenant=\"-\"}"),
+      0);
   // Yet its list (and status page) shows the calls, as the agents count them.
   absl::StatusOr<std::vector<AgentStatus>> listed = client_->ListAgents(/*refresh=*/true);
   ASSERT_TRUE(listed.ok()) << listed.status();
@@ -107,7 +109,9 @@ TEST_F(LookasideTest, CallsGoStraightToTheAgentsTheRouterNames) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(r->via_router);
   EXPECT_EQ(
-      RouterMetric("farcall_router_calls_total{code=\"OK\",handler=\"copy\",platform=\"cpu\"}"), 1);
+      RouterMetric(
+          "farcall_router_calls_total{code=\"OK\",handler=\"copy\",platform=\"cpu\",tenant=\"-\"}"),
+      1);
 }
 
 TEST_F(LookasideTest, TheRouterWeighsAgentsByTheCallsTheyHoldFromAnyClient) {

@@ -59,15 +59,16 @@ TEST(MetricsEndToEndTest, AgentAndRouterCountCalls) {
 
   const std::string a = Scrape((*agent)->metrics_port());
   EXPECT_THAT(a, HasSubstr("farcall_agent_calls_total{code=\"OK\",handler=\"copy\","
-                           "platform=\"cpu\"} 2"));
-  EXPECT_THAT(a, HasSubstr("farcall_agent_received_bytes_total{platform=\"cpu\"} 32"));
+                           "platform=\"cpu\",tenant=\"-\"} 2"));
+  EXPECT_THAT(a, HasSubstr("farcall_agent_received_bytes_total{platform=\"cpu\",tenant=\"-\"} 32"));
   EXPECT_THAT(a, HasSubstr("farcall_agent_execute_seconds_count{handler=\"copy\","
-                           "platform=\"cpu\"} 2"));
+                           "platform=\"cpu\",tenant=\"-\"} 2"));
   EXPECT_THAT(a, HasSubstr("farcall_agent_inflight_calls 0"));
   // Series that dashboards and alerts read are there from the start.
   for (const char* series :
-       {"farcall_agent_budget_bytes ", "farcall_agent_refused_calls_total{reason=\"auth\"} 0",
-        "farcall_agent_refused_calls_total{reason=\"limit\"} 0",
+       {"farcall_agent_budget_bytes ",
+        "farcall_agent_refused_calls_total{reason=\"auth\",tenant=\"-\"} 0",
+        "farcall_agent_refused_calls_total{reason=\"limit\",tenant=\"-\"} 0",
         "farcall_agent_device_memory_total_bytes{device=\"0\"} ",
         "farcall_agent_device_memory_used_bytes{device=\"0\"} ",
         "farcall_agent_graph_cache_misses_total 0", "farcall_agent_staging_fallbacks_total 0",
@@ -84,21 +85,22 @@ TEST(MetricsEndToEndTest, AgentAndRouterCountCalls) {
 
   const std::string r = Scrape((*router)->metrics_port());
   EXPECT_THAT(r, HasSubstr("farcall_router_calls_total{code=\"OK\",handler=\"copy\","
-                           "platform=\"cpu\"} 2"));
+                           "platform=\"cpu\",tenant=\"-\"} 2"));
   // An unknown handler is answered by the router itself, and its name does
   // not become a label value.
   EXPECT_THAT(r, HasSubstr("farcall_router_calls_total{code=\"NOT_FOUND\",handler=\"-\","
-                           "platform=\"-\"} 1"));
+                           "platform=\"-\",tenant=\"-\"} 1"));
   EXPECT_THAT(r, HasSubstr(absl::StrCat("farcall_router_agent_up{agent=\"", (*agent)->address(),
                                         "\",platform=\"cpu\"} 1")));
   // Once described, an agent is exported under its platform only.
   EXPECT_THAT(r, ::testing::Not(HasSubstr("platform=\"\"}")));
   EXPECT_THAT(r, HasSubstr("farcall_router_retries_total{platform=\"cpu\"} 0"));
-  EXPECT_THAT(r, HasSubstr("farcall_router_refused_calls_total{reason=\"no_agent\"} 1"));
-  EXPECT_THAT(r, HasSubstr("farcall_router_refused_calls_total{reason=\"auth\"} 0"));
+  EXPECT_THAT(r,
+              HasSubstr("farcall_router_refused_calls_total{reason=\"no_agent\",tenant=\"-\"} 1"));
+  EXPECT_THAT(r, HasSubstr("farcall_router_refused_calls_total{reason=\"auth\",tenant=\"-\"} 0"));
   EXPECT_THAT(r, HasSubstr("farcall_router_draining 0"));
-  EXPECT_GT(Sample(r, "farcall_router_received_bytes_total{platform=\"cpu\"}"), 32);
-  EXPECT_GT(Sample(r, "farcall_router_sent_bytes_total{platform=\"cpu\"}"), 32);
+  EXPECT_GT(Sample(r, "farcall_router_received_bytes_total{platform=\"cpu\",tenant=\"-\"}"), 32);
+  EXPECT_GT(Sample(r, "farcall_router_sent_bytes_total{platform=\"cpu\",tenant=\"-\"}"), 32);
 
   // The status page and its JSON, on the same port.
   const std::string json = ::farcall::testing::HttpGet((*router)->metrics_port(), "/status.json");
@@ -121,10 +123,10 @@ TEST(MetricsEndToEndTest, AgentAndRouterCountCalls) {
   EXPECT_THAT(after, HasSubstr("farcall_router_resolves_total{code=\"NOT_FOUND\",handler=\"-\","
                                "platform=\"-\"} 1"));
   EXPECT_THAT(after, HasSubstr("farcall_router_calls_total{code=\"OK\",handler=\"copy\","
-                               "platform=\"cpu\"} 2"));
+                               "platform=\"cpu\",tenant=\"-\"} 2"));
   EXPECT_THAT(Scrape((*agent)->metrics_port()),
               HasSubstr("farcall_agent_calls_total{code=\"OK\",handler=\"copy\","
-                        "platform=\"cpu\"} 3"));
+                        "platform=\"cpu\",tenant=\"-\"} 3"));
 }
 
 TEST(MetricsEndToEndTest, CancelledCallFreesItsMemoryAtOnce) {

@@ -203,9 +203,14 @@ nb::object StartAgent(std::vector<std::string> argv,
                                "Python handlers still running past their call's deadline.", {});
   metrics::Gauge stuck = stuck_family->With({});
   stuck.Set(0);
-  auto pool = std::make_shared<agent::WorkerPool>(python_threads > 0 ? python_threads : 1,
-                                                  python_max_threads,
-                                                  [stuck](int n) mutable { stuck.Set(n); });
+  // Tenants share the threads as the agent's workers are shared: the one
+  // holding the fewest goes next, and a tenant holding none while others
+  // hold them all gets a spare (--tenant_spare_workers, by default as many
+  // as --python_threads).
+  const int threads = python_threads > 0 ? python_threads : 1;
+  const int spares = options->tenant_spare_workers < 0 ? threads : options->tenant_spare_workers;
+  auto pool = std::make_shared<agent::WorkerPool>(
+      threads, python_max_threads, [stuck](int n) mutable { stuck.Set(n); }, spares);
   auto held_dispatch = std::make_shared<HeldObject>();
   held_dispatch->obj = std::move(dispatch);
   const std::string platform(PlatformName(options->config.platform));

@@ -7,7 +7,11 @@ function in FILE.py (several files: comma-separated) registered with
 ``--python_threads=N`` (default 4) sets how many threads run Python handlers,
 and ``--python_max_threads=N`` (default 64) how many may run while handlers
 are stuck past their calls' deadlines; native handlers run on the agent's
-own workers and never wait for Python.
+own workers and never wait for Python. Tenants share the Python threads as
+they share the agent's workers: a free thread takes the call of the tenant
+holding the fewest, and a tenant holding none while others hold them all
+gets a spare thread (``--tenant_spare_workers``, by default as many as
+``--python_threads``).
 
 Handlers are called as JAX calls buffer callbacks, ``callback(ctx, out,
 *args)``. A handler that returns a value fails its call with INTERNAL ("ValueError:

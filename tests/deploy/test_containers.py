@@ -339,7 +339,7 @@ def test_metrics_scraped_from_the_host(stack):
                      r'[1-9]', router, re.M), router
     assert re.search(r'^farcall_router_agent_up\{[^}]*platform="oneapi"[^}]*\} 1', router, re.M), router
     agent = lib.http_get(f"http://127.0.0.1:{stack['agent_metrics']}/metrics")
-    assert re.search(r'^farcall_agent_calls_total\{code="OK",handler="axpy",platform="cpu"\} [1-9]',
+    assert re.search(r'^farcall_agent_calls_total\{code="OK",handler="axpy",platform="cpu",tenant="[^"]*"\} [1-9]',
                      agent, re.M), agent
 
 
