@@ -146,6 +146,38 @@ def test_a_held_python_handler_blocks_no_native_handler(gate):
         assert s.stop() == 0, s.output()
 
 
+def test_a_tenant_holding_every_python_thread_does_not_stall_another(tmp_path, gate):
+    # One Python thread, held by tenant c's call; tenant b's call gets a
+    # spare thread at once instead of waiting for c's to end. Without
+    # spares it waits.
+    b_token, c_token = "b" * 32, "c" * 32
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"{b_token} * tenant=b\n{c_token} * tenant=c\n")
+    for spares, b_waits in (("-1", False), ("0", True)):
+        s = start_python_agent("--python_threads=1", f"--tokens_file={tokens}",
+                               f"--tenant_spare_workers={spares}")
+        try:
+            c = farcall.Client(s.address, token=c_token)
+            b = farcall.Client(s.address, token=b_token)
+            held = c.call_async("py_gate", results=[])
+            gate.wait_entered()
+            queued = c.call_async("py_affine", np.zeros(2, F32), results=[farcall.Spec((2,), F32)])
+            mine = b.call_async("py_affine", np.zeros(2, F32), results=[farcall.Spec((2,), F32)])
+            if b_waits:
+                with pytest.raises(concurrent.futures.TimeoutError):
+                    mine.result(timeout=0.5)
+            else:
+                np.testing.assert_array_equal(mine.result(timeout=10)[0], [1, 1])
+                assert not held.done()
+            gate.release_all()
+            assert held.result(timeout=30) == []
+            np.testing.assert_array_equal(queued.result(timeout=30)[0], [1, 1])
+            np.testing.assert_array_equal(mine.result(timeout=30)[0], [1, 1])
+        finally:
+            gate.release_all()
+            assert s.stop() == 0, s.output()
+
+
 def test_handlers_see_their_deadline_and_stop_when_cancelled(client):
     left, cancelled = client.call("py_deadline_left", timeout=5,
                                   results=[farcall.Spec((), np.float64), farcall.Spec((), np.bool_)])
