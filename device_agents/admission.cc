@@ -32,7 +32,10 @@ size_t Admission::waiting_for_budget() const {
 }
 
 bool Admission::OverQuota(const Queue& q) {
-  return q.max_bytes > 0 && q.held + q.waiters.front().bytes > q.max_bytes;
+  // A tenant that holds nothing is never over its quota: the call was
+  // checked against the quota it came with (Validate), which a later call
+  // of the tenant may have changed (another path's quota, a reload).
+  return q.max_bytes > 0 && q.held > 0 && q.held + q.waiters.front().bytes > q.max_bytes;
 }
 
 double Admission::Take(Queue& q, int64_t bytes) {
@@ -51,7 +54,7 @@ bool Admission::TryAcquire(int64_t bytes, const Tenant& tenant) {
   if (tenant.max_bytes > 0) {
     auto it = tenants_.find(tenant.name);
     const int64_t has = it == tenants_.end() ? 0 : it->second.held;
-    if (has + bytes > tenant.max_bytes) return false;
+    if (has > 0 && has + bytes > tenant.max_bytes) return false;
   }
   // Nobody overtakes a call waiting for the budget, so that large calls
   // are not starved; one waiting for its own quota holds nobody up.

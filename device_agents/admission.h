@@ -13,7 +13,11 @@
 //     fit, so that large calls are not starved.
 //   - A tenant may have a quota of bytes at once (--tenant_max_bytes, or
 //     its tokens-file line). Its calls past it wait in its queue without
-//     holding up the other tenants'.
+//     holding up the other tenants' (a tenant holding nothing is never
+//     past it: its call was checked against the quota when it came). The
+//     quota is the tenant's weight in the turns too: a tenant with half
+//     the quota of another gets half its bytes while both wait; one
+//     without a quota weighs the whole budget.
 //
 // Thread safety: all methods are thread-safe. Resume callbacks run on the
 // thread that released the bytes, outside the lock.

@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 #include <utility>
 
 #include "core/drain_gate.h"
@@ -42,8 +43,11 @@ struct Shared {
   // Runs work on the shared workers: what a gRPC thread must not do (a call
   // admitted when another freed the budget; a call whose end waits for its
   // device).
-  BudgetWait::Executor Elsewhere() {
-    return [this](std::function<void()> work) { pool->Submit(std::move(work)); };
+  // `tenant`: the call's caller, whose turn on the workers it is.
+  BudgetWait::Executor Elsewhere(const std::string& tenant) {
+    return [this, tenant](std::function<void()> work) {
+      pool->Submit(std::move(work), absl::InfiniteFuture(), tenant);
+    };
   }
   // On a device that is not the host's memory (cuda, rocm, oneapi), the
   // steps that move a call's bytes may wait for the device: an allocation
@@ -53,20 +57,23 @@ struct Shared {
   // memcpys into host memory, and run where the frame arrived.
   bool device_steps_on_workers = false;
   // Runs `step` of `call` (a reactor, kept alive meanwhile) as said above.
-  void DeviceStep(RefCounted& call, std::function<void()> step) {
+  void DeviceStep(RefCounted& call, const std::string& tenant, std::function<void()> step) {
     if (!device_steps_on_workers) return step();
     call.Ref();
-    pool->Submit([&call, step = std::move(step)] {
-      step();
-      call.Unref();
-    });
+    pool->Submit(
+        [&call, step = std::move(step)] {
+          step();
+          call.Unref();
+        },
+        absl::InfiniteFuture(), tenant);
   }
   // Destroys a finished call now, or on a worker when that may wait for
   // its device.
   void Release(std::unique_ptr<AgentCall> call) {
     if (call == nullptr || !call->release_may_block()) return;  // freed here
     std::shared_ptr<AgentCall> c(std::move(call));
-    pool->Submit([c]() mutable { c.reset(); });
+    const std::string tenant = c->principal();
+    pool->Submit([c]() mutable { c.reset(); }, absl::InfiniteFuture(), tenant);
   }
 };
 

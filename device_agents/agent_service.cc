@@ -197,7 +197,8 @@ class AgentReactor : public GrpcReactor, public WatchedCall {
   // A call that waits past --max_call_seconds is ended there (the watchdog
   // asks); one the client cancels, too.
   void AdmitThen(std::function<void()> admitted) {
-    Ref();  // released once admitted, or when the wait is withdrawn
+    tenant_ = call_->principal();  // known by now (Accept)
+    Ref();                         // released once admitted, or when the wait is withdrawn
     AwaitClient(Wait::kBudget);
     budget_.Admit(
         *shared_.state.admission, call_->footprint(), call_->budget_tenant(),
@@ -221,7 +222,7 @@ class AgentReactor : public GrpcReactor, public WatchedCall {
           FinishWith(why.ok() ? CancelledWhileWaiting() : why);
           Unref();
         },
-        shared_.Elsewhere());
+        shared_.Elsewhere(tenant_));
   }
   void EndQueued(const absl::Status& error) override {
     {
@@ -233,6 +234,7 @@ class AgentReactor : public GrpcReactor, public WatchedCall {
 
   Shared& shared_;
   std::unique_ptr<AgentCall> call_;
+  std::string tenant_;  // its caller, for its turns on the workers (AdmitThen)
   CancellationToken cancel_;
   BudgetWait budget_;
   absl::Mutex queued_mu_;
@@ -288,7 +290,7 @@ class ExecuteReactor final
       return AdmitThen([this] {
         SetHoldsBudget(true);
         SetMoving(true);
-        shared_.DeviceStep(*this, [this] {
+        shared_.DeviceStep(*this, tenant_, [this] {
           absl::Status a = call_->Allocate();
           if (a.ok() && call_->ucx()) {
             a = absl::FailedPreconditionError(
@@ -299,7 +301,7 @@ class ExecuteReactor final
         });
       });
     }
-    shared_.DeviceStep(*this, [this] { TakeFrame(); });
+    shared_.DeviceStep(*this, tenant_, [this] { TakeFrame(); });
   }
 
   void OnWriteDone(bool ok) override {
@@ -310,7 +312,7 @@ class ExecuteReactor final
     }
     if (replaying_) return FinishWith(absl::OkStatus());
     call_->ReachedResultPhases(/*all_sent=*/false);
-    shared_.DeviceStep(*this, [this] { WriteNext(); });
+    shared_.DeviceStep(*this, tenant_, [this] { WriteNext(); });
   }
 
  private:
@@ -407,8 +409,9 @@ class CallReactor final : public AgentReactor<grpc::ServerUnaryReactor> {
     // that never had it (and runs it again). Other calls may run again
     // harmlessly, and save the extra message.
     if (call_->has_side_effect()) StartSendInitialMetadata();
-    AdmitThen(
-        [this, request] { shared_.DeviceStep(*this, [this, request] { TakeRequest(*request); }); });
+    AdmitThen([this, request] {
+      shared_.DeviceStep(*this, tenant_, [this, request] { TakeRequest(*request); });
+    });
   }
 
  private:
@@ -508,7 +511,7 @@ class CallReactor final : public AgentReactor<grpc::ServerUnaryReactor> {
           });
           Unref();
         },
-        shared_.Elsewhere());
+        shared_.Elsewhere(tenant_));
     if (cancel_.cancelled()) call_->CancelUcx();  // cancelled before the phase began
   }
 

@@ -4,7 +4,7 @@
 // piece (its copy toward the device) from the UCX worker's thread, and then
 // the step that runs the handler: that one runs after every copy before it.
 //
-//   SerialSteps steps(shared.Elsewhere());
+//   SerialSteps steps(shared.Elsewhere(tenant));
 //   steps.Add([&] { Stage(piece); });    // any thread, never blocks
 //   steps.Add([&] { RunTheHandler(); });  // after the copies above
 //

@@ -57,18 +57,20 @@ void WorkerPool::Submit(std::function<void()> work, absl::Time deadline,
   if (q.empty()) turns_.push_back(tenant);
   q.push_back({std::move(work), deadline, tenant});
   changed_ = true;
-  // Every thread runs other tenants' work: a spare runs this one.
-  if (spares_live_ < spares_ && !stopping_ && busy_ >= live_ && !holding_.contains(tenant)) {
+  // More tenants wait without a thread than threads are free (every
+  // thread runs other tenants' work, or those free are spoken for): a
+  // spare runs this one.
+  if (spares_live_ < spares_ && !stopping_ && !holding_.contains(tenant) &&
+      TenantsWaitingWithoutAThread() > live_ - busy_) {
     Reap();
     StartThread(/*spare=*/true);
   }
 }
 
-bool WorkerPool::ATenantWaitsWithoutAThread() const {
-  for (const std::string& t : turns_) {
-    if (!holding_.contains(t)) return true;
-  }
-  return false;
+int WorkerPool::TenantsWaitingWithoutAThread() const {
+  int n = 0;
+  for (const std::string& t : turns_) n += holding_.contains(t) ? 0 : 1;
+  return n;
 }
 
 WorkerPool::Work WorkerPool::Next() {
@@ -106,13 +108,17 @@ int WorkerPool::stuck() const {
 }
 
 int WorkerPool::CountStuck(absl::Time now) {
-  int stuck = 0;
-  for (const Slot& s : slots_) stuck += (s.busy && s.deadline <= now) ? 1 : 0;
+  int stuck = 0, regular = 0;
+  for (const Slot& s : slots_) {
+    const bool is_stuck = s.busy && s.deadline <= now;
+    stuck += is_stuck ? 1 : 0;
+    regular += is_stuck && !s.spare ? 1 : 0;
+  }
   if (stuck != stuck_) {
     stuck_ = stuck;
     if (on_stuck_) on_stuck_(stuck);
   }
-  return stuck;
+  return regular;
 }
 
 void WorkerPool::Loop(Slot* slot) {
@@ -121,7 +127,7 @@ void WorkerPool::Loop(Slot* slot) {
     {
       absl::MutexLock l(&mu_);
       // A spare thread stays only while a tenant waits without a thread.
-      if (slot->spare && !ATenantWaitsWithoutAThread()) {
+      if (slot->spare && TenantsWaitingWithoutAThread() == 0) {
         slot->done = true;
         --live_;
         --spares_live_;
@@ -159,7 +165,7 @@ void WorkerPool::Loop(Slot* slot) {
     // A thread started for stuck work leaves once enough others are free
     // of it (the watcher joins it).
     if (!slot->spare && !stopping_ && max_ > base_ &&
-        live_ - spares_live_ - CountStuck(absl::Now()) > base_) {
+        live_ - spares_live_ - CountStuck(absl::Now()) > base_) {  // spares apart
       slot->done = true;
       --live_;
       return;
@@ -173,7 +179,9 @@ void WorkerPool::Watch() {
     Reap();
     const absl::Time now = absl::Now();
     const int stuck = CountStuck(now);
-    while (!turns_.empty() && live_ - spares_live_ - stuck < base_ && live_ < max_) StartThread();
+    while (!turns_.empty() && live_ - spares_live_ - stuck < base_ && live_ - spares_live_ < max_) {
+      StartThread();
+    }
     // Wake at the next deadline of running work, or at a change.
     absl::Time next = absl::InfiniteFuture();
     for (const Slot& s : slots_) {

@@ -79,13 +79,15 @@ class WorkerPool {
   void Reap() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes the next work: the queued tenant holding the fewest threads.
   Work Next() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether a tenant's work waits while it holds no thread.
-  bool ATenantWaitsWithoutAThread() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The tenants whose work waits while they hold no thread.
+  int TenantsWaitingWithoutAThread() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Loop(Slot* slot);
   // Elastic pools: counts stuck work and starts threads as needed, until
   // the pool stops.
   void Watch();
-  // Counts the stuck works at `now` (and tells on_stuck of a change).
+  // Counts the stuck works at `now` (and tells on_stuck of a change, spares
+  // included); returns those on threads other than spares, which are what
+  // the pool's own size is weighed against.
   int CountStuck(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int base_;

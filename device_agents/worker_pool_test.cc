@@ -146,6 +146,30 @@ TEST(WorkerPoolTest, ATenantHoldingNoThreadGetsASpareWhileOthersHoldThemAll) {
   EXPECT_EQ(pool.threads(), 2);
 }
 
+// Two quiet tenants come while a third holds every thread: each gets a
+// spare, not one spare for both.
+TEST(WorkerPoolTest, EachQuietTenantGetsASpare) {
+  absl::Notification release;
+  WorkerPool pool(1, 0, nullptr, /*spares=*/2);
+  absl::Notification a_runs;
+  pool.Submit(
+      [&] {
+        a_runs.Notify();
+        release.WaitForNotification();
+      },
+      absl::InfiniteFuture(), "A");
+  a_runs.WaitForNotification();
+  absl::Notification c_ran;
+  // B's work holds its spare until C's has run: one spare for both would
+  // never run C's.
+  pool.Submit([&] { EXPECT_TRUE(c_ran.WaitForNotificationWithTimeout(absl::Seconds(10))); },
+              absl::InfiniteFuture(), "B");
+  pool.Submit([&] { c_ran.Notify(); }, absl::InfiniteFuture(), "C");
+  EXPECT_TRUE(c_ran.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_LE(pool.threads(), 3);
+  release.Notify();
+}
+
 TEST(WorkerPoolTest, WithoutSparesATenantWaitsForAThread) {
   absl::Notification release;
   {

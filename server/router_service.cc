@@ -437,6 +437,9 @@ class ForwardingExecute final : public grpc::ServerBidiReactor<grpc::ByteBuffer,
       finished_ = true;
     }
     record_.Finished(s);
+    // The caller's slot goes back before it has its answer, so that its
+    // next call finds it free.
+    route_.slot.reset();
     Finish(s);
   }
 
@@ -555,6 +558,7 @@ class ForwardingCall final : public grpc::ServerUnaryReactor, public RefCounted 
 
   void FinishAndRecord(const grpc::Status& s) {
     record_.Finished(s);
+    route_.slot.reset();  // before the caller has its answer, as above
     Finish(s);
   }
 

@@ -257,7 +257,7 @@ TEST(TenantsTest, ANoisyNeighboursSlowCallsDoNotStallAnotherTenant) {
   auto b = ConnectAs(*agent, "tenant-b-token-0123456789");
   auto c = ConnectAs(*agent, "tenant-c-token-0123456789");
   ASSERT_TRUE(b && c);
-  constexpr int kCalls = 50;
+  constexpr int kCalls = 200;
   const Copies alone = CopiesOf(*b, kCalls);
 
   std::atomic<bool> stop{false};

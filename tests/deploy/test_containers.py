@@ -333,14 +333,14 @@ def test_grpc_health_of_router_and_agent(stack):
 
 def test_metrics_scraped_from_the_host(stack):
     router = lib.http_get(f"http://127.0.0.1:{stack['router_metrics']}/metrics")
-    assert re.search(r'^farcall_router_calls_total\{code="OK",handler="axpy",platform="cpu"\} [1-9]',
-                     router, re.M), router
+    assert re.search(r'^farcall_router_calls_total\{code="OK",handler="axpy",platform="cpu",'
+                     r'tenant="[^"]*"\} [1-9]', router, re.M), router
     assert re.search(r'^farcall_router_resolves_total\{code="OK",handler="axpy",platform="cpu"\} '
                      r'[1-9]', router, re.M), router
     assert re.search(r'^farcall_router_agent_up\{[^}]*platform="oneapi"[^}]*\} 1', router, re.M), router
     agent = lib.http_get(f"http://127.0.0.1:{stack['agent_metrics']}/metrics")
-    assert re.search(r'^farcall_agent_calls_total\{code="OK",handler="axpy",platform="cpu",tenant="[^"]*"\} [1-9]',
-                     agent, re.M), agent
+    assert re.search(r'^farcall_agent_calls_total\{code="OK",handler="axpy",platform="cpu",'
+                     r'tenant="[^"]*"\} [1-9]', agent, re.M), agent
 
 
 def test_sigterm_stops_every_container_with_status_0(podman, stack):
