@@ -30,6 +30,7 @@ from __future__ import annotations
 import functools
 import numbers
 import uuid
+import warnings
 from typing import Any, Mapping
 
 import jax
@@ -59,6 +60,20 @@ def _register_ffi_targets() -> frozenset:
 
 _FFI_PLATFORMS = _register_ffi_targets()
 _PREFER_HOST_CALLBACK = False
+_WARNED_WITHOUT_FFI = False
+
+
+def _warn_once_without_ffi() -> None:
+    """Says once per process that this build has no FFI path."""
+    global _WARNED_WITHOUT_FFI
+    if _FFI_PLATFORMS or _WARNED_WITHOUT_FFI:
+        return
+    _WARNED_WITHOUT_FFI = True
+    warnings.warn(
+        "farcall.jax: this farcall build has no XLA FFI path (it was built without jaxlib's "
+        "headers, FARCALL_WITHOUT_XLA_FFI=ON), so jitted calls go through jax.pure_callback: "
+        "about twice the cost per call, and no overlap with the step's other work. Rebuild "
+        "with jaxlib installed for the FFI path.", RuntimeWarning, stacklevel=3)
 
 
 def prefer_host_callback(enabled: bool = True) -> None:
@@ -178,6 +193,7 @@ def buffer_callback(handler: str, result_shape_dtypes: object, *, target: str,
     64 B call on loopback); other calls, and the cuda and host-callback
     paths, do not poll. ``0`` never polls.
     """
+    _warn_once_without_ffi()
     if not isinstance(retries, int) or retries < 0:
         raise ValueError(f"farcall.jax.buffer_callback: retries must be an int >= 0; "
                          f"got {retries!r}")

@@ -2,10 +2,12 @@
 paths, and JAX's own checks and messages."""
 
 import concurrent.futures
+import warnings
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
 import pytest
 from jax.experimental.buffer_callback import buffer_callback as jax_buffer_callback
 
@@ -182,6 +184,18 @@ def test_platform_checks_at_trace_time(agent):
         jax.jit(f).trace(x)
     g = fj.buffer_callback("copy", [S8], target=agent.address, platform="CPU")
     np.testing.assert_array_equal(g(x)[0], x)
+
+
+def test_a_build_without_the_ffi_path_warns_once(monkeypatch):
+    # As a build made with FARCALL_WITHOUT_XLA_FFI=ON is: no FFI handlers.
+    monkeypatch.setattr(fj, "_FFI_PLATFORMS", frozenset())
+    monkeypatch.setattr(fj, "_WARNED_WITHOUT_FFI", False)
+    spec = jax.ShapeDtypeStruct((2,), jnp.float32)
+    with pytest.warns(RuntimeWarning, match="this farcall build has no XLA FFI path"):
+        fj.buffer_callback("copy", spec, target="127.0.0.1:1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fj.buffer_callback("copy", spec, target="127.0.0.1:1")  # once per process
 
 
 def test_cuda_lowers_to_the_ffi_custom_call_with_aliasing():
