@@ -136,7 +136,8 @@ metrics::Counter ReloadFailures(const char* file) {
   return family->With({file});
 }
 
-void ReloadTokens(const TokenTable& tokens, bool force) {
+void ReloadTokens(const TokenTable& tokens, bool force,
+                  const std::function<bool(const std::string&)>& serves) {
   if (tokens.path().empty()) return;
   absl::StatusOr<bool> r = tokens.Reload(force);
   if (!r.ok()) {
@@ -148,6 +149,7 @@ void ReloadTokens(const TokenTable& tokens, bool force) {
   if (*r) {
     log::Info(absl::StrCat("tokens reloaded from ", tokens.path(), ": ", tokens.size(), " token(s)",
                            force ? " (SIGHUP)" : " (the file changed)"));
+    WarnOfUnservedHandlers(tokens, serves);
   }
 }
 
@@ -187,6 +189,17 @@ void ReloadCapabilityKeys(const Keys& keys, const char* file, bool force) {
 
 }  // namespace
 
+void WarnOfUnservedHandlers(const TokenTable& tokens,
+                            const std::function<bool(const std::string&)>& serves) {
+  if (!serves) return;
+  for (const std::string& h : tokens.handlers()) {
+    if (serves(h)) continue;
+    log::Warning(absl::StrCat("the tokens file ", tokens.path(), " names handler '", h,
+                              "', which this agent does not serve (a typo, or a handler it "
+                              "lacks): no token may call it here."));
+  }
+}
+
 ReloadableFiles ServerSecurity::reloadable() const { return {tokens, tls_files, signer, verifier}; }
 
 void ExportReloadMetrics() {
@@ -196,7 +209,7 @@ void ExportReloadMetrics() {
 }
 
 void ReloadFiles(const ReloadableFiles& files, bool force) {
-  ReloadTokens(files.tokens, force);
+  ReloadTokens(files.tokens, force, files.serves);
   if (files.tls != nullptr) ReloadTls(*files.tls, force);
   if (files.signer.has_value()) {
     ReloadCapabilityKeys(*files.signer, "capability_signing_key", force);

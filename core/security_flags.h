@@ -14,6 +14,7 @@
 #ifndef FARCALL_CORE_SECURITY_FLAGS_H_
 #define FARCALL_CORE_SECURITY_FLAGS_H_
 
+#include <functional>
 #include <memory>
 
 #include <optional>
@@ -33,7 +34,17 @@ struct ReloadableFiles {
   std::shared_ptr<ServerTlsFiles> tls;  // null: plaintext
   std::optional<CapabilitySigner> signer;
   std::optional<CapabilityVerifier> verifier;
+  // An agent's: whether it serves a handler, so that a tokens file naming
+  // one it does not is warned of, at start and on each reload (null: a
+  // router, whose agents' handlers vary).
+  std::function<bool(const std::string&)> serves;
 };
+
+// Warns, one line per handler, of the handlers `tokens` names that
+// `serves` says no to: a typo, or a handler this agent lacks, which the
+// tokens naming it can never call here.
+void WarnOfUnservedHandlers(const TokenTable& tokens,
+                            const std::function<bool(const std::string&)>& serves);
 
 // Which side of capabilities the process is: a router signs, an agent
 // verifies; each refuses the other's flag.

@@ -263,6 +263,18 @@ std::vector<std::string> TokenTable::principals() const {
   return out;
 }
 
+std::vector<std::string> TokenTable::handlers() const {
+  std::vector<std::string> out;
+  std::shared_ptr<const Entries> entries = Snapshot();
+  if (entries == nullptr) return out;
+  for (const Entry& e : *entries) {
+    for (const std::string& h : e.handlers) {
+      if (absl::c_find(out, h) == out.end()) out.push_back(h);
+    }
+  }
+  return out;
+}
+
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
   absl::StatusOr<std::string> text = ReadConfigFile(path, "token file");
   if (!text.ok()) return text.status();

@@ -108,6 +108,8 @@ class TokenTable {
   // The tenants the table names (`tenant:NAME` principals), and each
   // principal of an unnamed token: what a metric may label calls with.
   std::vector<std::string> principals() const;
+  // The handlers its lines name (not `*`), each once.
+  std::vector<std::string> handlers() const;
 
  private:
   struct Entry {

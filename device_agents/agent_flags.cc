@@ -57,7 +57,9 @@ ABSL_FLAG(std::vector<std::string>, shm_allow_uids, {},
           "uids besides the agent's own whose processes may use its shared memory");
 ABSL_FLAG(int64_t, shm_max_bytes, int64_t{64} << 30,
           "most bytes of shared memory one client connection may have registered at once");
-ABSL_FLAG(int, workers, 0, "handler threads (0: one per core)");
+ABSL_FLAG(int, workers, 0,
+          "handler threads (0: one per core this process may use: the container's CPU limit "
+          "when it has one)");
 ABSL_FLAG(int, metrics_max_tenants, 64,
           "tenants (the tokens file's first, then callers as they come) whose calls metrics "
           "label with their own `tenant` value; the rest are labelled 'other'");
@@ -321,6 +323,13 @@ std::optional<int> ListDevicesIfAsked(const AgentServer::Options& options) {
   }
   std::fflush(nullptr);
   return 0;
+}
+
+std::function<bool(const std::string&)> ServesHandler(const AgentServer& server) {
+  return [&server](const std::string& handler) {
+    const AgentState& state = server.state();
+    return state.registry.Find(handler, PlatformName(state.config.platform)) != nullptr;
+  };
 }
 
 void AnnounceServing(const AgentServer& server) {

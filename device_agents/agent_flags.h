@@ -10,7 +10,9 @@
 #ifndef FARCALL_DEVICE_AGENTS_AGENT_FLAGS_H_
 #define FARCALL_DEVICE_AGENTS_AGENT_FLAGS_H_
 
+#include <functional>
 #include <optional>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "device_agents/agent_service.h"
@@ -33,6 +35,9 @@ std::optional<int> ListDevicesIfAsked(const AgentServer::Options& options);
 // Prints what the agent serves to stderr and reports the bound ports on
 // --ready_fd.
 void AnnounceServing(const AgentServer& server);
+// Whether `server` serves a handler of that name on its platform (for
+// ReloadableFiles::serves); `server` must outlive it.
+std::function<bool(const std::string&)> ServesHandler(const AgentServer& server);
 
 }  // namespace farcall::agent
 

@@ -31,8 +31,8 @@ int main(int argc, char** argv) {
   }
   // Shares its tokens and TLS files with the server's: a reload here is the
   // server's too.
-  const farcall::ReloadableFiles files{options->tokens, options->tls_files, std::nullopt,
-                                       options->verifier};
+  farcall::ReloadableFiles files{options->tokens, options->tls_files, std::nullopt,
+                                 options->verifier};
   farcall::ExportReloadMetrics();
   auto server = farcall::agent::AgentServer::Start(*std::move(options));
   if (!server.ok()) {
@@ -40,6 +40,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   farcall::agent::AnnounceServing(**server);
+  files.serves = farcall::agent::ServesHandler(**server);
+  farcall::WarnOfUnservedHandlers(files.tokens, files.serves);
 
   std::string sig = farcall::WaitForTerminationSignal(
       [&files](bool hangup) { farcall::ReloadFiles(files, hangup); });

@@ -6,13 +6,12 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <thread>
 #include <utility>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "core/cgroup_limits.h"
 #include "core/log.h"
-#include "core/memory_limit.h"
 #include "core/metrics.h"
 #include "core/shm_protocol.h"
 #include "core/status_macros.h"
@@ -168,8 +167,9 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(Options options)
     FARCALL_ASSIGN_OR_RETURN(state.shm, ShmService::Start(address, shm_options));
   }
   FARCALL_RETURN_IF_ERROR(StartUcx(options, state));
-  int workers =
-      options.workers > 0 ? options.workers : static_cast<int>(std::thread::hardware_concurrency());
+  // One per core this process may use: a container's CPU limit, not its
+  // node's cores.
+  const int workers = options.workers > 0 ? options.workers : CpuLimit();
   const int spares = options.tenant_spare_workers < 0 ? workers : options.tenant_spare_workers;
   impl->shared.pool = std::make_unique<WorkerPool>(workers, 0, nullptr, spares);
   impl->shared.device_steps_on_workers = state.config.platform != Platform::kCpu;

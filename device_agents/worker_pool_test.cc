@@ -149,9 +149,9 @@ TEST(WorkerPoolTest, ATenantHoldingNoThreadGetsASpareWhileOthersHoldThemAll) {
 // Two quiet tenants come while a third holds every thread: each gets a
 // spare, not one spare for both.
 TEST(WorkerPoolTest, EachQuietTenantGetsASpare) {
-  absl::Notification release;
+  // Declared before the pool, which its threads may touch until it is gone.
+  absl::Notification release, a_runs, c_ran;
   WorkerPool pool(1, 0, nullptr, /*spares=*/2);
-  absl::Notification a_runs;
   pool.Submit(
       [&] {
         a_runs.Notify();
@@ -159,7 +159,6 @@ TEST(WorkerPoolTest, EachQuietTenantGetsASpare) {
       },
       absl::InfiniteFuture(), "A");
   a_runs.WaitForNotification();
-  absl::Notification c_ran;
   // B's work holds its spare until C's has run: one spare for both would
   // never run C's.
   pool.Submit([&] { EXPECT_TRUE(c_ran.WaitForNotificationWithTimeout(absl::Seconds(10))); },

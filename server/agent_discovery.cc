@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace farcall::router {
@@ -15,6 +16,31 @@ constexpr char kDnsPrefix[] = "dns:///";
 }  // namespace
 
 bool IsMultiAgentSource(const std::string& source) { return absl::StartsWith(source, kDnsPrefix); }
+
+absl::Status CheckAgentSource(const std::string& source) {
+  auto bad = [&source](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat("--agents entry '", source, "' ", why,
+                                                   "; give HOST:PORT or dns:///NAME:PORT."));
+  };
+  std::string hostport = source;
+  if (IsMultiAgentSource(source)) {
+    hostport = source.substr(sizeof(kDnsPrefix) - 1);
+  } else if (absl::StrContains(source, "://") || absl::StartsWith(source, "dns:")) {
+    return bad(absl::StartsWith(source, "dns:") ? "is a dns: name without three slashes"
+                                                : "has a scheme other than dns:///");
+  }
+  const size_t colon = hostport.rfind(':');
+  if (colon == std::string::npos || colon == 0) return bad("has no host and port");
+  const std::string host = hostport.substr(0, colon);
+  if (host.front() == '[' ? host.back() != ']' : absl::StrContains(host, ':')) {
+    return bad("has an IPv6 address outside brackets, or no port");
+  }
+  int port = 0;
+  if (!absl::SimpleAtoi(hostport.substr(colon + 1), &port) || port < 1 || port > 65535) {
+    return bad("has no port of 1 to 65535");
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::vector<std::string>> ExpandAgentSource(const std::string& source) {
   if (!IsMultiAgentSource(source)) return std::vector<std::string>{source};

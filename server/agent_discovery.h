@@ -11,12 +11,18 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 namespace farcall::router {
 
 // True for entries that name a set of agents (dns:///...).
 bool IsMultiAgentSource(const std::string& source);
+
+// OK when `source` has one of the forms above with a port of 1 to 65535;
+// INVALID_ARGUMENT saying which form it misses (another scheme, such as
+// dns://NAME:PORT with two slashes, no port, a port that is no number).
+absl::Status CheckAgentSource(const std::string& source);
 
 // The agent addresses `source` stands for, as "IP:PORT" ("[IPv6]:PORT").
 // UNAVAILABLE when a dns:/// name does not resolve; INVALID_ARGUMENT when it

@@ -5,6 +5,7 @@
 #include <functional>
 #include <utility>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "core/call_validation.h"
@@ -111,10 +112,19 @@ void AgentPool::Resolve() {
     // Service with no ready pods), and once when it names some again.
     if (!addrs.ok() || addrs->empty()) {
       if (empty_sources_.insert(source).second) {
-        log::Warning(
-            absl::StrCat("--agents entry '", source, "' names no agent",
-                         addrs.ok() ? "" : absl::StrCat(" (", addrs.status().message(), ")"),
-                         "; calls it should serve get UNAVAILABLE until it does."));
+        // A failed lookup keeps the agents known from the entry (below); a
+        // lookup that names none drops them.
+        const int64_t known = addrs.ok() ? 0 : absl::c_count_if(entries_, [&](const Entry& e) {
+          return e.source == source;
+        });
+        log::Warning(absl::StrCat(
+            "--agents entry '", source, "' ",
+            addrs.ok() ? "names no agent"
+                       : absl::StrCat("cannot be resolved (", addrs.status().message(), ")"),
+            known > 0 ? absl::StrCat("; the router keeps calling the ", known,
+                                     " agent(s) it knew from it, as their probes allow, until "
+                                     "it resolves again.")
+                      : "; calls it should serve get UNAVAILABLE until it names an agent."));
       }
     } else if (empty_sources_.erase(source) > 0) {
       log::Info(

@@ -15,6 +15,7 @@
 #include "core/security_flags.h"
 #include "core/status_macros.h"
 #include "core/version.h"
+#include "server/agent_discovery.h"
 #include "server/router_service.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50050", "HOST:PORT to serve on; port 0 picks a free one");
@@ -109,6 +110,12 @@ int main(int argc, char** argv) {
   farcall::router::RouterServer::Options options;
   options.listen = absl::GetFlag(FLAGS_listen);
   options.agents = absl::GetFlag(FLAGS_agents);
+  for (const std::string& source : options.agents) {
+    if (absl::Status s = farcall::router::CheckAgentSource(source); !s.ok()) {
+      farcall::log::Error(s.ToString());
+      return 2;
+    }
+  }
   options.max_call_bytes = absl::GetFlag(FLAGS_max_call_bytes);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.tenant_max_calls = absl::GetFlag(FLAGS_tenant_max_calls);

@@ -109,5 +109,16 @@ TEST(RouterDiscoveryTest, DnsSourceNamesEveryAgentItResolvesTo) {
               ::testing::StartsWith(absl::StrCat(TestPlatform(), "-agent-", (*a)->port(), "-")));
 }
 
+// A mistyped --agents entry stops the router at start (exit 2), naming
+// it, instead of a router that serves and finds no agent.
+TEST(RouterDiscoveryTest, AMistypedAgentsEntryStopsTheRouter) {
+  for (const std::string entry : {"dns://farcall-agent-cpu:50051", "farcall-agent-cpu"}) {
+    ::farcall::testing::CommandResult r = ::farcall::testing::RunCommand(
+        absl::StrCat(FARCALL_ROUTER_BIN, " --listen=127.0.0.1:0 --agents=", entry, " 2>&1"));
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_THAT(r.output, ::testing::HasSubstr(absl::StrCat("--agents entry '", entry, "'")));
+  }
+}
+
 }  // namespace
 }  // namespace farcall

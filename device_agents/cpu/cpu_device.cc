@@ -11,7 +11,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "core/memory_limit.h"
+#include "core/cgroup_limits.h"
 #include "core/status_macros.h"
 #include "device_agents/cpu/builtin_handlers.h"
 #include "device_agents/memory_pool.h"

@@ -227,7 +227,7 @@ nb::object StartAgent(std::vector<std::string> argv,
     };
     options->in_process_handlers.push_back(std::move(h));
   }
-  const ReloadableFiles files{options->tokens, options->tls_files, std::nullopt, options->verifier};
+  ReloadableFiles files{options->tokens, options->tls_files, std::nullopt, options->verifier};
   ExportReloadMetrics();
   absl::StatusOr<std::unique_ptr<AgentServer>> server;
   {
@@ -239,6 +239,8 @@ nb::object StartAgent(std::vector<std::string> argv,
     return nb::int_(1);
   }
   agent::AnnounceServing(**server);
+  files.serves = agent::ServesHandler(**server);
+  WarnOfUnservedHandlers(files.tokens, files.serves);
   return nb::cast(std::make_unique<PyAgent>(*std::move(server), files));
 }
 

@@ -888,6 +888,8 @@ def test_dockerfile_stages_and_images():
         lines = stages[target]["lines"]
         words = [w for w, _ in lines]
         assert ("USER", "65532:65532") in lines, f"{target}: non-root user"
+        # The device plugin says which GPUs an agent sees, never the image.
+        assert not any(w == "ENV" and "NVIDIA_VISIBLE_DEVICES" in r for w, r in lines), target
         assert "EXPOSE" in words or "EXPOSE" in [w for w, _ in stages[stages[target]["from"]]["lines"]], target
         (entry,) = [json.loads(r) for w, r in lines if w == "ENTRYPOINT"]
         binary = "farcall-router" if target == "router" else "farcall-agent"

@@ -216,9 +216,14 @@ def test_a_quick_call_is_served_behind_eight_stuck_handlers():
         (out,) = client.call("py_affine", np.zeros(2, F32), results=[farcall.Spec((2,), F32)])
         assert time.monotonic() - start < 2
         np.testing.assert_array_equal(out, [1, 1])
-        metrics = _scrape(s.metrics_port)
-        held = [line for line in metrics.splitlines()
-                if line.startswith("farcall_agent_python_stuck_handlers ")]
+        # The count follows the pool's own look at its threads: read until it
+        # shows the two sleeping past their deadline (bounded: they sleep 5 s).
+        deadline = time.monotonic() + 3
+        while True:
+            held = [line for line in _scrape(s.metrics_port).splitlines()
+                    if line.startswith("farcall_agent_python_stuck_handlers ")]
+            if (held and float(held[0].split()[1]) >= 2) or time.monotonic() > deadline:
+                break
         assert held and float(held[0].split()[1]) >= 2, held
     finally:
         assert s.stop() == 0, s.output()  # once the sleeps end
@@ -280,31 +285,57 @@ def test_a_call_with_side_effects_runs_once_per_call_id(client):
     assert count(None) == n + 1
 
 
+def _affine_as(s, token):
+    return farcall.Client(s.address, token=token).call(
+        "py_affine", np.zeros(2, F32), results=[farcall.Spec((2,), F32)])
+
+
+def _reload_tokens(s, tokens, text, new_token):
+    """Replaces the tokens file with `text` as Kubernetes does (a rename),
+    sends SIGHUP, and returns once `new_token` is taken (bounded: 10 s)."""
+    tokens.with_suffix(".new").write_text(text)
+    os.rename(tokens.with_suffix(".new"), tokens)
+    s.proc.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            return _affine_as(s, new_token)
+        except farcall.UnauthenticatedError:
+            assert time.monotonic() < deadline, "the new token was not taken within 10 s"
+
+
+def _python_agent_with_tokens(tmp_path, text):
+    tokens = tmp_path / "tokens"
+    tokens.write_text(text)
+    return start_python_agent(f"--tokens_file={tokens}"), tokens
+
+
 def test_the_python_agent_reloads_its_tokens_on_sighup(tmp_path):
     old, new = "o" * 32, "n" * 32
-    tokens = tmp_path / "tokens"
-    tokens.write_text(f"{old} *\n")
-    s = start_python_agent(f"--tokens_file={tokens}")
+    s, tokens = _python_agent_with_tokens(tmp_path, f"{old} *\n")
     try:
-        def call(token):
-            return farcall.Client(s.address, token=token).call(
-                "py_affine", np.zeros(2, F32), results=[farcall.Spec((2,), F32)])
-        call(old)
-        (tmp_path / "tokens.new").write_text(f"{new} *\n")
-        os.rename(tmp_path / "tokens.new", tokens)
-        s.proc.send_signal(signal.SIGHUP)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                call(new)
-                break
-            except farcall.UnauthenticatedError:
-                assert time.monotonic() < deadline, "the new token was not taken within 10 s"
+        _affine_as(s, old)
+        _reload_tokens(s, tokens, f"{new} *\n", new)
         with pytest.raises(farcall.UnauthenticatedError):
-            call(old)
+            _affine_as(s, old)
     finally:
         assert s.stop() == 0, s.output()
     assert "tokens reloaded" in s.output()
+
+
+def test_a_tokens_file_naming_a_handler_the_agent_lacks_is_warned_of(tmp_path):
+    # At start, and again on a reload that brings another such name.
+    first, second = "f" * 32, "s" * 32
+    s, tokens = _python_agent_with_tokens(tmp_path, f"{first} py_affine,py_afine\n")
+    try:
+        _reload_tokens(s, tokens, f"{second} py_affine,no_such_handler\n", second)
+    finally:
+        assert s.stop() == 0, s.output()
+    out = s.output()
+    for name in ("py_afine", "no_such_handler"):
+        assert (f"names handler '{name}', which this agent does not serve (a typo, or a handler "
+                f"it lacks): no token may call it here.") in out, out
+    assert "names handler 'py_affine'" not in out
 
 
 def _calls_counted(port: int, handler: str, code: str) -> float:

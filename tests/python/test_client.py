@@ -292,7 +292,8 @@ def test_a_router_says_when_an_agents_entry_names_no_agent():
         assert e.value.message == "no live agent serves platform 'cpu'."
     finally:
         assert s.stop() == 0
-    assert ("--agents entry 'dns:///no-such-agent.invalid:50051' names no agent" in s.output()), \
+    assert ("--agents entry 'dns:///no-such-agent.invalid:50051' cannot be resolved" in s.output()
+            and "calls it should serve get UNAVAILABLE until it names an agent." in s.output()), \
         s.output()
 
 
