@@ -180,6 +180,9 @@ TEST_P(FaultMatrixTest, ExactResultsOrTheStatedError) {
   if (c.plane == Plane::kUcx) {
     auto a = Client::Connect(agents_[0]->address());
     ASSERT_TRUE(a.ok());
+    // As above: the channel to this address may still be waiting out an
+    // earlier cell's agent's back-off; asked once it answers.
+    ASSERT_TRUE(Answers(**a));
     // Bounded generously: a loaded machine (ctest -j2 beside JAX) can be slow.
     auto d = (*a)->Describe(absl::Seconds(30));
     ASSERT_TRUE(d.ok()) << d.status();
