@@ -121,6 +121,9 @@ void Admission::Forget(const std::string& name) {
   // Its tag restarts at the clock when it comes back: a tenant that was
   // away keeps no credit, and the map holds only tenants with bytes.
   tenants_.erase(it);
+  // Nobody holds or waits: the tags start again from zero, so that they
+  // never grow past what a double counts exactly.
+  if (tenants_.empty()) clock_ = 0;
 }
 
 bool Admission::Cancel(uint64_t ticket) {

@@ -137,7 +137,7 @@ void AgentCall::RecordOutcome(const absl::Status& answered, const grpc::ByteBuff
   // Only registered names become label values, so that callers cannot grow
   // the label set without bound.
   const std::string handler = handler_ != nullptr ? handler_->name : "-";
-  const std::string tenant = agent_.tenant_labels.Of(principal_);
+  const std::string& tenant = tenant_label_;
   m.calls.With({platform, handler, absl::StatusCodeToString(status.code()), tenant}).Increment();
   agent_.calls_ended.fetch_add(1, std::memory_order_relaxed);
   if (!status.ok()) {
@@ -237,9 +237,7 @@ void AgentCall::Admitted() {
   admitted_bytes_ = footprint_;
   AgentMetrics& m = Metrics();
   m.inflight_bytes.With({}).Increment(static_cast<double>(admitted_bytes_));
-  m.admission
-      .With(
-          {std::string(PlatformName(agent_.config.platform)), agent_.tenant_labels.Of(principal_)})
+  m.admission.With({std::string(PlatformName(agent_.config.platform)), tenant_label_})
       .Observe(absl::ToDoubleSeconds(absl::Now() - header_time_));
 }
 

@@ -76,6 +76,7 @@ class AgentCall final : private FrameVisitor {
   void set_principal(std::string principal, TenantQuota quota = {}) {
     principal_ = std::move(principal);
     quota_ = quota;
+    tenant_label_ = agent_.tenant_labels.Of(principal_);
   }
   const std::string& principal() const { return principal_; }
   // Its share of the budget: its tenant, and that tenant's byte quota.
@@ -209,6 +210,7 @@ class AgentCall final : private FrameVisitor {
   AgentState& agent_;
   const std::string peer_;
   std::string principal_;
+  std::string tenant_label_ = "-";  // the metrics' `tenant` for principal_, looked up once
   TenantQuota quota_;
   CallerSlots* caller_slots_ = nullptr;  // a slot taken there, for principal_
   CallKey ledger_key_;                   // set by ClaimRun when the call is in the ledger
