@@ -52,6 +52,8 @@ Options:
   --engine=podman|docker
   --containers-conf   only write the containers.conf that podman needs in
                       sandboxes (see below), print its path and exit
+  --base-only         only make sure the base image exists (as below),
+                      print its name and exit
   -h, --help          this text
 
 Podman is pointed at a containers.conf (CONTAINERS_CONF, unless you set it)
@@ -74,6 +76,7 @@ base_image=""
 refresh_base=false
 engine=${FARCALL_CONTAINER_ENGINE:-}
 conf_only=false
+base_only=false
 extra_args=()
 while (($#)); do
   case "$1" in
@@ -87,6 +90,7 @@ while (($#)); do
     --build-arg) shift; (($#)) || die "--build-arg needs K=V"; extra_args+=(--build-arg "$1") ;;
     --engine=*) engine=${1#*=} ;;
     --containers-conf) conf_only=true ;;
+    --base-only) base_only=true ;;
     -h|--help) usage; exit 0 ;;
     *) usage >&2; die "unknown argument: $1" ;;
   esac
@@ -185,6 +189,10 @@ if [ "$base_image" = "$LOCAL_BASE" ] && [ "$engine" = podman ]; then
   pull_args=(--pull=never)
 fi
 say "base image: $base_image"
+if $base_only; then
+  echo "$base_image"
+  exit 0
+fi
 
 # --- where the binaries come from ---------------------------------------------
 context_args=()

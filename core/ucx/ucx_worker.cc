@@ -1,5 +1,6 @@
 #include "core/ucx/ucx_worker.h"
 
+#include <dlfcn.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -10,10 +11,12 @@
 #include <vector>
 
 #include "absl/algorithm/container.h"
+#include "absl/base/call_once.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "ucp/api/ucp.h"
+#include "ucs/config/global_opts.h"
 
 namespace farcall::ucx {
 namespace {
@@ -32,6 +35,30 @@ absl::Status FromUcs(ucs_status_t s) {
     default:
       return absl::UnavailableError(absl::StrCat("ucx: ", ucs_status_string(s), "."));
   }
+}
+
+// A UCX that a wheel bundles (auditwheel copies it into farcall.libs/) must
+// not load the host's UCX modules (libuct_ib.so, libuct_cma.so, ...): they
+// link the host's libucs, and a second libucs in the process aborts it. Such
+// a UCX looks for modules beside itself, in farcall.libs/ucx/, which holds
+// none: it runs with the transports built into libuct (self, tcp, posix and
+// sysv shared memory). UCX_MODULE_DIR, when set, is left as the user set it.
+void KeepBundledUcxToItsOwnModules() {
+  static absl::once_flag once;
+  absl::call_once(once, [] {
+    if (std::getenv("UCX_MODULE_DIR") != nullptr) return;
+    Dl_info info{};
+    if (dladdr(reinterpret_cast<void*>(&ucp_init_version), &info) == 0 ||
+        info.dli_fname == nullptr) {
+      return;
+    }
+    const std::string lib = info.dli_fname;
+    const size_t slash = lib.rfind('/');
+    if (slash == std::string::npos) return;
+    const std::string dir = lib.substr(0, slash);
+    if (dir.size() < 13 || dir.compare(dir.size() - 13, 13, "/farcall.libs") != 0) return;
+    ucs_global_opts_set_value("MODULE_DIR", (dir + "/ucx").c_str());
+  });
 }
 
 }  // namespace
@@ -182,6 +209,7 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(const Options& options) {
   w->ucx_ = std::make_unique<Ucx>();
   if (options.discard_unexpected) w->ucx_->scratch.resize(64 << 10);
   ucp_config_t* config = nullptr;
+  KeepBundledUcxToItsOwnModules();
   ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
   if (s != UCS_OK) return absl::UnavailableError(absl::StrCat("ucx: ", ucs_status_string(s)));
   if (!options.transports.empty()) {
