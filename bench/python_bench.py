@@ -11,10 +11,14 @@ Starts one CPU agent on loopback and measures, in one run:
      them; for information, the same with polling on both sides or on
      neither (the FFI path polls for a quick handler's answer by default,
      the C++ client with --busy_poll_us);
-  3. overlap: a jitted step holding a 60 ms remote `sleep` and independent
-     local compute (tanh of matrix products, about as long), against the sum
-     of the two jitted alone (target: <= 0.75x: the asynchronous FFI
-     handler lets XLA run the local work while the call is out);
+  3. overlap: a jitted step holding a 60 ms remote call and independent
+     local compute (tanh of matrix products, about half as long), against
+     the sum of the two jitted alone (target: <= 0.75x: the asynchronous FFI
+     handler lets XLA run the local work while the call is out), for the
+     built-in `sleep` (no tensors) and for a pure call with an f32[4] input
+     computed in the step and a result the step uses (bench/
+     slow_copy_handlers.py on a Python agent; made in two halves, see
+     docs/performance.md), and that callback in JAX's own buffer_callback;
   4. examples/jax_mlp.py's median step time: its optimizer step on a Python
      agent against the same callback in-process in JAX's own
      buffer_callback (reported).
@@ -37,6 +41,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental.buffer_callback import buffer_callback as jax_buffer_callback
 
 import farcall
 import farcall.jax as fj
@@ -51,15 +56,18 @@ MLP_STEPS = int(os.environ.get("FARCALL_BENCH_MLP_STEPS", "60"))
 OVERLAP_STEPS = int(os.environ.get("FARCALL_BENCH_OVERLAP_STEPS", "15"))
 
 
-def start_agent():
+def start_agent(command=None):
+    """The C++ cpu agent, or `command` (a Python agent); returns it and its
+    address."""
     r, w = os.pipe()
-    proc = subprocess.Popen([f"{BUILD}/device_agents/farcall-agent", "--listen=127.0.0.1:0",
-                             f"--ready_fd={w}"], pass_fds=(w,), stderr=subprocess.DEVNULL)
+    command = command or [f"{BUILD}/device_agents/farcall-agent"]
+    proc = subprocess.Popen(command + ["--listen=127.0.0.1:0", f"--ready_fd={w}"],
+                            pass_fds=(w,), stderr=subprocess.DEVNULL)
     os.close(w)
     with os.fdopen(r) as f:
         line = f.read().split()
     if not line:
-        sys.exit("farcall-agent failed to start")
+        sys.exit(f"{command[0]} failed to start")
     return proc, f"127.0.0.1:{line[0]}"
 
 
@@ -108,11 +116,31 @@ def jitted(target, host_callback, busy_poll=None):
         fj.prefer_host_callback(False)
 
 
-def overlap(target):
+def _slow_copy_in_process(ctx, out, x):
+    time.sleep(0.06)
+    np.copyto(np.asarray(out), np.asarray(x))
+
+
+def overlap(target, kind):
     """The step's median time over the sum of its two halves' (each jitted
-    alone), in one process."""
-    sleep = fj.buffer_callback("sleep", [], target=target, attributes={"ms": 60},
-                               has_side_effect=True)
+    alone), in one process. The remote half: the built-in `sleep` (no
+    tensors; kind "sleep"), or slow_copy on a Python agent (kind "tensor"),
+    a pure call whose f32[4] input is computed in the step and whose result
+    the step adds to the local work's, or the same callback in-process in
+    JAX's own buffer_callback (kind "tensor_jax")."""
+    s4 = jax.ShapeDtypeStruct((4,), jnp.float32)
+    if kind == "sleep":
+        sleep = fj.buffer_callback("sleep", [], target=target, attributes={"ms": 60},
+                                   has_side_effect=True)
+
+        def remote(x):
+            return (sleep(), jnp.full((4,), x))[1]
+    else:
+        slow = (fj.buffer_callback("slow_copy", s4, target=target) if kind == "tensor"
+                else jax_buffer_callback(_slow_copy_in_process, s4))
+
+        def remote(x):
+            return slow(jnp.full((4,), x * 2))
 
     def local(a):
         for _ in range(6):
@@ -121,9 +149,9 @@ def overlap(target):
 
     a = jnp.full((700, 700), 0.001, jnp.float32)
     x = jnp.ones((), jnp.float32)
-    remote_only = jax.jit(lambda x: (sleep(), x)[1])
+    remote_only = jax.jit(remote)
     local_only = jax.jit(local)
-    step = jax.jit(lambda x, a: (sleep(), local(a))[1])
+    step = jax.jit(lambda x, a: local(a) + remote(x)[0])
 
     def median_s(f, *args):
         jax.block_until_ready(f(*args))
@@ -134,8 +162,8 @@ def overlap(target):
             times.append(time.perf_counter() - start)
         return statistics.median(times)
 
-    remote, local_s = median_s(remote_only, x), median_s(local_only, a)
-    return median_s(step, x, a) / (remote + local_s)
+    remote_s, local_s = median_s(remote_only, x), median_s(local_only, a)
+    return median_s(step, x, a) / (remote_s + local_s)
 
 
 def mlp_step_us():
@@ -164,8 +192,9 @@ def measure(what, target):
         return p50_us(jitted(target, False, busy_poll=0), SMALL_CALLS)
     if what == "cb_p50":
         return p50_us(jitted(target, True), SMALL_CALLS)
-    if what == "overlap":
-        return overlap(target)
+    if what.startswith("overlap"):
+        return overlap(target, {"overlap": "sleep", "overlap_tensor": "tensor",
+                                "overlap_tensor_jax": "tensor_jax"}[what])
     return python_big_copy(farcall.Client(target), shm=(what == "py_shm_gbps"))
 
 
@@ -175,10 +204,14 @@ def main():
         print(measure(what, target))
         return
     proc, target = start_agent()
+    py_proc, py_target = start_agent(
+        [sys.executable, "-m", "farcall.agent", "--log_level=warning",
+         f"--handlers={os.path.join(os.path.dirname(os.path.abspath(__file__)), 'slow_copy_handlers.py')}"])
     try:
         rows = {k: [] for k in ("py_gbps", "cpp_gbps", "py_shm_gbps", "cpp_shm_gbps",
                                 "ffi_p50", "cpp_p50", "ffi_nopoll_p50", "cpp_poll_p50",
-                                "cb_p50", "overlap", "mlp_remote_us", "mlp_local_us")}
+                                "cb_p50", "overlap", "overlap_tensor", "overlap_tensor_jax",
+                                "mlp_remote_us", "mlp_local_us")}
         for _ in range(REPS):
             rows["cpp_gbps"].append(cpp_bench(target, BIG, BIG_CALLS, True)["gbps"])
             rows["py_gbps"].append(measure_in_child(target, "py_gbps"))
@@ -193,12 +226,15 @@ def main():
             rows["ffi_nopoll_p50"].append(measure_in_child(target, "ffi_nopoll_p50"))
             rows["cb_p50"].append(measure_in_child(target, "cb_p50"))
             rows["overlap"].append(measure_in_child(target, "overlap"))
+            rows["overlap_tensor"].append(measure_in_child(py_target, "overlap_tensor"))
+            rows["overlap_tensor_jax"].append(measure_in_child(py_target, "overlap_tensor_jax"))
             remote_us, local_us = mlp_step_us()
             rows["mlp_remote_us"].append(remote_us)
             rows["mlp_local_us"].append(local_us)
     finally:
-        proc.terminate()
-        proc.wait()
+        for p in (proc, py_proc):
+            p.terminate()
+            p.wait()
     med = {k: statistics.median(v) for k, v in rows.items()}
     result = {
         "reps": REPS,
@@ -217,7 +253,9 @@ def main():
             "jax_pure_callback": med["cb_p50"],
             "pure_callback_ratio": med["cb_p50"] / med["cpp_p50"]},
         "step_60ms_remote_with_local_compute": {
-            "ratio_to_sum": med["overlap"], "target": "<= 0.75"},
+            "ratio_to_sum": med["overlap"], "target": "<= 0.75",
+            "tensor_ratio_to_sum": med["overlap_tensor"], "tensor_target": "<= 0.75",
+            "tensor_jax_in_process_ratio_to_sum": med["overlap_tensor_jax"]},
         "mlp_example_median_step_us": {
             "remote": med["mlp_remote_us"], "in_process": med["mlp_local_us"],
             "ratio": med["mlp_remote_us"] / med["mlp_local_us"]},
@@ -243,9 +281,15 @@ def main():
     print(f"  jitted, pure_callback    {s['jax_pure_callback']:.1f} us "
           f"({s['pure_callback_ratio']:.2f}x the C++ client)")
     o = result["step_60ms_remote_with_local_compute"]
-    print(f"jitted step, 60 ms remote sleep beside independent local compute, median of {REPS}:")
-    print(f"  step / (remote alone + local alone)  {o['ratio_to_sum']:.2f}x   (target <= 0.75x; "
+    print(f"jitted step, a 60 ms remote call beside independent local compute, median of {REPS}:")
+    print(f"  step / (remote alone + local alone), built-in sleep, no tensors  "
+          f"{o['ratio_to_sum']:.2f}x   (target <= 0.75x; "
           f"all: {', '.join(f'{v:.2f}' for v in rows['overlap'])})")
+    print(f"  the same, a pure call with an f32[4] input and result            "
+          f"{o['tensor_ratio_to_sum']:.2f}x   (target <= 0.75x; "
+          f"all: {', '.join(f'{v:.2f}' for v in rows['overlap_tensor'])})")
+    print(f"  that callback in-process in JAX's own buffer_callback            "
+          f"{o['tensor_jax_in_process_ratio_to_sum']:.2f}x")
     m = result["mlp_example_median_step_us"]
     print(f"examples/jax_mlp.py median step, median of {REPS}:")
     print(f"  optimizer step on the agent {m['remote']:.0f} us, in-process (JAX's "

@@ -8,6 +8,7 @@ namespace farcall::python {
 
 void DefineFfi(nb::module_& m) {
   m.def("ffi_handlers", [] { return nb::dict(); });
+  m.def("ffi_cpu_halves", [] { return nb::dict(); });
 }
 
 }  // namespace farcall::python

@@ -4,7 +4,10 @@
 #ifndef FARCALL_PYTHON_EXT_FFI_CALL_H_
 #define FARCALL_PYTHON_EXT_FFI_CALL_H_
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -70,6 +73,50 @@ absl::Status CallRemote(const FfiCallAttrs& attrs, const std::vector<HostTensor>
 // The status as an FFI error; JAX's runtime error puts the code's name in
 // front ("NOT_FOUND: ...").
 xla::ffi::Error ToFfiError(const absl::Status& s);
+
+// One call, a blocking Client::Call (which makes the retries itself): on
+// the calling thread (StartHere) or on a waiting thread (Start). `done`
+// runs once, with its status.
+struct RemoteCall : std::enable_shared_from_this<RemoteCall> {
+  Client* client = nullptr;
+  CallRequest request;
+  CallOptions options;
+  absl::Time deadline;
+  std::function<void(const absl::Status&)> done;
+
+  void Start();
+  void StartHere();
+};
+
+// A call ready to start (its `done` still to set): `quick` when its
+// handler's calls at its target lately ended within 500 us, so that it may
+// wait on XLA's thread (busy_poll chosen to match); `recent` that moving
+// average, `start` when it was made.
+struct PreparedCall {
+  std::shared_ptr<RemoteCall> call;
+  std::atomic<int64_t>* recent = nullptr;
+  absl::Time start;
+  bool quick = false;
+};
+absl::StatusOr<PreparedCall> PrepareCall(const FfiCallAttrs& attrs,
+                                         const std::vector<HostTensor>& in,
+                                         const std::vector<HostTensor>& out,
+                                         const std::vector<int64_t>& output_of_input);
+// Folds a call that succeeded into its handler's moving average.
+void NoteDuration(const PreparedCall& p, const absl::Status& s);
+
+// Starts `call`: now, on this thread when `quick` and nothing is before it;
+// else on a waiting thread. A call with side effects starts only once the
+// previous one of the same execution (XLA's RunId `run`) has ended: XLA
+// starts side-effecting custom calls in program order, but a call made in
+// two halves (ffi_halves.cc) has ended only at its second, and XLA may
+// start the next call before that. Wraps the call's `done`, so set it first.
+void StartInOrder(const std::shared_ptr<RemoteCall>& call, bool has_side_effect, int64_t run,
+                  bool quick);
+
+// The two halves of a call without aliases on the CPU backend
+// (ffi_halves.cc), as capsules for jax.ffi: "start" and "done".
+void AddCpuHalves(nanobind::dict& halves);
 
 // Binds what both handlers take after their own leading bindings: the
 // operands, the results and FfiCallAttrs' attributes, in that order.

@@ -10,6 +10,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -135,26 +136,6 @@ void RunWaiting(std::function<void()> task) {
   threads->Run(std::move(task));
 }
 
-// One call, a blocking Client::Call (which makes the retries itself): on
-// the calling thread (StartHere) or on a waiting thread (Start). `done`
-// runs once, with its status.
-struct RemoteCall : std::enable_shared_from_this<RemoteCall> {
-  Client* client = nullptr;
-  CallRequest request;
-  CallOptions options;
-  absl::Time deadline;
-  std::function<void(const absl::Status&)> done;
-
-  void Start() {
-    auto self = shared_from_this();
-    RunWaiting([self] { self->StartHere(); });
-  }
-  void StartHere() {
-    options.timeout = deadline - absl::Now();
-    done(client->Call(request, options).status());
-  }
-};
-
 // How long each handler's calls at each target took lately (a moving
 // average of whole calls that succeeded, retries included: a failure that
 // came at once, an agent away, says nothing of the handler), to choose how
@@ -198,6 +179,129 @@ absl::Duration PollFor(bool quick, int64_t average_ns) {
   return quick ? std::min(absl::Nanoseconds(2 * average_ns), kBlockingBelow) : absl::ZeroDuration();
 }
 
+// Calls with side effects in one execution of a program (XLA's RunId) run
+// one after the other, each once the one before has ended, in the order
+// their custom calls start. XLA starts side-effecting custom calls in
+// program order, but a call made in two halves (CpuStart, CpuDone) has ended
+// only at its CpuDone, and XLA may start the next call before that.
+class SideEffectChains {
+ public:
+  struct Link {
+    absl::Mutex mu;
+    bool ended ABSL_GUARDED_BY(mu) = false;
+    std::function<void()> next ABSL_GUARDED_BY(mu);
+  };
+  // Runs `start` now, or, if the run's previous call with side effects has
+  // not ended, once it has (on the thread that ends it: `start` must not
+  // block). Returns this call's link, for End.
+  static std::shared_ptr<Link> Enter(int64_t run, std::function<void()> start) {
+    auto me = std::make_shared<Link>();
+    std::shared_ptr<Link> before;
+    {
+      SideEffectChains& all = Get();
+      absl::MutexLock l(&all.mu_);
+      std::shared_ptr<Link>& tail = all.tails_[run];
+      before = std::move(tail);
+      tail = me;
+    }
+    if (before != nullptr) {
+      absl::MutexLock l(&before->mu);
+      if (!before->ended) {
+        before->next = std::move(start);
+        return me;
+      }
+    }
+    start();
+    return me;
+  }
+  // The call of `me` has ended: the next one starts.
+  static void End(int64_t run, const std::shared_ptr<Link>& me) {
+    {
+      SideEffectChains& all = Get();
+      absl::MutexLock l(&all.mu_);
+      auto it = all.tails_.find(run);
+      if (it != all.tails_.end() && it->second == me) all.tails_.erase(it);
+    }
+    std::function<void()> next;
+    {
+      absl::MutexLock l(&me->mu);
+      me->ended = true;
+      next = std::move(me->next);
+    }
+    if (next) next();
+  }
+
+ private:
+  static SideEffectChains& Get() {
+    static auto* all = new SideEffectChains();  // never destroyed: threads outlive main
+    return *all;
+  }
+  absl::Mutex mu_;
+  absl::flat_hash_map<int64_t, std::shared_ptr<Link>> tails_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+void RemoteCall::Start() {
+  auto self = shared_from_this();
+  RunWaiting([self] { self->StartHere(); });
+}
+
+void RemoteCall::StartHere() {
+  options.timeout = deadline - absl::Now();
+  done(client->Call(request, options).status());
+}
+
+absl::StatusOr<PreparedCall> PrepareCall(const FfiCallAttrs& attrs,
+                                         const std::vector<HostTensor>& in,
+                                         const std::vector<HostTensor>& out,
+                                         const std::vector<int64_t>& output_of_input) {
+  absl::StatusOr<CallRequest> request = RequestFor(attrs, in, out, output_of_input);
+  if (!request.ok()) return request.status();
+  absl::StatusOr<Client*> client = ClientFor(attrs.target);
+  if (!client.ok()) return client.status();
+  PreparedCall p;
+  p.call = std::make_shared<RemoteCall>();
+  p.call->client = *client;
+  p.call->request = *std::move(request);
+  p.call->options = OptionsFor(attrs);
+  p.start = absl::Now();
+  p.call->deadline = p.start + absl::Seconds(attrs.timeout);
+  p.recent = &RecentDurations::Of(absl::StrCat(Absl(attrs.target), "#", Absl(attrs.handler)));
+  const int64_t average_ns = p.recent->load(std::memory_order_relaxed);
+  p.quick = average_ns > 0 && average_ns < absl::ToInt64Nanoseconds(kBlockingBelow);
+  if (attrs.busy_poll < 0) p.call->options.busy_poll = PollFor(p.quick, average_ns);
+  return p;
+}
+
+void NoteDuration(const PreparedCall& p, const absl::Status& s) {
+  if (s.ok()) RecentDurations::Add(*p.recent, absl::Now() - p.start);
+}
+
+void StartInOrder(const std::shared_ptr<RemoteCall>& call, bool has_side_effect, int64_t run,
+                  bool quick) {
+  if (!has_side_effect) {
+    quick ? call->StartHere() : call->Start();
+    return;
+  }
+  auto link = std::make_shared<std::shared_ptr<SideEffectChains::Link>>();
+  call->done = [run, link, done = std::move(call->done)](const absl::Status& s) {
+    SideEffectChains::End(run, *link);
+    done(s);
+  };
+  // 0: Enter has not returned; 1: the call may start, and the caller starts
+  // it; 2: the caller left it to whoever ends the call before it.
+  auto state = std::make_shared<std::atomic<int>>(0);
+  *link = SideEffectChains::Enter(run, [call, state] {
+    int pending = 0;
+    if (!state->compare_exchange_strong(pending, 1)) call->Start();
+  });
+  int pending = 0;
+  if (!state->compare_exchange_strong(pending, 2)) quick ? call->StartHere() : call->Start();
+}
+
+namespace {
+
 // Asynchronous: a waiting thread makes the call and the handler returns at
 // once, so XLA runs the step's independent work meanwhile; the future
 // completes on that thread when the call ends (and XLA may go on with the
@@ -210,10 +314,10 @@ absl::Duration PollFor(bool quick, int64_t average_ns) {
 // microseconds of a 250 us call on loopback) and forgoes at most that long
 // of overlap. Its retries, should it fail in a way that may go again, wait
 // there too.
-ffi::Future CpuCall(ffi::RemainingArgs args, ffi::RemainingRets rets, std::string_view target,
-                    std::string_view handler, std::string_view platform, std::string_view aliases,
-                    std::string_view attributes, double timeout, bool has_side_effect,
-                    bool wait_for_ready, int64_t retries, double busy_poll) {
+ffi::Future CpuCall(ffi::RunId run, ffi::RemainingArgs args, ffi::RemainingRets rets,
+                    std::string_view target, std::string_view handler, std::string_view platform,
+                    std::string_view aliases, std::string_view attributes, double timeout,
+                    bool has_side_effect, bool wait_for_ready, int64_t retries, double busy_poll) {
   ffi::Promise promise;
   ffi::Future future(promise);
   auto fail = [&](ffi::Error e) {
@@ -245,26 +349,13 @@ ffi::Future CpuCall(ffi::RemainingArgs args, ffi::RemainingRets rets, std::strin
       in[i].data = out[o].data;
     }
   }
-  absl::StatusOr<CallRequest> request = RequestFor(attrs, in, out, output_of_input);
-  if (!request.ok()) return fail(ToFfiError(request.status()));
-  absl::StatusOr<Client*> client = ClientFor(attrs.target);
-  if (!client.ok()) return fail(ToFfiError(client.status()));
-  auto call = std::make_shared<RemoteCall>();
-  call->client = *client;
-  call->request = *std::move(request);
-  call->options = OptionsFor(attrs);
-  const absl::Time start = absl::Now();
-  call->deadline = start + absl::Seconds(attrs.timeout);
-  std::atomic<int64_t>& recent =
-      RecentDurations::Of(absl::StrCat(Absl(attrs.target), "#", Absl(attrs.handler)));
-  const int64_t average_ns = recent.load(std::memory_order_relaxed);
-  const bool quick = average_ns > 0 && average_ns < absl::ToInt64Nanoseconds(kBlockingBelow);
-  if (attrs.busy_poll < 0) call->options.busy_poll = PollFor(quick, average_ns);
-  call->done = [promise, start, &recent](const absl::Status& s) mutable {
-    if (s.ok()) RecentDurations::Add(recent, absl::Now() - start);
+  absl::StatusOr<PreparedCall> prepared = PrepareCall(attrs, in, out, output_of_input);
+  if (!prepared.ok()) return fail(ToFfiError(prepared.status()));
+  prepared->call->done = [promise, p = *prepared](const absl::Status& s) mutable {
+    NoteDuration(p, s);
     s.ok() ? promise.SetAvailable() : promise.SetError(ToFfiError(s));
   };
-  quick ? call->StartHere() : call->Start();
+  StartInOrder(prepared->call, attrs.has_side_effect, run.run_id, prepared->quick);
   return future;
 }
 
@@ -331,13 +422,12 @@ CallOptions OptionsFor(const FfiCallAttrs& attrs) {
 absl::Status CallRemote(const FfiCallAttrs& attrs, const std::vector<HostTensor>& in,
                         const std::vector<HostTensor>& out,
                         const std::vector<int64_t>& output_of_input) {
-  absl::StatusOr<CallRequest> req = RequestFor(attrs, in, out, output_of_input);
-  if (!req.ok()) return req.status();
-  absl::StatusOr<Client*> client = ClientFor(attrs.target);
-  if (!client.ok()) return client.status();
+  absl::StatusOr<PreparedCall> p = PrepareCall(attrs, in, out, output_of_input);
+  if (!p.ok()) return p.status();
+  // Not the cpu path's options: this one polls only when busy_poll says so.
   CallOptions options = OptionsFor(attrs);
   options.timeout = absl::Seconds(attrs.timeout);
-  return (*client)->Call(*req, options).status();
+  return p->call->client->Call(p->call->request, options).status();
 }
 
 ffi::Error ToFfiError(const absl::Status& s) {
@@ -350,7 +440,8 @@ ffi::Error ToFfiError(const absl::Status& s) {
   return ffi::Error(static_cast<ffi::ErrorCode>(s.code()), std::move(message));
 }
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(FarcallXlaCpuCall, CpuCall, BindCall(ffi::Ffi::Bind()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(FarcallXlaCpuCall, CpuCall,
+                              BindCall(ffi::Ffi::Bind().Ctx<ffi::RunId>()));
 
 void DefineFfi(nb::module_& m) {
   m.def(
@@ -364,6 +455,13 @@ void DefineFfi(nb::module_& m) {
     nb::dict d;
     d["cpu"] = nb::capsule(reinterpret_cast<void*>(&FarcallXlaCpuCall), "xla._CUSTOM_CALL_TARGET");
     AddCudaFfiHandler(d);
+    return d;
+  });
+  // The two halves of a call without aliases on the CPU backend
+  // (python/ext/ffi_halves.cc): {"start": capsule, "done": capsule}.
+  m.def("ffi_cpu_halves", [] {
+    nb::dict d;
+    AddCpuHalves(d);
     return d;
   });
 }

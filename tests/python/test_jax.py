@@ -256,6 +256,110 @@ def test_the_ffi_handler_lets_xla_run_independent_work_while_a_call_is_out(py_ag
         np.testing.assert_allclose(out.result(timeout=30)[2], local(x), rtol=1e-6)
 
 
+@pytest.mark.parametrize("has_side_effect", [False, True])
+def test_a_call_with_tensors_lets_the_steps_local_work_run_while_it_is_out(
+        py_agent, gate, has_side_effect):
+    """A call whose input is computed inside the step, and whose result the
+    step returns, waits in its handler (py_gate_copy) until a host callback
+    that comes after the step's local work lets it go. XLA gives such a
+    call's operand slice to the local work's next output; a call made as one
+    asynchronous custom call held that slice until it ended, so the local
+    work waited for the call, the host callback never ran and the call timed
+    out. Made in two halves (farcall.jax's _lower_in_halves), it does not."""
+    fj.prefer_host_callback(False)
+    call = fj.buffer_callback("py_gate_copy", jax.ShapeDtypeStruct((4,), jnp.float32),
+                              target=py_agent.address, timeout=20,
+                              has_side_effect=has_side_effect)
+
+    def let_go(a):
+        gate.wait_entered()  # the call is in its handler
+        gate.release_all()
+        return a
+
+    def local(a):
+        for _ in range(6):
+            a = jnp.tanh(a @ a)
+        return a
+
+    def step(x, a):
+        remote = call(jnp.full((4,), x[0] * 3))
+        done = jax.pure_callback(let_go, jax.ShapeDtypeStruct(a.shape, a.dtype), local(a))
+        return remote, done
+
+    x, a = jnp.full((4,), 2.0, jnp.float32), jnp.full((200, 200), 0.001, jnp.float32)
+    text = jax.jit(step).lower(x, a).as_text()
+    assert "farcall_buffer_call_start" in text and "farcall_buffer_call_done" in text
+    remote, done = jax.jit(step)(x, a)
+    np.testing.assert_array_equal(remote, np.full(4, 6.0, np.float32))
+    np.testing.assert_allclose(done, local(a), rtol=1e-6)
+
+
+def test_calls_with_side_effects_run_one_after_the_other_in_halves_too(py_agent, gate):
+    """Two calls with side effects in one step, each made in two halves, run
+    one after the other in program order, as one custom call each did: the
+    second does not reach its handler while the first is held there (XLA may
+    start the second's first half before the first's second half; farcall
+    holds the second until the first has ended)."""
+    fj.prefer_host_callback(False)
+    first, second = (fj.buffer_callback("py_gate_copy", jax.ShapeDtypeStruct((4,), jnp.float32),
+                                        target=py_agent.address, timeout=30,
+                                        has_side_effect=True, attributes={"n": n})
+                     for n in (1, 2))
+
+    def local(a):
+        for _ in range(6):
+            a = jnp.tanh(a @ a)
+        return a
+
+    step = jax.jit(lambda x, a: (first(x * 2), second(x * 3), local(a)))
+    x, a = jnp.ones(4, jnp.float32), jnp.full((200, 200), 0.001, jnp.float32)
+    assert step.lower(x, a).as_text().count("farcall_buffer_call_start") == 2
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        out = pool.submit(lambda: jax.block_until_ready(step(x, a)))
+        gate.wait_entered()
+        # Run together, the second would be in its handler within
+        # milliseconds; in order, it is not until the first is let go.
+        gate.server.settimeout(1.0)
+        with pytest.raises(TimeoutError):
+            gate.wait_entered()
+        gate.server.settimeout(60)
+        gate.release_all()
+        gate.wait_entered()
+        gate.release_all()
+        got = out.result(timeout=30)
+    np.testing.assert_array_equal(got[0], np.full(4, 2.0))
+    np.testing.assert_array_equal(got[1], np.full(4, 3.0))
+
+
+def test_the_two_halves_return_each_result_and_each_error(agent):
+    """Calls made in two halves: several results of several dtypes (the
+    handle rides in the first with room for it, and is overwritten), a
+    result too small to hold it (one custom call then), and errors."""
+    fj.prefer_host_callback(False)
+    specs = [jax.ShapeDtypeStruct((), jnp.int8), jax.ShapeDtypeStruct((3,), jnp.int32),
+             jax.ShapeDtypeStruct((2, 2), jnp.float32)]
+    copy = fj.buffer_callback("copy", specs, target=agent.address)
+    args = (jnp.int8(-7), jnp.array([1, 2, 3], jnp.int32), jnp.arange(4.0).reshape(2, 2))
+    f = jax.jit(lambda a, b, c: copy(a + 0, b * 2, c + 1))
+    text = f.lower(*args).as_text()
+    assert "farcall_buffer_call_start" in text
+    got = f(*args)
+    assert got[0] == -7 and got[0].dtype == jnp.int8
+    np.testing.assert_array_equal(got[1], [2, 4, 6])
+    np.testing.assert_array_equal(got[2], np.arange(4.0).reshape(2, 2) + 1)
+    small = fj.buffer_callback("copy", jax.ShapeDtypeStruct((), jnp.float32), target=agent.address)
+    text = jax.jit(small).lower(jnp.float32(1)).as_text()
+    assert "farcall_buffer_call_start" not in text and "farcall_buffer_call" in text
+    assert jax.jit(small)(jnp.float32(2.5)) == 2.5
+    missing = fj.buffer_callback("no_such_handler", S8, target=agent.address)
+    with pytest.raises(jax.errors.JaxRuntimeError) as e:
+        jax.block_until_ready(jax.jit(lambda x: missing(x * 2))(jnp.ones(8)))
+    assert "NOT_FOUND" in str(e.value)
+    # The agent serves on, and a later call in halves is right.
+    np.testing.assert_array_equal(jax.jit(lambda x: copy(x[0] + 0, x[1], x[2]))(args)[1],
+                                  [1, 2, 3])
+
+
 def test_a_traced_attribute_says_to_pass_it_as_an_argument(agent):
     # A learning rate traced under jit cannot be an attribute (fixed when the
     # call is traced, as in JAX's FFI): the error says what to do instead.
