@@ -503,6 +503,9 @@ def test_agent_resources_devices_and_budget(rendered, rel):
             assert int(workers) <= _bytes(str(lim["cpu"]).rstrip("m")), name
 
 
+UCX_RANGE = {"protocol": "TCP", "port": 50100, "endPort": 50199}
+
+
 def test_network_policies_fence_agents_and_routers(rendered):
     docs = rendered[""]
     policies = {p["metadata"]["name"]: p["spec"] for p in _by_kind(docs, "NetworkPolicy")}
@@ -513,25 +516,55 @@ def test_network_policies_fence_agents_and_routers(rendered):
     for a in _agents(docs):
         labels = a["spec"]["template"]["metadata"]["labels"]
         assert selector.items() <= labels.items(), a["metadata"]["name"]
-    assert agents["policyTypes"] == ["Ingress"] and router["policyTypes"] == ["Ingress"]
-    client = {"namespaceSelector": {}, "podSelector": {"matchLabels": {"farcall.dev/client": "true"}}}
+    assert agents["policyTypes"] == ["Ingress", "Egress"] and router["policyTypes"] == ["Ingress"]
+    # Clients: labelled pods in namespaces named by the cluster's admin, never
+    # any namespace (any tenant may label its own pods).
+    named = {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In",
+                                   "values": ["farcall", "training"]}]}
+    client = {"namespaceSelector": named,
+              "podSelector": {"matchLabels": {"farcall.dev/client": "true"}}}
     routers = {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "farcall-router"}}}
     monitoring = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
-    # Agents: any TCP port (gRPC and UCX) from routers and labelled clients
-    # only; metrics from Prometheus's namespace only.
-    (calls, metrics) = agents["ingress"]
-    assert calls["from"] == [routers, client] and "ports" not in calls
-    assert metrics == {"from": [monitoring], "ports": [{"protocol": "TCP", "port": "metrics"}]}
-    # The router: gRPC from labelled clients; metrics and status page from
+    grpc = {"protocol": "TCP", "port": "grpc"}
+    metrics_port = {"protocol": "TCP", "port": "metrics"}
+    # Agents: gRPC from routers; gRPC and UCX's range from clients; metrics
+    # from Prometheus's namespace. Every rule names its ports.
+    (from_routers, from_clients, metrics) = agents["ingress"]
+    assert from_routers == {"from": [routers], "ports": [grpc]}
+    assert from_clients == {"from": [client], "ports": [grpc, UCX_RANGE]}
+    assert metrics == {"from": [monitoring], "ports": [metrics_port]}
+    # Agents reach DNS and their clients' UCX ports, nothing else.
+    (dns, ucx) = agents["egress"]
+    assert dns == {"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}
+    assert ucx == {"to": [client], "ports": [UCX_RANGE]}
+    # The router: gRPC from the same clients; metrics and status page from
     # Prometheus's namespace.
     (calls, metrics) = router["ingress"]
-    assert calls == {"from": [client], "ports": [{"protocol": "TCP", "port": "grpc"}]}
-    assert metrics == {"from": [monitoring], "ports": [{"protocol": "TCP", "port": "metrics"}]}
+    assert calls == {"from": [client], "ports": [grpc]}
+    assert metrics == {"from": [monitoring], "ports": [metrics_port]}
+    # The metrics port opens to Prometheus's namespace alone, and no rule
+    # anywhere leaves its ports (all of them) open.
+    for spec in policies.values():
+        for rule in spec.get("ingress", []):
+            assert rule.get("ports"), rule
+            if metrics_port in rule["ports"]:
+                assert rule["from"] == [monitoring], rule
+            for peer in rule["from"]:
+                assert peer.get("namespaceSelector") != {}, rule
     # The named ports exist on the pods they fence.
     for d in _by_kind(docs, "Deployment"):
         ports = {p["name"] for c in d["spec"]["template"]["spec"]["containers"]
                  for p in c.get("ports", [])}
         assert {"grpc", "metrics"} <= ports, d["metadata"]["name"]
+
+
+@pytest.mark.parametrize("rel", KUSTOMIZATIONS)
+def test_agents_pin_ucx_to_the_ports_the_policy_opens(rendered, rel):
+    """UCX picks its listening ports; every agent pins them
+    (UCX_TCP_PORT_RANGE) to the range the NetworkPolicy opens."""
+    for a in _agents(rendered[rel]):
+        env = {e["name"]: e.get("value") for e in _containers(a)[0].get("env", [])}
+        assert env.get("UCX_TCP_PORT_RANGE") == "50100-50199", a["metadata"]["name"]
 
 
 def _selected_by(docs, kind, pod_labels):
