@@ -11,9 +11,9 @@
 #include <utility>
 #include <vector>
 
-#include "CivetServer.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "core/http_server.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
@@ -42,53 +42,27 @@ std::vector<double> LatencyBuckets() {
           100e-3, 250e-3, 500e-3, 1,      2.5,  5,      10,   30,    60};
 }
 
-// Answers GETs of /metrics and of the pages given, by exact path.
-class Pages final : public CivetHandler {
+// /metrics and the pages given, by exact path, on the hardened HTTP server
+// (core/http_server.h): slow or hostile clients hold no thread.
+class HttpMetricsServer final : public MetricsServer {
  public:
-  explicit Pages(std::map<std::string, PageSource> pages) : pages_(std::move(pages)) {}
-
-  bool handleGet(CivetServer*, mg_connection* conn) override {
-    const mg_request_info* info = mg_get_request_info(conn);
-    const std::string path = info->local_uri != nullptr ? info->local_uri : "";
-    Page page;
-    int code = 200;
-    if (path == "/metrics") {
-      page = {"text/plain; version=0.0.4; charset=utf-8", RenderText()};
-    } else if (auto it = pages_.find(path); it != pages_.end()) {
-      page = it->second();
-    } else {
-      code = 404;
-      page = {"text/plain; charset=utf-8", absl::StrCat("no page ", path, "\n")};
-    }
-    const std::string head = absl::StrCat(
-        "HTTP/1.1 ", code, code == 200 ? " OK" : " Not Found",
-        "\r\nContent-Type: ", page.content_type, "\r\nContent-Length: ", page.body.size(),
-        "\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n");
-    mg_write(conn, head.data(), head.size());
-    mg_write(conn, page.body.data(), page.body.size());
-    return true;
-  }
+  explicit HttpMetricsServer(std::unique_ptr<HttpServer> server) : server_(std::move(server)) {}
+  int port() const override { return server_->port(); }
 
  private:
-  const std::map<std::string, PageSource> pages_;
+  std::unique_ptr<HttpServer> server_;
 };
 
-class CivetMetricsServer final : public MetricsServer {
- public:
-  CivetMetricsServer(std::unique_ptr<CivetServer> server, std::unique_ptr<Pages> pages)
-      : pages_(std::move(pages)), server_(std::move(server)) {
-    server_->addHandler("/", pages_.get());
+HttpResponse Serve(const std::map<std::string, PageSource>& pages, absl::string_view path) {
+  if (path == "/metrics") {
+    return {200, "text/plain; version=0.0.4; charset=utf-8", RenderText()};
   }
-  ~CivetMetricsServer() override { server_->close(); }
-  int port() const override {
-    std::vector<int> ports = server_->getListeningPorts();
-    return ports.empty() ? 0 : ports[0];
+  if (auto it = pages.find(std::string(path)); it != pages.end()) {
+    Page page = it->second();
+    return {200, std::move(page.content_type), std::move(page.body)};
   }
-
- private:
-  std::unique_ptr<Pages> pages_;  // outlives the server, which calls it
-  std::unique_ptr<CivetServer> server_;
-};
+  return {404, "text/plain; charset=utf-8", absl::StrCat("no page ", path, "\n")};
+}
 
 }  // namespace
 
@@ -138,17 +112,13 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
   std::string listen = given;
   if (listen.find(':') == std::string::npos) listen = "127.0.0.1:" + listen;
   if (listen.front() == ':') listen = "127.0.0.1" + listen;
-  auto handler = std::make_unique<Pages>(std::move(pages));
-  try {
-    // civetweb reports a bind failure by throwing; keep it inside.
-    auto server = std::make_unique<CivetServer>(std::vector<std::string>{
-        "listening_ports", listen, "num_threads", "4", "request_timeout_ms", "10000"});
-    return std::unique_ptr<MetricsServer>(
-        new CivetMetricsServer(std::move(server), std::move(handler)));
-  } catch (const std::exception& ex) {
+  auto server = HttpServer::Start(
+      listen, [pages = std::move(pages)](absl::string_view path) { return Serve(pages, path); });
+  if (!server.ok()) {
     return absl::UnavailableError(
-        absl::StrCat("cannot serve metrics on ", listen, ": ", ex.what()));
+        absl::StrCat("cannot serve metrics on ", listen, ": ", server.status().message()));
   }
+  return std::unique_ptr<MetricsServer>(new HttpMetricsServer(*std::move(server)));
 }
 
 namespace {

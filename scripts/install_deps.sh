@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 DEBS=(
   build-essential cmake ninja-build ccache pkg-config git curl
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler openssl
-  libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev prometheus-cpp-dev libcivetweb-dev
+  libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev prometheus-cpp-dev
   libspdlog-dev
   # UCX, for the data plane's building block (core/ucx) and ucx_perftest.
   libucx-dev ucx-utils

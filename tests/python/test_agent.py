@@ -3,6 +3,7 @@
 import concurrent.futures
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -15,7 +16,7 @@ import pytest
 
 import farcall
 
-from conftest import start_python_agent
+from conftest import AGENT_BIN, Server, start_python_agent
 
 F32 = np.float32
 
@@ -199,6 +200,32 @@ def test_handlers_see_their_deadline_and_stop_when_cancelled(client):
 def _scrape(port: int) -> str:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
         return r.read().decode()
+
+
+@pytest.mark.parametrize("binary", ["agent", "python_agent"])
+def test_connections_that_send_nothing_do_not_blind_the_metrics_port(binary):
+    """32 connections to the metrics port that never finish a request (the
+    attack that kept 3 scrapes out of an embedded server with 4 threads and
+    a 10 s request timeout): scrapes from another address still succeed,
+    each at once."""
+    flags = ("--metrics_listen=127.0.0.1:0",)
+    s = (Server([AGENT_BIN, "--listen=127.0.0.1:0", *flags]) if binary == "agent"
+         else start_python_agent(*flags))
+    idle = []
+    try:
+        for _ in range(32):
+            c = socket.socket()
+            c.bind(("127.0.0.2", 0))
+            c.connect(("127.0.0.1", s.metrics_port))
+            idle.append(c)
+        for _ in range(3):
+            with urllib.request.urlopen(f"http://127.0.0.1:{s.metrics_port}/metrics",
+                                        timeout=3) as r:
+                assert b"farcall_build_info" in r.read()
+    finally:
+        for c in idle:
+            c.close()
+        s.stop()
 
 
 def test_a_quick_call_is_served_behind_eight_stuck_handlers():
