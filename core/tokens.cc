@@ -244,8 +244,9 @@ absl::Status TokenTable::Authorize(absl::string_view authorization, absl::string
   if (e == nullptr) return error;
   bool allowed = e->all;
   for (const std::string& h : e->handlers) allowed = allowed || h == handler;
+  // The caller is known either way: a refusal names it too (audit lines).
+  if (principal != nullptr) *principal = e->principal;
   if (allowed) {
-    if (principal != nullptr) *principal = e->principal;
     if (quota != nullptr) *quota = e->quota;
     return absl::OkStatus();
   }

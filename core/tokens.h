@@ -100,9 +100,9 @@ class TokenTable {
   // known; UNAUTHENTICATED otherwise.
   absl::Status Authenticate(absl::string_view authorization) const;
   // The same, and PERMISSION_DENIED naming `handler` when the token may not
-  // call it. On success `principal` (if given) is set to the caller's
-  // principal, or to "" when no token is required, and `quota` (if given)
-  // to its line's quotas.
+  // call it. `principal` (if given) is set to the caller's principal (""
+  // when no token is required or the token is unknown), also when it is
+  // refused the handler; on success `quota` (if given) to its line's quotas.
   absl::Status Authorize(absl::string_view authorization, absl::string_view handler,
                          std::string* principal = nullptr, TenantQuota* quota = nullptr) const;
   // The tenants the table names (`tenant:NAME` principals), and each

@@ -116,8 +116,12 @@ TEST(TokenTableTest, EachTokenIsAPrincipalNamedByItsDigest) {
   EXPECT_EQ(PrincipalOfToken("abc"), "token:ba7816bf8f01");
   EXPECT_NE(alpha, root);
   EXPECT_THAT(alpha, Not(HasSubstr("alpha")));
-  // A refused call has no principal; without tokens everyone is "".
-  EXPECT_FALSE(t->Authorize("Bearer alpha-token-0123456789", "sleep", &none).ok());
+  // A known token refused a handler still names its caller (for the audit
+  // line); an unknown token names none; without tokens everyone is "".
+  std::string refused = "stale";
+  EXPECT_FALSE(t->Authorize("Bearer alpha-token-0123456789", "sleep", &refused).ok());
+  EXPECT_EQ(refused, alpha);
+  EXPECT_FALSE(t->Authorize("Bearer unknown-token-0123456789", "copy", &none).ok());
   EXPECT_EQ(none, "");
   none = "stale";
   EXPECT_TRUE(TokenTable().Authorize("", "copy", &none).ok());

@@ -12,6 +12,7 @@
 #include "absl/strings/string_view.h"
 #include "core/error_reason.h"
 #include "core/log.h"
+#include "core/refusal_audit.h"
 #include "core/status_macros.h"
 #include "core/wire/header_digest.h"
 #include "core/wire/proto_convert.h"
@@ -153,8 +154,14 @@ void AgentCall::RecordOutcome(const absl::Status& answered, const grpc::ByteBuff
         ": ", code,
         status.ok() ? absl::StrCat(" in ", absl::FormatDuration(absl::Now() - header_time_))
                     : absl::StrCat(": ", status.message().substr(0, 512)));
-    log::Write(status.ok() ? log::Level::kDebug : log::Level::kWarning, line,
-               {call_id, handler, principal_, peer_, code});
+    if (refused_ != nullptr && !status.ok()) {
+      // Anyone who reaches the port can cause these: aggregated per peer,
+      // caller and reason (core/refusal_audit.h).
+      RefusalAudit::Get().Note({peer_, principal_, refused_, handler, code, status.message()});
+    } else {
+      log::Write(status.ok() ? log::Level::kDebug : log::Level::kWarning, line,
+                 {call_id, handler, principal_, peer_, code});
+    }
   }
   if (assembler_) {
     m.received.With({platform, tenant})

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/log.h"
 #include "core/process.h"
+#include "core/refusal_audit.h"
 #include "core/security_flags.h"
 #include "device_agents/agent_flags.h"
 #include "device_agents/agent_service.h"
@@ -49,6 +50,7 @@ int main(int argc, char** argv) {
                                   " received: draining (NOT_SERVING, no new calls), "
                                   "then shutting down"));
   (*server)->Shutdown();
+  farcall::RefusalAudit::FlushProcessAudit();
   farcall::log::Info("stopped");
   // Everything is stopped and flushed; skip gRPC's library teardown at exit,
   // which waits over a second for its internal threads.

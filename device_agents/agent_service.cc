@@ -125,6 +125,8 @@ absl::Status Accept(const AgentState& state, const Credentials& credentials,
   } else if (absl::Status s = state.tokens.Authorize(credentials.authorization, call.handler_name(),
                                                      &principal, &quota);
              !s.ok()) {
+    // A known token's caller, refused a handler, is named in the audit line.
+    if (!principal.empty()) call.set_principal(std::move(principal), {});
     return refused(s);
   }
   call.set_principal(std::move(principal), quota);

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/log.h"
 #include "core/metrics.h"
+#include "core/refusal_audit.h"
 #include "core/tenant_labels.h"
 
 namespace farcall::router {
@@ -127,13 +128,20 @@ void CallRecord::Finished(const grpc::Status& s) {
         agent != nullptr ? absl::StrCat(" via ", agent->address) : "", ": ", code,
         s.ok() ? absl::StrCat(" in ", absl::FormatDuration(absl::Now() - start_))
                : absl::StrCat(": ", absl::string_view(s.error_message()).substr(0, 512)));
-    // Refusals of callers without a good token, and of calls while draining,
-    // are counted, not logged but at debug: anyone who can reach the port
-    // could fill the log with them, and clients send refused calls again.
-    const bool quiet =
-        s.ok() || refused_ == std::string_view("auth") || refused_ == std::string_view("draining");
-    log::Write(quiet ? log::Level::kDebug : log::Level::kWarning, line,
-               {call_id_, handler_ == "-" ? "" : handler_, principal_, peer_, code});
+    // Refusals the caller caused (a token, a limit, a platform) are audit
+    // lines, aggregated per peer, caller and reason (core/refusal_audit.h):
+    // anyone who can reach the port could fill the log with them. Calls
+    // refused while draining are counted, and logged at debug only: clients
+    // send them again elsewhere.
+    const std::string_view reason = refused_;
+    if (!s.ok() && (reason == "auth" || reason == "limit" || reason == "platform")) {
+      const std::string handler = handler_ == "-" ? "" : handler_;
+      RefusalAudit::Get().Note({peer_, principal_, refused_, handler, code, s.error_message()});
+    } else {
+      const bool quiet = s.ok() || reason == "draining";
+      log::Write(quiet ? log::Level::kDebug : log::Level::kWarning, line,
+                 {call_id_, handler_ == "-" ? "" : handler_, principal_, peer_, code});
+    }
   }
 }
 

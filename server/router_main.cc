@@ -12,6 +12,7 @@
 #include "core/limit_flags.h"
 #include "core/log.h"
 #include "core/process.h"
+#include "core/refusal_audit.h"
 #include "core/security_flags.h"
 #include "core/status_macros.h"
 #include "core/version.h"
@@ -199,6 +200,7 @@ int main(int argc, char** argv) {
                                   " received: draining (NOT_SERVING, no new calls), "
                                   "then shutting down"));
   (*router)->Shutdown();
+  farcall::RefusalAudit::FlushProcessAudit();
   farcall::log::Info("stopped");
   // Everything is stopped and flushed; skip gRPC's library teardown at exit,
   // which waits over a second for its internal threads.

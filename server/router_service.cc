@@ -137,6 +137,8 @@ absl::StatusOr<Route> RouteCall(const Shared& shared, const grpc::ByteBuffer& fi
   if (absl::Status s =
           shared.tokens->Authorize(authorization, header.handler(), &principal, &quota);
       !s.ok()) {
+    // A known token's caller, refused a handler, is named in the audit line.
+    record.Identify(header.call_id(), principal);
     record.Refused("auth");
     return WithReason(s, ErrorReason::kAuthRefused);
   }

@@ -126,3 +126,38 @@ def test_json_logs_name_the_call_and_the_caller_never_the_token(pki, tmp_path):
                   if l.get("source") == "grpc"]
     assert any("andshake" in l["message"] for l in grpc_lines), agent.output()
     assert all(l["file"] and l["line"] > 0 for l in grpc_lines)
+
+
+def test_a_flood_of_refused_calls_is_a_few_audit_lines(tmp_path):
+    """200 calls of a handler the caller's token may not call, at an agent,
+    and 200 with an unknown token at a router: each process logs the first
+    refusal at once, as an audit line naming the peer, the caller and the
+    reason, and the other 199 as one line with their count (written when the
+    interval ends, or at exit), never a line per call."""
+    token = "audit-test-token-0123456789"
+    (tmp_path / "tokens").write_text(f"{token} sum\n")
+    agent = start_agent(f"--tokens_file={tmp_path / 'tokens'}")
+    router = Server([ROUTER_BIN, "--listen=127.0.0.1:0", "--agents=" + agent.address,
+                     f"--tokens_file={tmp_path / 'tokens'}"])
+    principal = "token:" + hashlib.sha256(token.encode()).hexdigest()[:12]
+    try:
+        forbidden = farcall.Client(agent.address, token=token)
+        for _ in range(200):
+            with pytest.raises(farcall.PermissionDeniedError):
+                forbidden.call("copy", results=[])
+        unknown = farcall.Client(router.address, token="not-the-token-0123456789",
+                                 via_router=True)
+        for _ in range(200):
+            with pytest.raises(farcall.UnauthenticatedError):
+                unknown.call("copy", results=[])
+    finally:
+        agent.stop()
+        router.stop()
+    for server, caller in ((agent, principal), (router, "-")):
+        text = server.output()
+        audit = [line for line in text.splitlines() if "audit:" in line]
+        assert len([line for line in audit if "audit: refused (auth) call of" in line]) == 1, text
+        assert any(f"audit: 199 more refusals (auth) from ipv4:127.0.0.1 by {caller} in the last "
+                   "10s" in line for line in audit), text
+        assert len(audit) == 2, text
+        assert "not-the-token" not in text and token not in text
