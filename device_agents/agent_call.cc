@@ -175,6 +175,8 @@ void AgentCall::RecordOutcome(const absl::Status& answered, const grpc::ByteBuff
         .Observe(absl::ToDoubleSeconds(inputs_done_time_ - header_time_));
     m.execute.With({platform, handler, tenant})
         .Observe(absl::ToDoubleSeconds(run_end_time_ - run_start_time_));
+    m.call.With({platform, handler, tenant})
+        .Observe(absl::ToDoubleSeconds(absl::Now() - header_time_));
   }
 }
 

@@ -20,7 +20,7 @@ struct RouterMetrics {
                                {"platform", "handler", "code", "tenant"}};
   metrics::HistogramFamily latency{"farcall_router_call_seconds",
                                    "Whole-call latency as the router sees it.",
-                                   {"platform", "tenant"}};
+                                   {"platform", "handler", "tenant"}};
   metrics::CounterFamily retries{"farcall_router_retries_total",
                                  "Calls retried on another agent because the first "
                                  "could not be reached.",
@@ -112,7 +112,9 @@ void CallRecord::Sent(size_t bytes) {
 void CallRecord::Finished(const grpc::Status& s) {
   const std::string code = absl::StatusCodeToString(static_cast<absl::StatusCode>(s.error_code()));
   Metrics().calls.With({platform_, handler_, code, tenant_}).Increment();
-  Metrics().latency.With({platform_, tenant_}).Observe(absl::ToDoubleSeconds(absl::Now() - start_));
+  Metrics()
+      .latency.With({platform_, handler_, tenant_})
+      .Observe(absl::ToDoubleSeconds(absl::Now() - start_));
   std::shared_ptr<AgentHandle> agent;
   {
     absl::MutexLock l(&mu_);

@@ -63,6 +63,9 @@ TEST(MetricsEndToEndTest, AgentAndRouterCountCalls) {
   EXPECT_THAT(a, HasSubstr("farcall_agent_received_bytes_total{platform=\"cpu\",tenant=\"-\"} 32"));
   EXPECT_THAT(a, HasSubstr("farcall_agent_execute_seconds_count{handler=\"copy\","
                            "platform=\"cpu\",tenant=\"-\"} 2"));
+  // The whole call, which the SLO reads.
+  EXPECT_THAT(a, HasSubstr("farcall_agent_call_seconds_count{handler=\"copy\","
+                           "platform=\"cpu\",tenant=\"-\"} 2"));
   EXPECT_THAT(a, HasSubstr("farcall_agent_inflight_calls 0"));
   // Series that dashboards and alerts read are there from the start.
   for (const char* series :

@@ -216,7 +216,8 @@ def test_every_rule_evaluates_without_error(stack):
     # Recording rules over the live series give answers.
     for record in ("platform_handler:farcall_agent_calls:rate5m",
                    "instance:farcall_agent_budget_used:ratio",
-                   "platform:farcall_router_call_seconds:p99_rate5m"):
+                   "platform:farcall_router_call_seconds:p99_rate5m",
+                   "platform_handler:farcall_agent_call_seconds:p99_rate5m"):
         lib.wait_for(f"{record} to have a value", lambda r=record: prom.query(r), DEADLINE_S)
     firing = [a["labels"]["alertname"] for a in prom.api("alerts")["alerts"]
               if a["state"] == "firing"]
