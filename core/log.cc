@@ -4,7 +4,10 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -15,6 +18,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "grpc/support/log.h"
@@ -106,6 +110,34 @@ void Emit(Level level, absl::string_view message, const CallFields& call,
   }
 }
 
+// gRPC writes a line for every failed connection (a client whose TLS
+// handshake fails, say with the wrong server name, retries every second or
+// so): each place in gRPC's source writes at most one line per
+// kGrpcLineInterval, and the next line from it after a pause says how many
+// were left out. gRPC's places are few, so the map stays small.
+constexpr absl::Duration kGrpcLineInterval = absl::Seconds(10);
+
+// Whether the line from `file`:`line` is written now; `left_out` is how
+// many from there were not, since the last one written.
+bool GrpcLineAllowed(absl::string_view file, int line, uint64_t* left_out) {
+  struct Place {
+    absl::Time last = absl::InfinitePast();
+    uint64_t left_out = 0;
+  };
+  static absl::Mutex mu(absl::kConstInit);
+  static auto* places = new std::map<std::pair<std::string, int>, Place>();
+  const absl::Time now = absl::Now();
+  absl::MutexLock l(&mu);
+  Place& p = (*places)[{std::string(file), line}];
+  if (now - p.last < kGrpcLineInterval) {
+    ++p.left_out;
+    return false;
+  }
+  p.last = now;
+  *left_out = std::exchange(p.left_out, 0);
+  return true;
+}
+
 // gRPC's log lines, through the same logger.
 void FromGrpc(gpr_log_func_args* args) {
   const Level level = args->severity == GPR_LOG_SEVERITY_ERROR  ? Level::kError
@@ -113,7 +145,13 @@ void FromGrpc(gpr_log_func_args* args) {
                                                                 : Level::kDebug;
   const char* file = args->file != nullptr ? args->file : "?";
   if (const char* slash = std::strrchr(file, '/')) file = slash + 1;
-  const absl::string_view message = args->message != nullptr ? args->message : "";
+  uint64_t left_out = 0;
+  if (!GrpcLineAllowed(file, args->line, &left_out)) return;
+  std::string text(args->message != nullptr ? args->message : "");
+  if (left_out > 0) {
+    absl::StrAppend(&text, " (and ", left_out, " more from here since the last line, left out)");
+  }
+  const absl::string_view message = text;
   if (json.load(std::memory_order_relaxed)) {
     Emit(level, message, {},
          absl::StrCat(",\"source\":\"grpc\",\"file\":\"", JsonEscape(file),

@@ -6,6 +6,7 @@
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "gmock/gmock.h"
+#include "grpc/support/log.h"
 #include "gtest/gtest.h"
 
 ABSL_DECLARE_FLAG(std::string, log_level);
@@ -58,6 +59,23 @@ TEST(LogTest, FormatsAreCheckedAndJsonLinesCarryTheCall) {
                   "\"code\":\"INTERNAL\"\\}\n"));
   absl::SetFlag(&FLAGS_log_format, "text");
   ASSERT_TRUE(InitFromFlags("log_test").ok());
+}
+
+// gRPC writes a line per failed connection; a peer retrying every second
+// must not write one each time: one line per place in gRPC's source per
+// 10 s, and the next one says how many were left out.
+TEST(LogTest, GrpcLinesFromOnePlaceAreRateLimited) {
+  absl::SetFlag(&FLAGS_log_level, "info");
+  ASSERT_TRUE(InitFromFlags("log_test").ok());
+  gpr_set_log_verbosity(GPR_LOG_SEVERITY_ERROR);  // what grpc_init sets by default
+  ::testing::internal::CaptureStderr();
+  for (int i = 0; i < 100; ++i) gpr_log(GPR_ERROR, "handshake failed %d", i);
+  gpr_log(GPR_ERROR, "another place");
+  const std::string text = ::testing::internal::GetCapturedStderr();
+  EXPECT_THAT(text, HasSubstr("handshake failed 0"));
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("handshake failed 1")));
+  EXPECT_THAT(text, HasSubstr("another place"));
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 2) << text;
 }
 
 // A caller chooses handler and platform names, which reach log lines: a
