@@ -1,6 +1,7 @@
 #include "client/lookaside.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <iterator>
 #include <utility>
 
@@ -274,7 +275,27 @@ std::shared_ptr<TargetChannel> Lookaside::Ready(Agent& agent, absl::Time deadlin
     return channel;
   }
   agent.avoid_until = absl::Now() + agent.backoff.Next();
+  SayOnceWhyNotDirect(agent.address);
   return nullptr;
+}
+
+void Lookaside::SayOnceWhyNotDirect(const std::string& address) {
+  // Over TLS without agent_tls_server_name each agent's certificate is
+  // checked against its address, which a certificate shared by many agents
+  // (a Kubernetes Service's name) does not hold: every call then goes
+  // through the router, and nothing else would say why. A library has no
+  // log of its own: one line on stderr, once per client.
+  const bool tls = !options_.tls_ca.empty() || !options_.tls_cert.empty();
+  if (!tls || !options_.agent_tls_server_name.empty() || said_why_not_direct_.exchange(true)) {
+    return;
+  }
+  std::fprintf(stderr,
+               "farcall: the agent at %s could not be reached directly over TLS, so calls go "
+               "through the router; if the agents' certificate names a Service, not each "
+               "agent's address, give the client that name (ClientOptions::agent_tls_server_name, "
+               "--agent_tls_server_name, or agent_tls_server_name= in Python). Said once per "
+               "client.\n",
+               address.c_str());
 }
 
 void Lookaside::Avoid(Agent& agent, absl::Duration at_least) {

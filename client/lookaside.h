@@ -113,6 +113,10 @@ class Lookaside : public std::enable_shared_from_this<Lookaside> {
   std::map<std::string, std::shared_ptr<const Answer>> answers_ ABSL_GUARDED_BY(mu_);
   // A router that has no Resolve (an older version): every call through it.
   std::atomic<bool> resolve_missing_{false};
+  // Says on stderr, once, why an agent could not be called directly, when
+  // the likely cause is TLS without agent_tls_server_name.
+  void SayOnceWhyNotDirect(const std::string& address);
+  std::atomic<bool> said_why_not_direct_{false};
 };
 
 }  // namespace farcall::client_internal
