@@ -54,6 +54,7 @@ RELOADED_FLAGS = {"tls_cert", "tls_key", "tls_ca", "tokens_file", "capability_si
                   "capability_verify_keys_file"}
 START_ONLY_FLAGS = {"agent_token_file", "agent_tls_ca", "agent_tls_cert", "agent_tls_key"}
 DRAIN_SECONDS = 30  # --drain_seconds' default (core/limit_flags.cc)
+MAX_CALL_SECONDS = 3600  # --max_call_seconds' default (core/limit_flags.cc)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -661,6 +662,31 @@ def test_router_keeps_serving_until_its_endpoints_are_gone(rendered, rel):
     drain = float(_flag(c["args"], "drain_seconds") or DRAIN_SECONDS)
     assert spec["terminationGracePeriodSeconds"] > sleep + drain, \
         "the grace period covers the preStop sleep and the drain"
+
+
+@pytest.mark.parametrize("rel", KUSTOMIZATIONS)
+def test_drains_never_cut_a_call_the_agents_allow(rendered, rel):
+    """Every agent drains for at least its longest call (--max_call_seconds),
+    and the router for the agents' longest, so that a roll or a node drain
+    never cuts a call; each grace period covers the preStop sleep and the
+    drain."""
+    longest = 0.0
+    for a in _agents(rendered[rel]):
+        c = _containers(a)[0]
+        drain = float(_flag(c["args"], "drain_seconds") or DRAIN_SECONDS)
+        max_call = float(_flag(c["args"], "max_call_seconds") or MAX_CALL_SECONDS)
+        longest = max(longest, max_call)
+        assert drain >= max_call, (a["metadata"]["name"], drain, max_call)
+        grace = a["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+        assert grace >= drain + 5, (a["metadata"]["name"], grace, drain)
+    for router in [d for d in _by_kind(rendered[rel], "Deployment")
+                   if d["metadata"]["name"] == "farcall-router"]:
+        c = _containers(router)[0]
+        drain = float(_flag(c["args"], "drain_seconds") or DRAIN_SECONDS)
+        assert drain >= longest, (drain, longest)
+        sleep = c.get("lifecycle", {}).get("preStop", {}).get("sleep", {}).get("seconds", 0)
+        grace = router["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+        assert grace >= sleep + drain + 5, (grace, sleep, drain)
 
 
 @pytest.mark.parametrize("rel", KUSTOMIZATIONS)
