@@ -218,7 +218,8 @@ const AgentState& AgentServer::state() const { return impl_->shared.state; }
 void AgentServer::Shutdown() {
   if (impl_->server == nullptr) return;
   Metrics().draining.With({}).Set(1);
-  StopGrpcServer(impl_->server.get(), impl_->shared.gate, impl_->drain);
+  const int cut = StopGrpcServer(impl_->server.get(), impl_->shared.gate, impl_->drain);
+  if (cut > 0) log::Warning(DrainCutLine(cut, impl_->drain));
   impl_->server.reset();
   impl_->shared.pool.reset();  // runs what is queued, then joins
 }

@@ -8,6 +8,7 @@
 #include "core/call_validation.h"
 #include "core/caller_slots.h"
 #include "core/error_reason.h"
+#include "core/log.h"
 #include "core/metrics.h"
 #include "core/ref_counted.h"
 #include "core/status_macros.h"
@@ -740,7 +741,8 @@ void RouterServer::Shutdown() {
   SetRouterDraining(true);
   // Its clients' connections stay open for a second of NOT_SERVING, then
   // GOAWAY moves them to another router while calls in flight finish.
-  StopGrpcServer(impl_->server.get(), impl_->gate, impl_->drain, absl::Seconds(1));
+  const int cut = StopGrpcServer(impl_->server.get(), impl_->gate, impl_->drain, absl::Seconds(1));
+  if (cut > 0) log::Warning(DrainCutLine(cut, impl_->drain));
   impl_->server.reset();
 }
 

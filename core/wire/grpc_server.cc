@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -50,23 +51,40 @@ absl::StatusOr<RunningServer> StartGrpcServer(
   return r;
 }
 
-void StopGrpcServer(grpc::Server* server, DrainGate& gate, absl::Duration drain,
-                    absl::Duration goaway_after) {
-  if (server == nullptr) return;
+int StopGrpcServer(grpc::Server* server, DrainGate& gate, absl::Duration drain,
+                   absl::Duration goaway_after) {
+  if (server == nullptr) return 0;
   server->GetHealthCheckService()->SetServingStatus(false);
   const absl::Time end = absl::Now() + drain;
   if (goaway_after < drain && !gate.DrainFor(goaway_after)) {
     // GOAWAY now; gRPC's shutdown waits for the calls in flight until `end`,
     // then cancels them.
+    int cut = 0;
+    // What is still in flight at `end` is cut: counted then, while gRPC's
+    // shutdown waits.
+    std::thread cut_counter([&gate, &cut, end] {
+      if (!gate.DrainFor(end - absl::Now())) cut = gate.in_flight();
+    });
     server->Shutdown(absl::ToChronoTime(end));
     server->Wait();
-    return;
+    cut_counter.join();
+    return cut;
   }
-  gate.DrainFor(end - absl::Now());
+  const int cut = gate.DrainFor(end - absl::Now()) ? 0 : gate.in_flight();
   // gRPC's own shutdown would also wait for idle client connections to
   // close; the calls are done (or out of time), so stop now.
   server->Shutdown(std::chrono::system_clock::now());
   server->Wait();
+  return cut;
+}
+
+std::string DrainCutLine(int cut, absl::Duration drain) {
+  if (cut <= 0) return "";
+  return absl::StrCat("the drain ended after --drain_seconds=", absl::ToDoubleSeconds(drain),
+                      " with ", cut, cut == 1 ? " call" : " calls",
+                      " still running: cut, its callers get UNAVAILABLE (a call without side "
+                      "effects may be sent again from its start); make --drain_seconds at least "
+                      "the handlers' longest run (--max_call_seconds)");
 }
 
 }  // namespace farcall

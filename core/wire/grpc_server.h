@@ -58,8 +58,12 @@ absl::StatusOr<RunningServer> StartGrpcServer(
 // through a Service to another pod) while the calls in flight finish.
 // Until then health checks see NOT_SERVING and new calls the gate's
 // refusal, which clients send again (client.cc, kRouterRetryWaits).
-void StopGrpcServer(grpc::Server* server, DrainGate& gate, absl::Duration drain,
-                    absl::Duration goaway_after = absl::InfiniteDuration());
+// Returns how many calls were still in flight when the drain ended (cut).
+int StopGrpcServer(grpc::Server* server, DrainGate& gate, absl::Duration drain,
+                   absl::Duration goaway_after = absl::InfiniteDuration());
+
+// The warning line for `cut` calls cut by a drain of `drain` (none: "").
+std::string DrainCutLine(int cut, absl::Duration drain);
 
 }  // namespace farcall
 

@@ -147,6 +147,26 @@ def test_a_held_python_handler_blocks_no_native_handler(gate):
         assert s.stop() == 0, s.output()
 
 
+def test_a_call_cut_by_the_drain_is_logged(gate):
+    """SIGTERM with a call held in its handler past --drain_seconds: the
+    call is cut (its caller gets an error), and the agent says so in one
+    warning line naming the count and the flags to size."""
+    s = start_python_agent("--drain_seconds=0.5")
+    try:
+        client = farcall.Client(s.address)
+        held = client.call_async("py_gate", results=[])
+        gate.wait_entered()
+        s.proc.send_signal(signal.SIGTERM)
+        with pytest.raises(farcall.Error):
+            held.result(timeout=30)
+    finally:
+        gate.release_all()
+        s.stop()
+    assert ("the drain ended after --drain_seconds=0.5 with 1 call still running: cut"
+            in s.output()), s.output()
+    assert "--max_call_seconds" in s.output()
+
+
 def test_a_tenant_holding_every_python_thread_does_not_stall_another(tmp_path, gate):
     # One Python thread, held by tenant c's call; tenant b's call gets a
     # spare thread at once instead of waiting for c's to end. Without
