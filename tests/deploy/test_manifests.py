@@ -689,6 +689,28 @@ def test_drains_never_cut_a_call_the_agents_allow(rendered, rel):
         assert grace >= sleep + drain + 5, (grace, sleep, drain)
 
 
+def _project_version() -> str:
+    text = (lib.ROOT / "CMakeLists.txt").read_text()
+    return re.search(r"project\(farcall VERSION ([0-9][0-9.]*)", text).group(1)
+
+
+@pytest.mark.parametrize("rel", KUSTOMIZATIONS)
+def test_images_and_pods_carry_the_release_version(rendered, rel):
+    """Every image is the release's tag (CMakeLists.txt's version, which
+    deploy/build_images.sh tags), not a moving `dev`, and every Deployment
+    and its pods say which version they run."""
+    version = _project_version()
+    for d in _by_kind(rendered[rel], "Deployment"):
+        name = d["metadata"]["name"]
+        assert d["metadata"]["labels"].get("app.kubernetes.io/version") == version, name
+        pod_labels = d["spec"]["template"]["metadata"]["labels"]
+        assert pod_labels.get("app.kubernetes.io/version") == version, name
+        # A version label in a selector could never change.
+        assert "app.kubernetes.io/version" not in d["spec"]["selector"]["matchLabels"], name
+        for c in _containers(d):
+            assert c["image"].endswith(":" + version), (name, c["image"])
+
+
 @pytest.mark.parametrize("rel", KUSTOMIZATIONS)
 def test_emptydirs_have_ephemeral_storage_requests(rendered, rel):
     for d in rendered[rel]:
