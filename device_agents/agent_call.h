@@ -54,7 +54,8 @@ class AgentCall final : private FrameVisitor {
 
   // The call's life on the agent:
   //   ReadHeader(first)    parse the header, within the header limits;
-  //   set_principal(...)   who calls, once the token may call the handler;
+  //   set_principal(...)   who calls, once the token may call the handler (or,
+  //                        refused the handler, to name it in the audit line);
   //   Validate()           the contract's errors, and RESOURCE_EXHAUSTED if
   //                        the call could never fit the in-flight budget
   //                        (Begin() does both, for callers without tokens);

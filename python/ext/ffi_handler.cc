@@ -252,21 +252,36 @@ void RemoteCall::StartHere() {
   done(client->Call(request, options).status());
 }
 
-absl::StatusOr<PreparedCall> PrepareCall(const FfiCallAttrs& attrs,
-                                         const std::vector<HostTensor>& in,
-                                         const std::vector<HostTensor>& out,
-                                         const std::vector<int64_t>& output_of_input) {
+namespace {
+
+// A call of `attrs` over `in` and `out`, with the options and deadline they
+// give: what the cpu halves, the one cpu call and the cuda call share.
+absl::StatusOr<std::shared_ptr<RemoteCall>> NewRemoteCall(
+    const FfiCallAttrs& attrs, const std::vector<HostTensor>& in,
+    const std::vector<HostTensor>& out, const std::vector<int64_t>& output_of_input) {
   absl::StatusOr<CallRequest> request = RequestFor(attrs, in, out, output_of_input);
   if (!request.ok()) return request.status();
   absl::StatusOr<Client*> client = ClientFor(attrs.target);
   if (!client.ok()) return client.status();
+  auto call = std::make_shared<RemoteCall>();
+  call->client = *client;
+  call->request = *std::move(request);
+  call->options = OptionsFor(attrs);
+  call->deadline = absl::Now() + absl::Seconds(attrs.timeout);
+  return call;
+}
+
+}  // namespace
+
+absl::StatusOr<PreparedCall> PrepareCall(const FfiCallAttrs& attrs,
+                                         const std::vector<HostTensor>& in,
+                                         const std::vector<HostTensor>& out,
+                                         const std::vector<int64_t>& output_of_input) {
   PreparedCall p;
-  p.call = std::make_shared<RemoteCall>();
-  p.call->client = *client;
-  p.call->request = *std::move(request);
-  p.call->options = OptionsFor(attrs);
   p.start = absl::Now();
-  p.call->deadline = p.start + absl::Seconds(attrs.timeout);
+  absl::StatusOr<std::shared_ptr<RemoteCall>> call = NewRemoteCall(attrs, in, out, output_of_input);
+  if (!call.ok()) return call.status();
+  p.call = *std::move(call);
   p.recent = &RecentDurations::Of(absl::StrCat(Absl(attrs.target), "#", Absl(attrs.handler)));
   const int64_t average_ns = p.recent->load(std::memory_order_relaxed);
   p.quick = average_ns > 0 && average_ns < absl::ToInt64Nanoseconds(kBlockingBelow);
@@ -422,12 +437,12 @@ CallOptions OptionsFor(const FfiCallAttrs& attrs) {
 absl::Status CallRemote(const FfiCallAttrs& attrs, const std::vector<HostTensor>& in,
                         const std::vector<HostTensor>& out,
                         const std::vector<int64_t>& output_of_input) {
-  absl::StatusOr<PreparedCall> p = PrepareCall(attrs, in, out, output_of_input);
-  if (!p.ok()) return p.status();
-  // Not the cpu path's options: this one polls only when busy_poll says so.
-  CallOptions options = OptionsFor(attrs);
-  options.timeout = absl::Seconds(attrs.timeout);
-  return p->call->client->Call(p->call->request, options).status();
+  // No moving average and no polling unless busy_poll says so: the cuda
+  // handler waits on XLA's stream thread whatever the call's length.
+  absl::StatusOr<std::shared_ptr<RemoteCall>> call = NewRemoteCall(attrs, in, out, output_of_input);
+  if (!call.ok()) return call.status();
+  (*call)->options.timeout = absl::Seconds(attrs.timeout);
+  return (*call)->client->Call((*call)->request, (*call)->options).status();
 }
 
 ffi::Error ToFfiError(const absl::Status& s) {
