@@ -45,6 +45,7 @@ from jax.experimental.buffer_callback import buffer_callback as jax_buffer_callb
 
 import farcall
 import farcall.jax as fj
+from timing import p50_us
 
 BUILD = os.environ.get("FARCALL_BUILD_DIR", "build")
 REPS = int(os.environ.get("FARCALL_BENCH_REPS", "3"))
@@ -91,17 +92,6 @@ def python_big_copy(client, shm):
     for _ in range(BIG_CALLS):
         client.call("copy", x, results=[x], input_output_aliases={0: 0}, rpc=rpc)
     return BIG * BIG_CALLS / (time.perf_counter() - t0) / 1e9
-
-
-def p50_us(fn, calls):
-    for _ in range(50):
-        fn()
-    times = []
-    for _ in range(calls):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e6
 
 
 def jitted(target, host_callback, busy_poll=None):

@@ -8,6 +8,7 @@
 #include <new>
 
 #include "absl/strings/str_cat.h"
+#include "core/resident_handle.h"
 #include "core/status_macros.h"
 #include "core/wire/proto_convert.h"
 
@@ -47,6 +48,55 @@ v1::Attribute ToProto(const AttributeValue& v) {
 }
 
 }  // namespace
+
+bool NamesResidents(const CallRequest& request) {
+  if (!request.keep_results.empty() || !request.release_residents.empty()) return true;
+  for (const Arg& a : request.args) {
+    if (!a.resident().empty()) return true;
+  }
+  return false;
+}
+
+absl::Status PrepareResidents(const CallRequest& request, const CallOptions& options,
+                              PreparedCall& p) {
+  v1::CallHeader& h = p.header;
+  const size_t n_results = p.validated.result_bytes.size();
+  p.result_stays.assign(n_results, false);
+  std::vector<std::pair<std::string, std::string>> named;
+  for (size_t i = 0; i < request.args.size(); ++i) {
+    const std::string& handle = request.args[i].resident();
+    if (handle.empty()) continue;
+    (*h.mutable_resident_args())[static_cast<uint32_t>(i)] = handle;
+    named.emplace_back(absl::StrCat("args[", i, "]"), handle);
+    // On the agent: none of its bytes travel.
+    if (i < p.validated.arg_bytes.size()) p.validated.arg_bytes[i] = 0;
+    for (size_t o = 0; o < n_results; ++o) {
+      if (p.validated.result_alias[o] == static_cast<int64_t>(i)) p.result_stays[o] = true;
+    }
+  }
+  for (uint32_t o : request.keep_results) {
+    h.add_keep_results(o);
+    if (o < n_results) p.result_stays[o] = true;
+  }
+  for (size_t k = 0; k < request.release_residents.size(); ++k) {
+    h.add_release_residents(request.release_residents[k]);
+    named.emplace_back(absl::StrCat("release_residents[", k, "]"), request.release_residents[k]);
+  }
+  if (request.resident_ttl < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("resident_ttl must not be negative (zero: the agent's).");
+  }
+  // Whole milliseconds, never shorter than asked.
+  h.set_resident_ttl_ms(
+      absl::ToInt64Milliseconds(absl::Ceil(request.resident_ttl, absl::Milliseconds(1))));
+  if (options.validate_locally) {
+    absl::StatusOr<std::string> holder = ResidentHolder(named);
+    if (!holder.ok()) return holder.status();
+    p.resident_holder = *std::move(holder);
+  }
+  p.names_residents = !named.empty() || !request.keep_results.empty();
+  p.keeps_results = !request.keep_results.empty();
+  return absl::OkStatus();
+}
 
 absl::StatusOr<PreparedCall> Prepare(const CallRequest& request, const CallOptions& options) {
   PreparedCall p;
@@ -94,9 +144,13 @@ absl::StatusOr<PreparedCall> Prepare(const CallRequest& request, const CallOptio
                      request.results.size(), " results; give one per result, or none."));
   }
   p.result_memory = request.result_memory;
+  FARCALL_RETURN_IF_ERROR(PrepareResidents(request, options, p));
   for (const auto& [i, o] : request.aliases) {
     if (i >= request.args.size() || o >= request.results.size()) continue;  // unchecked call
-    if (request.args[i].writable_data() == nullptr) {
+    // A resident is updated on the agent, and a kept result never comes
+    // back: neither writes into the caller's memory.
+    const bool kept = o < p.result_stays.size() && p.result_stays[o];
+    if (request.args[i].writable_data() == nullptr && !kept) {
       return absl::InvalidArgumentError(
           absl::StrCat("args[", i, "] is aliased to results[", o,
                        "] but was passed read-only; pass it with Arg::InOut so that the "
@@ -124,6 +178,7 @@ absl::Status StageInSharedMemory(PreparedCall& call, ShmChannel& channel) {
     if (a >= 0 && static_cast<size_t>(a) < n_args) aliased[a] = true;
   }
   for (size_t i = 0; i < n_args; ++i) {
+    if (!call.args[i].resident().empty()) continue;  // on the agent: no place here
     if (!(call.stage_aliased_args && aliased[i])) {
       arg_region[i] = channel.Locate(call.args[i].data(), v.arg_bytes[i], &arg_offset[i]);
     }
@@ -133,7 +188,7 @@ absl::Status StageInSharedMemory(PreparedCall& call, ShmChannel& channel) {
     }
   }
   for (size_t o = 0; o < n_results; ++o) {
-    if (v.result_alias[o] < 0) {
+    if (v.result_alias[o] < 0 && !call.result_stays[o]) {
       result_offset[o] = end;
       end = align(end + v.result_bytes[o]);
     }
@@ -143,6 +198,7 @@ absl::Status StageInSharedMemory(PreparedCall& call, ShmChannel& channel) {
   for (size_t i = 0; i < n_args; ++i) {
     shm->add_arg_offsets(arg_offset[i]);
     shm->add_arg_regions(arg_region[i] ? arg_region[i]->token : "");
+    if (!call.args[i].resident().empty()) continue;
     if (arg_region[i] == nullptr) {
       std::memcpy(call.shm_region->data + arg_offset[i], call.args[i].data(), v.arg_bytes[i]);
     } else {
@@ -207,15 +263,20 @@ bool RequestWriter::Next(grpc::ByteBuffer* out) {
 
 ResponseReader::ResponseReader(const PreparedCall& call) : call_(call) {
   std::vector<ChunkAssembler::Target> targets;
+  auto stays = [&](int o) {
+    return static_cast<size_t>(o) < call.result_stays.size() && call.result_stays[o];
+  };
   if (call.shm_region != nullptr) {
     // Same-host: the results are in the region; nothing arrives in chunks.
     for (int o = 0; o < call.header.results_size(); ++o) {
       ResultTensor r;
       r.spec = SpecFromProto(call.header.results(o));
       r.size = call.validated.result_bytes[o];
-      r.aliased = call.validated.result_alias[o] >= 0;
-      r.data = call.shm_result_data[o];
-      r.keepalive = call.shm_region;
+      if (!stays(o)) {  // one that stays on the agent is named by the header
+        r.aliased = call.validated.result_alias[o] >= 0;
+        r.data = call.shm_result_data[o];
+        r.keepalive = call.shm_region;
+      }
       result_.results.push_back(std::move(r));
     }
     assembler_.emplace("results", std::move(targets));
@@ -226,6 +287,12 @@ ResponseReader::ResponseReader(const PreparedCall& call) : call_(call) {
     r.spec = SpecFromProto(call.header.results(o));
     r.size = call.validated.result_bytes[o];
     const int64_t alias = call.validated.result_alias[o];
+    if (stays(o)) {
+      // On the agent: no bytes come; the header names it.
+      targets.push_back({r.spec, 0, nullptr});
+      result_.results.push_back(std::move(r));
+      continue;
+    }
     if (alias >= 0) {
       r.aliased = true;
       r.data = call.args[alias].writable_data();
@@ -252,7 +319,10 @@ ResponseReader::ResponseReader(const PreparedCall& call) : call_(call) {
 std::optional<LandedResult> ResponseReader::Landed(bool handler_may_have_run) const {
   for (size_t o = 0; o < result_.results.size(); ++o) {
     const int64_t arg = call_.validated.result_alias[o];
-    if (arg < 0) continue;
+    if (arg < 0 || result_.results[o].resident.has_value() ||
+        (o < call_.result_stays.size() && call_.result_stays[o])) {
+      continue;  // never lands here: it stays on the agent
+    }
     const int64_t size = result_.results[o].size;
     bool in_place = call_.ucx;
     if (call_.shm_region != nullptr) {
@@ -295,6 +365,17 @@ absl::Status ResponseReader::OnMessageField(uint32_t field, absl::string_view by
     }
     result_.agent_id = h.agent_id();
     result_.platform = h.platform();
+    for (size_t o = 0; o < result_.results.size(); ++o) {
+      const bool stays = o < call_.result_stays.size() && call_.result_stays[o];
+      auto it = h.residents().find(static_cast<uint32_t>(o));
+      if (stays != (it != h.residents().end())) {
+        return absl::InternalError(absl::StrCat(
+            "the agent answered results[", o, "] ", stays ? "with bytes" : "as a resident",
+            "; the call asked for it ", stays ? "to stay on the agent" : "back", "."));
+      }
+      if (stays)
+        result_.results[o].resident = Resident{it->second, result_.results[o].spec, h.platform()};
+    }
     header_seen_ = true;
   } else if (field == kStatsField) {
     v1::CallStats s;
@@ -326,6 +407,7 @@ absl::StatusOr<CallResult> ResponseReader::Finish() {
     std::vector<uint8_t*> dst(result_.results.size(), nullptr);
     for (size_t o = 0; o < result_.results.size(); ++o) {
       ResultTensor& r = result_.results[o];
+      if (r.resident.has_value()) continue;  // stayed on the agent
       if (r.aliased) {
         dst[o] = call_.args[call_.validated.result_alias[o]].writable_data();
       } else if (o < call_.result_memory.size() && call_.result_memory[o] != nullptr) {

@@ -35,6 +35,13 @@ struct PreparedCall {
   // buffers is staged, not used in place, so that a handler still running
   // after the call failed cannot write over the arg once it is restored.
   bool stage_aliased_args = false;
+  // Resident arrays: whether the call names any (it then goes over gRPC, to
+  // their holder), the agent that holds them ("" unknown or none), and which
+  // results stay on the agent (kept, or aliased to a resident arg).
+  bool names_residents = false;
+  bool keeps_results = false;  // some results stay as new residents: not over shm
+  std::string resident_holder;
+  std::vector<bool> result_stays;
   bool ucx = false;         // the tensors go over UCX (client/ucx_exchange.h)
   bool via_router = false;  // the target is a router
   // The target is an agent the lookaside chose: a failure that never reached
@@ -42,6 +49,9 @@ struct PreparedCall {
   bool direct = false;
 };
 absl::StatusOr<PreparedCall> Prepare(const CallRequest& request, const CallOptions& options);
+// Whether a call names resident arrays in any way (args, kept results,
+// releases).
+bool NamesResidents(const CallRequest& request);
 
 // 128 random bits in hex, from the OS's random source (getrandom).
 std::string FreshCallId();

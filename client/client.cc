@@ -60,6 +60,8 @@ AgentDescription DescriptionFromProto(const v1::AgentInfo& info) {
   d.offers_ucx = !info.ucx_address().empty();
   d.calls_total = info.calls_total();
   d.failed_calls_total = info.failed_calls_total();
+  d.resident_count = info.resident_count();
+  d.resident_bytes = info.resident_bytes();
   d.inflight_calls = info.inflight_calls();
   d.last_failed_call = info.last_failed_call();
   d.last_failed_call_age = absl::Milliseconds(info.last_failed_call_age_ms());

@@ -188,6 +188,9 @@ std::vector<std::shared_ptr<Lookaside::Agent>> Lookaside::Choose(const CallReque
       !request.platforms.empty()) {
     return {};
   }
+  // A call that names resident arrays goes to their holder, which the
+  // router finds by the id in their handles (or answers that it is lost).
+  if (NamesResidents(request)) return {};
   std::shared_ptr<const Answer> answer = Resolved(request, deadline);
   if (answer == nullptr) return {};
   const absl::Time now = absl::Now();

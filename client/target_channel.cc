@@ -28,8 +28,17 @@ int64_t SaturatingSum(const std::vector<int64_t>& sizes, int64_t total = 0) {
   for (int64_t b : sizes) total = b > INT64_MAX - total ? INT64_MAX : total + b;
   return total;
 }
+// The bytes of the results that come back: not those that stay on the
+// agent as residents.
+std::vector<int64_t> ReturnedResultBytes(const PreparedCall& call) {
+  std::vector<int64_t> sizes = call.validated.result_bytes;
+  for (size_t o = 0; o < sizes.size() && o < call.result_stays.size(); ++o) {
+    if (call.result_stays[o]) sizes[o] = 0;
+  }
+  return sizes;
+}
 int64_t TensorBytes(const PreparedCall& call) {
-  return SaturatingSum(call.validated.result_bytes, SaturatingSum(call.validated.arg_bytes));
+  return SaturatingSum(ReturnedResultBytes(call), SaturatingSum(call.validated.arg_bytes));
 }
 
 // Whether any of a call's args lies in the caller's shared buffers.
@@ -349,16 +358,25 @@ absl::StatusOr<TargetChannel::Plan> TargetChannel::MakePlan(const CallRequest& r
           "tensors itself; UCX reaches only agents called directly.");
     }
   }
+  if ((prepared->names_residents && options.transport == Transport::kUcx) ||
+      (prepared->keeps_results && options.transport == Transport::kShm)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "transport ", TransportName(options.transport), ": a call that ",
+        prepared->keeps_results ? "keeps results as resident arrays" : "names resident arrays",
+        " sends its other tensors over gRPC", prepared->keeps_results ? "" : " or shared memory",
+        "; use auto or grpc."));
+  }
   plan.unary = options.rpc == Rpc::kUnary;
   if (options.rpc == Rpc::kAuto) {
     // Well under the servers' 64 MiB message limit, whatever chunk_bytes is.
     const int64_t unary_limit = std::min<int64_t>(options.chunk_bytes, int64_t{32} << 20);
     plan.unary = SaturatingSum(prepared->validated.arg_bytes) <= unary_limit &&
-                 SaturatingSum(prepared->validated.result_bytes) <= unary_limit;
+                 SaturatingSum(ReturnedResultBytes(*prepared)) <= unary_limit;
   }
   const bool want_shm =
-      options.transport == Transport::kShm ||
-      (options.transport == Transport::kAuto && options.allow_shm && options.rpc == Rpc::kAuto);
+      !prepared->keeps_results &&
+      (options.transport == Transport::kShm ||
+       (options.transport == Transport::kAuto && options.allow_shm && options.rpc == Rpc::kAuto));
   std::shared_ptr<ShmChannel> shm = want_shm ? SharedMemory() : nullptr;
   // Small calls stay on gRPC: staging and the region's bookkeeping cost
   // more than one message each way saves for them. Not those with an arg in
@@ -387,7 +405,7 @@ absl::StatusOr<TargetChannel::Plan> TargetChannel::MakePlan(const CallRequest& r
       if (!prepared.ok()) return prepared.status();
     }
   }
-  if (shm == nullptr && *service == Service::kAgent) {
+  if (shm == nullptr && *service == Service::kAgent && !prepared->names_residents) {
     FARCALL_ASSIGN_OR_RETURN(plan.ucx, ChooseUcx(*prepared, options));
     if (plan.ucx.worker != nullptr) {
       prepared->ucx = true;

@@ -12,6 +12,8 @@
 #ifndef FARCALL_CORE_DRAIN_GATE_H_
 #define FARCALL_CORE_DRAIN_GATE_H_
 
+#include <functional>
+
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -22,10 +24,14 @@ class DrainGate {
  public:
   // False once draining: the call must be refused (and not Leave()).
   bool Enter();
+  // Enters even while draining: for the calls a draining server still
+  // takes (an agent's calls that name its resident arrays).
+  void EnterWhileDraining();
   void Leave();
-  // Turns new calls away, then waits until none is in flight or `timeout`
-  // has passed. True when none is left.
-  bool DrainFor(absl::Duration timeout);
+  // Turns new calls away, then waits until none is in flight, and `held`
+  // (if given; asked at least every 250 ms) is false, or `timeout` has
+  // passed. True when none is left.
+  bool DrainFor(absl::Duration timeout, const std::function<bool()>& held = nullptr);
   bool draining() const;
   int in_flight() const;
 

@@ -28,6 +28,7 @@ enum class ErrorReason : int {
   kHandlerError = 5,
   kRouterDraining = 6,
   kAliasedArgOverwritten = 7,
+  kResidentLost = 8,
 };
 
 // `s` marked with `reason` (an OK status stays OK).

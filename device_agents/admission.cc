@@ -166,6 +166,29 @@ void Admission::Release(int64_t bytes, const std::string& tenant) {
   for (auto& r : admitted) r();
 }
 
+void Admission::Keep(int64_t bytes, const std::string& tenant) {
+  std::vector<std::function<void()>> admitted;
+  {
+    absl::MutexLock l(&mu_);
+    auto it = tenants_.find(tenant);
+    if (it != tenants_.end()) it->second.held -= bytes;
+    // The tenant's quota has room again: its own waiters may go.
+    admitted = Dispatch();
+    Forget(tenant);
+  }
+  for (auto& r : admitted) r();
+}
+
+void Admission::ReleaseKept(int64_t bytes) {
+  std::vector<std::function<void()>> admitted;
+  {
+    absl::MutexLock l(&mu_);
+    held_ -= bytes;
+    admitted = Dispatch();
+  }
+  for (auto& r : admitted) r();
+}
+
 void BudgetWait::Admit(Admission& admission, int64_t bytes, const Admission::Tenant& tenant,
                        std::function<void()> go, std::function<void()> withdrawn, Executor resume) {
   if (bytes == 0 || admission.TryAcquire(bytes, tenant)) return go();

@@ -69,6 +69,11 @@ class Admission {
   bool Cancel(uint64_t ticket);
   // Gives back bytes `tenant` held and admits the waiters whose turn it is.
   void Release(int64_t bytes, const std::string& tenant = "");
+  // Bytes `tenant` held that now stay for a resident array
+  // (resident_store.h): they leave its quota but stay in the budget, until
+  // ReleaseKept gives them back.
+  void Keep(int64_t bytes, const std::string& tenant = "");
+  void ReleaseKept(int64_t bytes);
 
  private:
   struct Waiter {

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -13,6 +14,7 @@
 #include "core/error_reason.h"
 #include "core/log.h"
 #include "core/refusal_audit.h"
+#include "core/resident_handle.h"
 #include "core/status_macros.h"
 #include "core/wire/header_digest.h"
 #include "core/wire/proto_convert.h"
@@ -79,6 +81,11 @@ AgentCall::~AgentCall() {
   results_.clear();
   stream_.reset();
   if (device_ != nullptr) --device_->active_calls;
+  if (reserved_count_ > 0 || reserved_bytes_ > 0) {
+    agent_.residents->Unreserve(principal_, reserved_bytes_, reserved_count_);
+  }
+  arg_residents_.clear();
+  releases_.clear();
   Metrics().inflight_calls.With({}).Decrement();
   if (caller_slots_ != nullptr) caller_slots_->Give(principal_);
   if (admitted_bytes_ > 0) {
@@ -210,15 +217,19 @@ absl::Status AgentCall::Validate() {
     for (const RegisteredHandler* h : agent_.registry.List(served)) registered.push_back(h->name);
     return HandlerNotFoundError(header_.handler(), served, std::move(registered));
   }
-  FARCALL_ASSIGN_OR_RETURN(device_, PickDevice());
+  // Resident args are on the agent already: they are not the call's to bring.
+  FARCALL_ASSIGN_OR_RETURN(const int64_t resident_arg_bytes, FindResidents(v));
+  if (device_ == nullptr) {
+    FARCALL_ASSIGN_OR_RETURN(device_, PickDevice());
+  }
   ++device_->active_calls;
   // Shared-memory tensors live in the client's region, but the agent maps
   // and touches them all the same: they count against the budget too. So
   // does the call's own bookkeeping, so that calls of empty tensors are not
   // free.
-  tensor_bytes_ = v.footprint_bytes;
+  tensor_bytes_ = v.footprint_bytes - resident_arg_bytes;
   footprint_ = AddSaturating(
-      v.footprint_bytes,
+      tensor_bytes_,
       kCallOverheadBytes + kTensorOverheadBytes * (header_.args_size() + header_.results_size()));
   // A device agent's UCX call holds its tensors twice: in device memory,
   // and in the host memory the pieces land in and leave from.
@@ -248,6 +259,124 @@ void AgentCall::Admitted() {
   m.inflight_bytes.With({}).Increment(static_cast<double>(admitted_bytes_));
   m.admission.With({std::string(PlatformName(agent_.config.platform)), tenant_label_})
       .Observe(absl::ToDoubleSeconds(absl::Now() - header_time_));
+}
+
+absl::StatusOr<int64_t> AgentCall::FindResidents(const ValidatedCall& v) {
+  if (!NamesResidents(header_)) return 0;
+  if (header_.has_ucx() || (header_.has_shm() && header_.keep_results_size() > 0)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("a call that ",
+                     header_.keep_results_size() > 0 ? "keeps results as resident arrays"
+                                                     : "names resident arrays",
+                     " sends its other tensors as chunks",
+                     header_.keep_results_size() > 0 ? "" : " or in shared memory", ", not over ",
+                     header_.has_ucx() ? "UCX." : "shared memory."));
+  }
+  if (agent_.residents == nullptr) {
+    return absl::FailedPreconditionError("this agent keeps no resident arrays.");
+  }
+  ResidentStore& store = *agent_.residents;
+  const std::string agent_id = agent_.agent_id();
+  Device* device = nullptr;
+  auto on_one_device = [&](const ResidentArray& r, absl::string_view where) -> absl::Status {
+    if (device == nullptr) device = r.device;
+    if (r.device != device) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, " names a resident on device ", r.device->ordinal(),
+                       ", and another one the call names is on device ", device->ordinal(),
+                       "; a call runs on one device."));
+    }
+    return absl::OkStatus();
+  };
+  arg_residents_.assign(static_cast<size_t>(header_.args_size()), nullptr);
+  int64_t arg_bytes = 0;
+  // In index order, so that the first bad one is named whatever the map's order.
+  const std::map<uint32_t, std::string> named(header_.resident_args().begin(),
+                                              header_.resident_args().end());
+  for (const auto& [i, handle] : named) {
+    if (i >= static_cast<uint32_t>(header_.args_size())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "resident_args names args[", i, "], but the call has ", header_.args_size(), " args."));
+    }
+    const std::string where = absl::StrCat("args[", i, "]");
+    FARCALL_ASSIGN_OR_RETURN(std::shared_ptr<ResidentArray> r,
+                             store.Find(handle, principal_, agent_id, where));
+    const TensorSpec declared = SpecFromProto(header_.args(static_cast<int>(i)));
+    if (!(declared == r->spec)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, " names resident ", ShortHandle(handle), " of ", SpecToString(r->spec),
+          ", but the call declares it ", SpecToString(declared), "."));
+    }
+    FARCALL_RETURN_IF_ERROR(on_one_device(*r, where));
+    arg_bytes += r->size;
+    arg_residents_[i] = std::move(r);
+  }
+  keep_.assign(static_cast<size_t>(header_.results_size()), false);
+  int64_t keep_bytes = 0;
+  int keep_count = 0;
+  for (int k = 0; k < header_.keep_results_size(); ++k) {
+    const uint32_t o = header_.keep_results(k);
+    if (o >= static_cast<uint32_t>(header_.results_size())) {
+      return absl::InvalidArgumentError(absl::StrCat("keep_results[", k, "] is ", o,
+                                                     ", but the call has ", header_.results_size(),
+                                                     " results."));
+    }
+    if (keep_[o]) {
+      return absl::InvalidArgumentError(absl::StrCat("keep_results names results[", o, "] twice."));
+    }
+    keep_[o] = true;
+    const int64_t alias = v.result_alias[o];
+    if (alias >= 0 && arg_residents_[alias] != nullptr) continue;  // it stays anyway
+    keep_bytes += v.result_bytes[o];
+    ++keep_count;
+  }
+  for (int k = 0; k < header_.release_residents_size(); ++k) {
+    const std::string where = absl::StrCat("release_residents[", k, "]");
+    FARCALL_ASSIGN_OR_RETURN(std::shared_ptr<ResidentArray> r,
+                             store.Find(header_.release_residents(k), principal_, agent_id, where));
+    releases_.push_back(std::move(r));
+  }
+  FARCALL_ASSIGN_OR_RETURN(resident_ttl_, store.TtlFor(header_.resident_ttl_ms()));
+  if (keep_count > 0) {
+    FARCALL_RETURN_IF_ERROR(store.Reserve(principal_, keep_bytes, keep_count));
+    reserved_bytes_ = keep_bytes;
+    reserved_count_ = keep_count;
+  }
+  if (device != nullptr) {
+    if (absl::Status h = device->health(); !h.ok()) {
+      return absl::UnavailableError(absl::StrCat(
+          "the device that holds the call's resident arrays has failed: ", h.message()));
+    }
+    device_ = device;
+  }
+  return arg_bytes;
+}
+
+AgentCall::Tensor AgentCall::ResidentTensor(const ResidentArray& r) {
+  Tensor t;
+  t.spec = r.spec;
+  t.size = r.size;
+  t.memory = r.memory;
+  return t;
+}
+
+void AgentCall::SettleResidents() {
+  if (keep_.empty() && releases_.empty()) return;
+  const std::string agent_id = agent_.agent_id();
+  const std::string tenant = budget_tenant().name;
+  for (size_t o = 0; o < keep_.size(); ++o) {
+    Tensor& t = results_[o];
+    if (!keep_[o] || !t.resident.empty()) continue;
+    t.resident = agent_.residents->Keep(principal_, tenant, t.spec, t.size, t.memory, device_,
+                                        resident_ttl_, agent_id);
+    // Its bytes stay in the budget for the resident, not for this call.
+    admitted_bytes_ -= t.size;
+    Metrics().inflight_bytes.With({}).Decrement(static_cast<double>(t.size));
+    reserved_bytes_ -= t.size;
+    --reserved_count_;
+  }
+  for (const std::shared_ptr<ResidentArray>& r : releases_) agent_.residents->Release(r->handle);
+  releases_.clear();
 }
 
 absl::StatusOr<Device*> AgentCall::PickDevice() {
@@ -297,14 +426,26 @@ absl::Status AgentCall::Allocate() {
   };
   std::vector<ChunkAssembler::Target> targets;
   for (int i = 0; i < header_.args_size(); ++i) {
+    if (!arg_residents_.empty() && arg_residents_[i] != nullptr) {
+      // On the agent already: no chunks come for it.
+      Tensor t = ResidentTensor(*arg_residents_[i]);
+      if (t.memory->host_ptr() == nullptr) host_memory_ = false;
+      targets.push_back({t.spec, 0, nullptr});
+      args_.push_back(std::move(t));
+      continue;
+    }
     FARCALL_ASSIGN_OR_RETURN(Tensor t, allocate(SpecFromProto(header_.args(i)), v.arg_bytes[i]));
     targets.push_back({t.spec, t.size, t.host()});
     args_.push_back(std::move(t));
   }
   for (int o = 0; o < header_.results_size(); ++o) {
     if (v.result_alias[o] >= 0) {
-      // An aliased result is its input's memory: no second buffer.
+      // An aliased result is its input's memory: no second buffer. Aliased
+      // to a resident, it stays that resident, updated in place.
       results_.push_back(args_[v.result_alias[o]]);
+      if (!arg_residents_.empty() && arg_residents_[v.result_alias[o]] != nullptr) {
+        results_.back().resident = arg_residents_[v.result_alias[o]]->handle;
+      }
       continue;
     }
     FARCALL_ASSIGN_OR_RETURN(Tensor t,
@@ -461,6 +602,10 @@ absl::Status AgentCall::PlaceInRegion(const ValidatedCall& v) {
     return t;
   };
   for (int i = 0; i < header_.args_size(); ++i) {
+    if (!arg_residents_.empty() && arg_residents_[i] != nullptr) {
+      args_.push_back(ResidentTensor(*arg_residents_[i]));  // on the agent: not in the region
+      continue;
+    }
     const std::string& token = i < shm.arg_regions_size() ? shm.arg_regions(i) : "";
     FARCALL_ASSIGN_OR_RETURN(
         Tensor t, place("args", i, token, shm.arg_offsets(i), v.arg_bytes[i], header_.args(i)));
@@ -469,6 +614,9 @@ absl::Status AgentCall::PlaceInRegion(const ValidatedCall& v) {
   for (int o = 0; o < header_.results_size(); ++o) {
     if (v.result_alias[o] >= 0) {
       results_.push_back(args_[v.result_alias[o]]);
+      if (!arg_residents_.empty() && arg_residents_[v.result_alias[o]] != nullptr) {
+        results_.back().resident = arg_residents_[v.result_alias[o]]->handle;
+      }
       continue;
     }
     const std::string& token = o < shm.result_regions_size() ? shm.result_regions(o) : "";
@@ -491,7 +639,7 @@ absl::Status AgentCall::PlaceInRegion(const ValidatedCall& v) {
       (void)pinned;  // pinned, not needed, or failed: the copies work either way
     }
     for (Tensor& t : args_) {
-      if (t.in_place) continue;  // the device reads the region itself
+      if (t.in_place || t.region == nullptr) continue;  // the region itself, or a resident
       FARCALL_RETURN_IF_ERROR(stream_->CopyToDevice(t.region->host_ptr(), *t.memory, 0, t.size));
     }
   }
@@ -500,6 +648,7 @@ absl::Status AgentCall::PlaceInRegion(const ValidatedCall& v) {
 
 absl::Status AgentCall::CopyResultsToRegion() {
   for (Tensor& t : results_) {
+    if (!t.resident.empty()) continue;  // stays on the device
     // An aliased result is its arg's Tensor: its region is the arg's place.
     // In place, this read into the bytes themselves makes the device's
     // writes visible there.
@@ -518,6 +667,11 @@ absl::Status AgentCall::OnChunk(uint32_t index, uint64_t offset, const ChunkByte
   }
   if (ucx_) {
     return absl::InvalidArgumentError("a UCX call carries no chunks; its tensors travel over UCX.");
+  }
+  if (index < arg_residents_.size() && arg_residents_[index] != nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a chunk came for args[", index,
+                     "], a resident array: its bytes are on the agent, and none are sent."));
   }
   FARCALL_ASSIGN_OR_RETURN(uint8_t * dst, assembler_->Accept(index, offset, data.size()));
   ReachedPhase(CallPhase::kUpload);
@@ -543,7 +697,7 @@ absl::Status AgentCall::EndOfInputs() {
 absl::Status AgentCall::CheckFitsOneMessage() const {
   if (shm_ || ucx_) return absl::OkStatus();
   int64_t total = 0;
-  for (const Tensor& t : results_) total += t.size;
+  for (const Tensor& t : results_) total += t.sent_size();
   // Leave room for the header and framing.
   const int64_t limit = agent_.config.max_message_bytes - (64 << 10);
   if (total > limit) {
@@ -591,7 +745,7 @@ bool AgentCall::RunsInline() const {
 void AgentCall::ReachedResultPhases(bool all_sent) const {
   if (!PhaseExitArmed()) return;  // every result frame of every call comes here
   int64_t total = 0;
-  for (const Tensor& t : results_) total += t.size;
+  for (const Tensor& t : results_) total += t.sent_size();
   if (sent_bytes_ > 0) ReachedPhase(CallPhase::kResultFirst);
   if (sent_bytes_ > 0 && sent_bytes_ * 2 >= total) ReachedPhase(CallPhase::kResultMid);
   if (all_sent) ReachedPhase(CallPhase::kResultLast);
@@ -647,6 +801,20 @@ absl::Status AgentCall::Run(const CancellationToken& cancel) {
         return absl::InvalidArgumentError(absl::StrCat("attribute '", name, "' has no value."));
     }
   }
+  // One call at a time uses a resident: none reads one that another writes.
+  std::vector<ResidentArray*> used;
+  for (const std::shared_ptr<ResidentArray>& r : arg_residents_) {
+    if (r != nullptr) used.push_back(r.get());
+  }
+  std::sort(used.begin(), used.end());
+  used.erase(std::unique(used.begin(), used.end()), used.end());
+  for (ResidentArray* r : used) r->use.Lock();
+  struct Unlock {
+    std::vector<ResidentArray*>& used;
+    ~Unlock() {
+      for (auto it = used.rbegin(); it != used.rend(); ++it) (*it)->use.Unlock();
+    }
+  } unlock{used};
   if ((handler_->traits & FARCALL_TRAIT_WRITES_ALL_RESULTS) == 0) {
     FARCALL_RETURN_IF_ERROR(ZeroResults());  // enqueued on the call's stream
   }
@@ -669,6 +837,7 @@ absl::Status AgentCall::Run(const CancellationToken& cancel) {
     absl::Status health = device_->health();
     if (!health.ok()) agent_.ReportDeviceFailure(health);
   }
+  if (s.ok()) SettleResidents();
   run_end_time_ = absl::Now();
   return s;
 }
@@ -691,7 +860,7 @@ absl::Status AgentCall::CopyUcxResultsToHost() {
 
 absl::Status AgentCall::CopyResultsToHost() {
   for (Tensor& t : results_) {
-    if (t.host_copy != nullptr) continue;
+    if (t.host_copy != nullptr || !t.resident.empty()) continue;
     // An aliased result shares its Tensor's memory with the arg, so one copy.
     t.host_copy = HostBytes(t.size);
     FARCALL_RETURN_IF_ERROR(stream_->CopyToHost(*t.memory, 0, t.size, t.host_copy.get()));
@@ -705,6 +874,11 @@ absl::StatusOr<bool> AgentCall::NextResponseFrame(int64_t max_chunk_bytes, grpc:
   if (!header_sent_) {
     v1::ResultHeader h;
     for (const auto& r : header_.results()) *h.add_results() = r;
+    for (size_t o = 0; o < results_.size(); ++o) {
+      if (!results_[o].resident.empty()) {
+        (*h.mutable_residents())[static_cast<uint32_t>(o)] = results_[o].resident;
+      }
+    }
     h.set_agent_id(agent_.agent_id());
     h.set_platform(std::string(PlatformName(agent_.config.platform)));
     enc.AddMessageField(kHeaderField, h);
@@ -721,7 +895,7 @@ absl::StatusOr<bool> AgentCall::NextResponseFrame(int64_t max_chunk_bytes, grpc:
       // sends this one.
       if (!outputs_) {
         std::vector<std::pair<DeviceMemory*, int64_t>> ranges;
-        for (const Tensor& t : results_) ranges.emplace_back(t.memory.get(), t.size);
+        for (const Tensor& t : results_) ranges.emplace_back(t.memory.get(), t.sent_size());
         outputs_.emplace(*device_, *stream_, std::move(ranges));
       }
       device_error_ = outputs_->Fill(max_chunk_bytes);
@@ -736,12 +910,12 @@ absl::StatusOr<bool> AgentCall::NextResponseFrame(int64_t max_chunk_bytes, grpc:
         sent_bytes_ += p.size;
         out_offset_ = p.offset + p.size;
         out_index_ = p.tensor;
-        if (out_offset_ == results_[out_index_].size) {
+        if (out_offset_ == results_[out_index_].sent_size()) {
           ++out_index_;
           out_offset_ = 0;
         }
         // Skip empty results up to the next one with bytes.
-        while (out_index_ < results_.size() && results_[out_index_].size == 0) ++out_index_;
+        while (out_index_ < results_.size() && results_[out_index_].sent_size() == 0) ++out_index_;
         device_error_ = outputs_->Fill(max_chunk_bytes);
       }
       if (outputs_->done()) out_index_ = results_.size();  // every byte was sent
@@ -755,7 +929,7 @@ absl::StatusOr<bool> AgentCall::NextResponseFrame(int64_t max_chunk_bytes, grpc:
   }
   while (out_index_ < results_.size() && budget > 0) {
     const Tensor& t = results_[out_index_];
-    int64_t n = std::min(budget, t.size - out_offset_);
+    int64_t n = std::min(budget, t.sent_size() - out_offset_);
     if (n > 0) {
       // The frame refers to the result's memory; the keepalive holds it
       // until gRPC has sent it, even if the call is gone by then.
@@ -767,7 +941,7 @@ absl::StatusOr<bool> AgentCall::NextResponseFrame(int64_t max_chunk_bytes, grpc:
       out_offset_ += n;
       sent_bytes_ += n;
     }
-    if (out_offset_ == t.size) {
+    if (out_offset_ == t.sent_size()) {
       ++out_index_;
       out_offset_ = 0;
     }

@@ -164,6 +164,11 @@ class AgentCall final : private FrameVisitor {
   // Why the call was refused before it ran ("limit", "auth"), for
   // farcall_agent_refused_calls_total.
   void set_refused(const char* reason) { refused_ = reason; }
+  // Whether the header names resident arrays (resident_store.h) in any way.
+  static bool NamesResidents(const v1::CallHeader& header) {
+    return !header.resident_args().empty() || !header.keep_results().empty() ||
+           !header.release_residents().empty();
+  }
 
  private:
   struct Tensor {
@@ -180,8 +185,23 @@ class AgentCall final : private FrameVisitor {
     // `memory` is the region's bytes themselves (Device::WrapHostMemory):
     // no copy in; the copy out only makes the device's writes visible.
     bool in_place = false;
+    // A result that stays on the agent as this resident (its handle): its
+    // bytes are not sent.
+    std::string resident;
     uint8_t* host() const;
+    // The bytes of it that travel back.
+    int64_t sent_size() const { return resident.empty() ? size : 0; }
   };
+  // The residents the header names: found for this caller, checked against
+  // the call's specs, and room reserved for the results it keeps. Sets
+  // device_ to theirs. Returns the bytes of resident args, which the call
+  // does not bring (its footprint leaves them out).
+  absl::StatusOr<int64_t> FindResidents(const ValidatedCall& v);
+  // After the handler ran: keeps the results the call keeps, frees those it
+  // releases.
+  void SettleResidents();
+  // A resident arg's Tensor: the resident's own memory.
+  static Tensor ResidentTensor(const ResidentArray& r);
   absl::Status OnMessageField(uint32_t field, absl::string_view bytes) override;
   absl::Status OnChunk(uint32_t index, uint64_t offset, const ChunkBytes& data) override;
   // DEADLINE_EXCEEDED naming --max_call_seconds.
@@ -235,6 +255,15 @@ class AgentCall final : private FrameVisitor {
   const RegisteredHandler* handler_ = nullptr;
   std::vector<Tensor> args_;
   std::vector<Tensor> results_;
+  // Resident arrays (resident_store.h): per arg, the resident it is (null:
+  // none); the results kept, with the room reserved for them; the
+  // residents freed once the call ran; their TTL.
+  std::vector<std::shared_ptr<ResidentArray>> arg_residents_;
+  std::vector<bool> keep_;
+  int64_t reserved_bytes_ = 0;
+  int reserved_count_ = 0;
+  std::vector<std::shared_ptr<ResidentArray>> releases_;
+  absl::Duration resident_ttl_;
   std::optional<ChunkAssembler> assembler_;
   int64_t admitted_bytes_ = 0;
   int64_t sent_bytes_ = 0;

@@ -79,6 +79,16 @@ ABSL_FLAG(int64_t, graph_cache_bytes, int64_t{1} << 30,
 ABSL_FLAG(int64_t, graph_cache_entries, 1024,
           "the most captured graphs kept per device (cuda, rocm); the least recently used "
           "go first");
+ABSL_FLAG(int64_t, resident_bytes, 0,
+          "bytes all resident arrays (Client.put, results kept on the agent) may hold together; "
+          "they stay in --max_inflight_bytes. 0: half of it");
+ABSL_FLAG(int64_t, resident_bytes_per_principal, 0,
+          "bytes one caller's (one token's) resident arrays may hold together; 0: "
+          "--resident_bytes");
+ABSL_FLAG(int64_t, resident_max_count, 65536, "resident arrays this agent holds at most");
+ABSL_FLAG(absl::Duration, resident_ttl, absl::Hours(1),
+          "how long a resident array stays after the last call that named it, when its "
+          "client gave no ttl");
 ABSL_FLAG(absl::Duration, call_id_ttl, absl::Minutes(10),
           "how long the call_ids of calls with side effects are remembered, so that a "
           "repeat never runs them twice");
@@ -266,6 +276,21 @@ absl::StatusOr<AgentServer::Options> AgentOptionsFromFlags() {
   }
   FARCALL_RETURN_IF_ERROR(DeviceOptionsFromFlags(options));
   options.config.ledger.ttl = absl::GetFlag(FLAGS_call_id_ttl);
+  options.config.residents.max_bytes = absl::GetFlag(FLAGS_resident_bytes);
+  options.config.residents.max_bytes_per_principal =
+      absl::GetFlag(FLAGS_resident_bytes_per_principal);
+  options.config.residents.max_count = absl::GetFlag(FLAGS_resident_max_count);
+  options.config.residents.default_ttl = absl::GetFlag(FLAGS_resident_ttl);
+  if (options.config.residents.max_bytes < 0 ||
+      options.config.residents.max_bytes_per_principal < 0 ||
+      options.config.residents.max_count < 0 ||
+      options.config.residents.default_ttl <= absl::ZeroDuration() ||
+      options.config.residents.default_ttl > options.config.residents.max_ttl) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--resident_bytes, --resident_bytes_per_principal and --resident_max_count must not be "
+        "negative, and --resident_ttl must be positive and at most ",
+        absl::FormatDuration(options.config.residents.max_ttl), "."));
+  }
   options.config.ledger.max_bytes = absl::GetFlag(FLAGS_call_id_cache_bytes);
   options.config.ledger.max_bytes_per_caller = absl::GetFlag(FLAGS_call_id_cache_bytes_per_tenant);
   options.config.tenant_max_calls = absl::GetFlag(FLAGS_tenant_max_calls);

@@ -29,6 +29,10 @@ void ExportAgentSeries() {
   m.staging_fallbacks.With({});
   m.shm_regions.With({});
   m.shm_mapped_bytes.With({});
+  m.resident_bytes.With({});
+  m.residents.With({});
+  m.residents_expired.With({});
+  m.resident_calls_while_draining.With({});
 }
 
 }  // namespace farcall::agent

@@ -95,6 +95,20 @@ struct AgentMetrics {
       "farcall_agent_shm_regions", "Shared-memory regions clients have registered now.", {}};
   metrics::GaugeFamily shm_mapped_bytes{
       "farcall_agent_shm_mapped_bytes", "Bytes of those regions the agent has mapped.", {}};
+  metrics::GaugeFamily resident_bytes{
+      "farcall_agent_resident_bytes",
+      "Bytes of the resident arrays this agent holds for clients (in its budget).",
+      {}};
+  metrics::GaugeFamily residents{
+      "farcall_agent_residents", "Resident arrays this agent holds for clients.", {}};
+  metrics::CounterFamily residents_expired{
+      "farcall_agent_residents_expired_total",
+      "Resident arrays freed because their TTL ran out since their last use.",
+      {}};
+  metrics::CounterFamily resident_calls_while_draining{
+      "farcall_agent_resident_calls_while_draining_total",
+      "Calls naming resident arrays this agent took while it drained (others are refused).",
+      {}};
 };
 
 AgentMetrics& Metrics();

@@ -114,6 +114,10 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(Options options)
   }
   state.admission = std::make_unique<Admission>(state.config.max_inflight_bytes);
   state.ledger = std::make_unique<CallLedger>(state.config.ledger);
+  if (state.config.residents.max_bytes <= 0) {
+    state.config.residents.max_bytes = state.config.max_inflight_bytes / 2;
+  }
+  state.residents = std::make_unique<ResidentStore>(state.config.residents, state.admission.get());
   state.caller_slots = std::make_unique<CallerSlots>();
   FARCALL_ASSIGN_OR_RETURN(state.backend, OpenBackend(state.config.platform, state.config.backend));
   if (!state.config.faults.empty()) {
@@ -218,8 +222,26 @@ const AgentState& AgentServer::state() const { return impl_->shared.state; }
 void AgentServer::Shutdown() {
   if (impl_->server == nullptr) return;
   Metrics().draining.With({}).Set(1);
-  const int cut = StopGrpcServer(impl_->server.get(), impl_->shared.gate, impl_->drain);
+  // Resident arrays: while any is left, the agent takes the calls that name
+  // them (and only those), so that their clients can move them (Get, Put
+  // elsewhere, Delete), until --drain_seconds runs out.
+  ResidentStore* residents = impl_->shared.state.residents.get();
+  if (const int64_t n = residents != nullptr ? residents->count() : 0; n > 0) {
+    log::Warning(absl::StrCat(
+        "draining with ", n, " resident arrays (", residents->bytes(),
+        " bytes) held: calls that name them are served until their clients delete them or "
+        "--drain_seconds=",
+        absl::ToDoubleSeconds(impl_->drain),
+        " runs out; then they are lost (their clients get NOT_FOUND, resident lost)"));
+  }
+  const int cut = StopGrpcServer(
+      impl_->server.get(), impl_->shared.gate, impl_->drain, absl::InfiniteDuration(),
+      [residents] { return residents != nullptr && residents->count() > 0; });
   if (cut > 0) log::Warning(DrainCutLine(cut, impl_->drain));
+  if (const int64_t n = residents != nullptr ? residents->count() : 0; n > 0) {
+    log::Warning(absl::StrCat("the drain ended with ", n,
+                              " resident arrays still held: they are lost with this agent"));
+  }
   impl_->server.reset();
   impl_->shared.pool.reset();  // runs what is queued, then joins
 }

@@ -157,7 +157,6 @@ class AgentReactor : public GrpcReactor, public WatchedCall {
       : shared_(shared),
         call_(std::make_unique<AgentCall>(shared.state, ctx->peer())),
         entered_(shared.gate.Enter()) {
-    if (!entered_) return;
     // The caller's deadline, when sooner than --max_call_seconds: a handler
     // still running past it is stuck (ctx.deadline in Python handlers).
     cancel_.SetDeadline(absl::Now() + shared.state.config.max_call_time);
@@ -192,6 +191,19 @@ class AgentReactor : public GrpcReactor, public WatchedCall {
   }
   void Watch() {
     if (shared_.watchdog != nullptr) shared_.watchdog->Add(this);
+  }
+  // While the agent drains it still takes the calls that name its resident
+  // arrays, so that their clients can move them: enters the gate for one
+  // whose first message's header names any.
+  void EnterForResidents(const grpc::ByteBuffer& first) {
+    if (entered_) return;
+    v1::CallHeader h;
+    absl::StatusOr<bool> found =
+        DecodeMessageField(first, kHeaderField, &h, &shared_.state.config.header_limits);
+    if (!found.ok() || !*found || !AgentCall::NamesResidents(h)) return;
+    shared_.gate.EnterWhileDraining();
+    entered_ = true;
+    Metrics().resident_calls_while_draining.With({}).Increment();
   }
   // Waits for the call's bytes of the budget, then runs `admitted` (on the
   // thread that freed them, or a worker); a call cancelled while it waits
@@ -241,7 +253,7 @@ class AgentReactor : public GrpcReactor, public WatchedCall {
   BudgetWait budget_;
   absl::Mutex queued_mu_;
   absl::Status queued_end_ ABSL_GUARDED_BY(queued_mu_);  // why the wait was ended
-  const bool entered_;                                   // through the drain gate
+  bool entered_;  // through the drain gate (set once, before the call's first read)
   absl::Time caller_deadline_ = absl::InfiniteFuture();
   std::atomic<bool> caller_gone_{false};  // gRPC cancelled the call (OnCancel)
 };
@@ -253,7 +265,7 @@ class ExecuteReactor final
  public:
   ExecuteReactor(Shared& shared, grpc::CallbackServerContext* ctx)
       : AgentReactor(shared, ctx), ctx_(ctx), credentials_(CredentialsOf(*ctx)) {
-    if (RefusedWhileDraining()) return;
+    // While draining, the first message decides (EnterForResidents).
     ctx->AddInitialMetadata(kAgentIdMetadataKey, shared.state.agent_id());
     StartSendInitialMetadata();
     Watch();
@@ -263,7 +275,13 @@ class ExecuteReactor final
 
   void OnReadDone(bool ok) override {
     if (!Resume()) return;  // ended as idle; nothing of the call is left
-    if (!ok) {              // half-close, or the call broke
+    if (!begun_ && ok) EnterForResidents(in_);
+    if (!begun_ && !entered_) {  // the agent drains, and the call names no resident
+      call_.reset();
+      Finish(Draining());
+      return;
+    }
+    if (!ok) {  // half-close, or the call broke
       if (ctx_->IsCancelled() || cancel_.cancelled()) {
         // Not a half-close: free the inputs now instead of running.
         return FinishWith(absl::CancelledError("the call was cancelled while sending its inputs."));
@@ -388,6 +406,7 @@ class CallReactor final : public AgentReactor<grpc::ServerUnaryReactor> {
     // The answer may sit unread after Finish, when the context may already
     // serve another call; the core call, held here, is this call's for good.
     grpc_call_ref(grpc_call_);
+    EnterForResidents(*request);
     if (RefusedWhileDraining()) return;
     Watch();
     // In trailing metadata too: an error answer is "trailers only", and the
@@ -613,6 +632,10 @@ class AgentService final
     for (const auto& d : s.backend.devices) inflight += d->active_calls.load();
     info->set_inflight_calls(inflight);
     info->set_calls_total(s.calls_ended.load(std::memory_order_relaxed));
+    if (s.residents != nullptr) {
+      info->set_resident_count(s.residents->count());
+      info->set_resident_bytes(s.residents->bytes());
+    }
     info->set_failed_calls_total(s.calls_failed.load(std::memory_order_relaxed));
     if (auto [failure, when] = s.LastFailure(); !failure.empty()) {
       info->set_last_failed_call(std::move(failure));

@@ -32,6 +32,7 @@
 #include "device_agents/device.h"
 #include "device_agents/fault_injection.h"
 #include "device_agents/handler_registry.h"
+#include "device_agents/resident_store.h"
 #include "device_agents/shm_service.h"
 
 namespace farcall::ucx {
@@ -76,6 +77,9 @@ struct AgentConfig {
   BackendOptions backend;
   // Faults to inject into the devices (--inject_faults; tests only).
   FaultPlan faults;
+  // Resident arrays (resident_store.h). max_bytes 0: half the in-flight
+  // budget.
+  ResidentStore::Options residents;
 };
 
 // What every call of one agent shares. Read-only while serving.
@@ -93,6 +97,8 @@ struct AgentState {
   std::unique_ptr<CallLedger> ledger;
   // Each caller's calls in flight.
   std::unique_ptr<CallerSlots> caller_slots;
+  // Arrays clients keep here between calls.
+  std::unique_ptr<ResidentStore> residents;
   TokenTable tokens;  // empty: calls need no token
   // Calls ended, and those that failed (AgentInfo.calls_total).
   std::atomic<uint64_t> calls_ended{0};

@@ -372,6 +372,16 @@ std::vector<AgentStatus> AgentPool::Status() const {
   return out;
 }
 
+std::shared_ptr<AgentHandle> AgentPool::Holder(absl::string_view agent_id) const {
+  absl::MutexLock l(&mu_);
+  for (const Entry& e : entries_) {
+    const bool answers =
+        e.health == v1::AgentEntry::SERVING || e.health == v1::AgentEntry::NOT_SERVING;
+    if (answers && e.described && e.info.agent_id() == agent_id) return e.handle;
+  }
+  return nullptr;
+}
+
 absl::StatusOr<std::vector<std::shared_ptr<AgentHandle>>> AgentPool::Candidates(
     Platform platform, absl::string_view handler) const {
   const absl::string_view name = PlatformName(platform);

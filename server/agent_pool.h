@@ -106,6 +106,11 @@ class AgentPool {
   absl::StatusOr<std::vector<std::shared_ptr<AgentHandle>>> Candidates(
       Platform platform, absl::string_view handler) const;
 
+  // The agent whose id is `agent_id`, while it answers: serving, or
+  // draining (a draining agent still takes the calls that name its
+  // resident arrays). Null when none is known, or it is down.
+  std::shared_ptr<AgentHandle> Holder(absl::string_view agent_id) const;
+
   // Marks an agent down at once, e.g. after a call could not reach it.
   void MarkDown(const AgentHandle& agent, absl::string_view why);
 

@@ -11,6 +11,7 @@
 #include "core/log.h"
 #include "core/metrics.h"
 #include "core/ref_counted.h"
+#include "core/resident_handle.h"
 #include "core/status_macros.h"
 #include "core/version.h"
 #include "core/wire/frame_codec.h"
@@ -113,6 +114,28 @@ absl::Status FindCandidates(const Shared& shared, const ValidatedCall& v, Route&
   return absl::OkStatus();
 }
 
+// The agent that holds the resident arrays a header names ("" for none), or
+// INVALID_ARGUMENT for residents of two agents.
+absl::StatusOr<std::string> ResidentHolderOf(const v1::CallHeader& header) {
+  std::vector<std::pair<std::string, std::string>> named;
+  const std::map<uint32_t, std::string> args(header.resident_args().begin(),
+                                             header.resident_args().end());
+  for (const auto& [i, handle] : args) named.emplace_back(absl::StrCat("args[", i, "]"), handle);
+  for (int k = 0; k < header.release_residents_size(); ++k) {
+    named.emplace_back(absl::StrCat("release_residents[", k, "]"), header.release_residents(k));
+  }
+  return ResidentHolder(named);
+}
+
+std::string FirstResident(const v1::CallHeader& header) {
+  if (!header.resident_args().empty()) {
+    const std::map<uint32_t, std::string> args(header.resident_args().begin(),
+                                               header.resident_args().end());
+    return args.begin()->second;
+  }
+  return header.release_residents_size() > 0 ? header.release_residents(0) : "";
+}
+
 // Where the call may go; a refusal is counted in `record` by its reason.
 absl::StatusOr<Route> RouteCall(const Shared& shared, const grpc::ByteBuffer& first,
                                 const std::string& authorization, CallRecord& record) {
@@ -167,6 +190,21 @@ absl::StatusOr<Route> RouteCall(const Shared& shared, const grpc::ByteBuffer& fi
           shared.agent_authorization.empty() ? authorization : shared.agent_authorization,
           std::move(principal),
           *std::move(slot)};
+  FARCALL_ASSIGN_OR_RETURN(const std::string holder, ResidentHolderOf(header));
+  if (!holder.empty()) {
+    // Only the agent that holds the call's residents can run it, serving or
+    // draining: never another one, with fresh memory. It answers for the
+    // handler itself.
+    std::shared_ptr<AgentHandle> a = shared.pool->Holder(holder);
+    if (a == nullptr) {
+      record.Refused("no_agent");
+      return ResidentLostError(
+          FirstResident(header),
+          absl::StrCat("no agent of this router with the id '", holder, "' answers"));
+    }
+    r.candidates = {std::move(a)};
+    return r;
+  }
   absl::Status found_agents = FindCandidates(shared, *v, r);
   if (!found_agents.ok()) record.Refused("no_agent");
   FARCALL_RETURN_IF_ERROR(found_agents);

@@ -52,25 +52,25 @@ absl::StatusOr<RunningServer> StartGrpcServer(
 }
 
 int StopGrpcServer(grpc::Server* server, DrainGate& gate, absl::Duration drain,
-                   absl::Duration goaway_after) {
+                   absl::Duration goaway_after, const std::function<bool()>& held) {
   if (server == nullptr) return 0;
   server->GetHealthCheckService()->SetServingStatus(false);
   const absl::Time end = absl::Now() + drain;
-  if (goaway_after < drain && !gate.DrainFor(goaway_after)) {
+  if (goaway_after < drain && !gate.DrainFor(goaway_after, held)) {
     // GOAWAY now; gRPC's shutdown waits for the calls in flight until `end`,
     // then cancels them.
     int cut = 0;
     // What is still in flight at `end` is cut: counted then, while gRPC's
     // shutdown waits.
-    std::thread cut_counter([&gate, &cut, end] {
-      if (!gate.DrainFor(end - absl::Now())) cut = gate.in_flight();
+    std::thread cut_counter([&gate, &cut, &held, end] {
+      if (!gate.DrainFor(end - absl::Now(), held)) cut = gate.in_flight();
     });
     server->Shutdown(absl::ToChronoTime(end));
     server->Wait();
     cut_counter.join();
     return cut;
   }
-  const int cut = gate.DrainFor(end - absl::Now()) ? 0 : gate.in_flight();
+  const int cut = gate.DrainFor(end - absl::Now(), held) ? 0 : gate.in_flight();
   // gRPC's own shutdown would also wait for idle client connections to
   // close; the calls are done (or out of time), so stop now.
   server->Shutdown(std::chrono::system_clock::now());

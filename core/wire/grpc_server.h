@@ -59,8 +59,11 @@ absl::StatusOr<RunningServer> StartGrpcServer(
 // Until then health checks see NOT_SERVING and new calls the gate's
 // refusal, which clients send again (client.cc, kRouterRetryWaits).
 // Returns how many calls were still in flight when the drain ended (cut).
+// `held`: as DrainFor's (an agent holding resident arrays drains until its
+// clients have moved them).
 int StopGrpcServer(grpc::Server* server, DrainGate& gate, absl::Duration drain,
-                   absl::Duration goaway_after = absl::InfiniteDuration());
+                   absl::Duration goaway_after = absl::InfiniteDuration(),
+                   const std::function<bool()>& held = nullptr);
 
 // The warning line for `cut` calls cut by a drain of `drain` (none: "").
 std::string DrainCutLine(int cut, absl::Duration drain);

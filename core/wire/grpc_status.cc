@@ -41,6 +41,7 @@ FARCALL_SAME_REASON(NO_LIVE_AGENT, kNoLiveAgent);
 FARCALL_SAME_REASON(HANDLER_ERROR, kHandlerError);
 FARCALL_SAME_REASON(ROUTER_DRAINING, kRouterDraining);
 FARCALL_SAME_REASON(ALIASED_ARG_OVERWRITTEN, kAliasedArgOverwritten);
+FARCALL_SAME_REASON(RESIDENT_LOST, kResidentLost);
 #undef FARCALL_SAME_REASON
 
 constexpr char kErrorDetailType[] = "type.googleapis.com/farcall.v1.ErrorDetail";

@@ -53,7 +53,8 @@ nb::object OwnedBytes(uint8_t* data, int64_t size, Owner owner) {
 CallRequest BuildRequest(const std::string& handler, const std::vector<std::string>& platforms,
                          const std::vector<ArgTuple>& args, const std::vector<SpecTuple>& results,
                          const std::map<uint32_t, uint32_t>& aliases, const nb::dict& attributes,
-                         bool has_side_effect, const std::vector<uintptr_t>& result_memory) {
+                         bool has_side_effect, const std::vector<uintptr_t>& result_memory,
+                         const nb::dict& resident) {
   CallRequest r;
   r.handler = handler;
   if (platforms.size() == 1) {
@@ -61,10 +62,30 @@ CallRequest BuildRequest(const std::string& handler, const std::vector<std::stri
   } else {
     r.platforms = platforms;  // refused by the checks, as in JAX
   }
-  for (const auto& [ptr, dtype, dims, writable] : args) {
+  // Resident arrays (farcall/_client.py's _Prepared.resident): "args"
+  // {index: handle}, "keep" [result index], "ttl" seconds, "release" [handle].
+  std::map<uint32_t, std::string> resident_args;
+  if (resident.contains("args")) {
+    resident_args = nb::cast<std::map<uint32_t, std::string>>(resident["args"]);
+  }
+  for (size_t i = 0; i < args.size(); ++i) {
+    const auto& [ptr, dtype, dims, writable] = args[i];
+    if (auto it = resident_args.find(static_cast<uint32_t>(i)); it != resident_args.end()) {
+      r.args.push_back(Arg::Of(Resident{it->second, MakeSpec(dtype, dims), ""}));
+      continue;
+    }
     void* data = reinterpret_cast<void*>(ptr);
     r.args.push_back(writable ? Arg::InOut(MakeSpec(dtype, dims), data)
                               : Arg::In(MakeSpec(dtype, dims), data));
+  }
+  if (resident.contains("keep")) {
+    r.keep_results = nb::cast<std::vector<uint32_t>>(resident["keep"]);
+  }
+  if (resident.contains("ttl")) {
+    r.resident_ttl = absl::Seconds(nb::cast<double>(resident["ttl"]));
+  }
+  if (resident.contains("release")) {
+    r.release_residents = nb::cast<std::vector<std::string>>(resident["release"]);
   }
   for (const auto& [dtype, dims] : results) r.results.push_back(MakeSpec(dtype, dims));
   r.aliases = aliases;
@@ -91,7 +112,9 @@ CallRequest BuildRequest(const std::string& handler, const std::vector<std::stri
 nb::tuple ToPython(CallResult result) {
   nb::list out;
   for (ResultTensor& t : result.results) {
-    if (t.aliased) {
+    if (t.resident.has_value()) {
+      out.append(nb::str(t.resident->handle.c_str()));  // farcall.Resident in Python
+    } else if (t.aliased) {
       out.append(nb::none());
     } else if (t.storage != nullptr) {
       uint8_t* data = t.data;
@@ -142,6 +165,8 @@ nb::dict AgentInfoToDict(const AgentDescription& a) {
   d["calls_total"] = a.calls_total;
   d["failed_calls_total"] = a.failed_calls_total;
   d["inflight_calls"] = a.inflight_calls;
+  d["resident_count"] = a.resident_count;
+  d["resident_bytes"] = a.resident_bytes;
   return d;
 }
 
@@ -252,9 +277,9 @@ class PyClient {
                  const std::vector<ArgTuple>& args, const std::vector<SpecTuple>& results,
                  const std::map<uint32_t, uint32_t>& aliases, const nb::dict& attributes,
                  bool has_side_effect, const CallOptions& options,
-                 const std::vector<uintptr_t>& result_memory) {
+                 const std::vector<uintptr_t>& result_memory, const nb::dict& resident) {
     const CallRequest request = BuildRequest(handler, platforms, args, results, aliases, attributes,
-                                             has_side_effect, result_memory);
+                                             has_side_effect, result_memory, resident);
     return ToPython(WithoutGil([&] { return client_->Call(request, options); }));
   }
 
@@ -265,9 +290,10 @@ class PyClient {
   void CallAsync(const std::string& handler, const std::vector<std::string>& platforms,
                  const std::vector<ArgTuple>& args, const std::vector<SpecTuple>& results,
                  const std::map<uint32_t, uint32_t>& aliases, const nb::dict& attributes,
-                 bool has_side_effect, const CallOptions& options, nb::object done) {
-    const CallRequest request =
-        BuildRequest(handler, platforms, args, results, aliases, attributes, has_side_effect, {});
+                 bool has_side_effect, const CallOptions& options, nb::object done,
+                 const nb::dict& resident) {
+    const CallRequest request = BuildRequest(handler, platforms, args, results, aliases, attributes,
+                                             has_side_effect, {}, resident);
     // Dropped only with the GIL (run), or leaked once Python is going away
     // (drop): never released on a gRPC thread.
     auto fn = std::make_shared<nb::object>(std::move(done));
@@ -279,11 +305,13 @@ class PyClient {
           [fn, result] {
             try {
               if (result->ok()) {
-                (*fn)(ToPython(std::move(**result)), nb::none(), nb::none(), "", false, false);
+                (*fn)(ToPython(std::move(**result)), nb::none(), nb::none(), "", false, false,
+                      false);
               } else {
                 const absl::Status& s = result->status();
                 (*fn)(nb::none(), CodeName(s.code()), std::string(s.message()), TracebackOf(s),
-                      DidNotRun(s), ReasonOf(s) == ErrorReason::kHandlerError);
+                      DidNotRun(s), ReasonOf(s) == ErrorReason::kHandlerError,
+                      ReasonOf(s) == ErrorReason::kResidentLost);
               }
             } catch (nb::python_error& e) {
               e.restore();
@@ -420,10 +448,12 @@ void DefineClient(nb::module_& m) {
            nb::arg("options"))
       .def("call", &PyClient::Call, nb::arg("handler"), nb::arg("platforms"), nb::arg("args"),
            nb::arg("results"), nb::arg("aliases"), nb::arg("attributes"),
-           nb::arg("has_side_effect"), nb::arg("options"), nb::arg("result_memory"))
+           nb::arg("has_side_effect"), nb::arg("options"), nb::arg("result_memory"),
+           nb::arg("resident") = nb::dict())
       .def("call_async", &PyClient::CallAsync, nb::arg("handler"), nb::arg("platforms"),
            nb::arg("args"), nb::arg("results"), nb::arg("aliases"), nb::arg("attributes"),
-           nb::arg("has_side_effect"), nb::arg("options"), nb::arg("done"))
+           nb::arg("has_side_effect"), nb::arg("options"), nb::arg("done"),
+           nb::arg("resident") = nb::dict())
       .def("close", &PyClient::Close)
       .def("allocate_shared", &PyClient::AllocateShared, nb::arg("nbytes"))
       .def("describe", &PyClient::Describe, nb::arg("timeout"))

@@ -30,7 +30,8 @@ void RaiseStatus(const absl::Status& status) {
   if (error_factory == nullptr) throw std::runtime_error(status.ToString());
   nb::object exc =
       (*error_factory)(CodeName(status.code()), std::string(status.message()), TracebackOf(status),
-                       DidNotRun(status), ReasonOf(status) == ErrorReason::kHandlerError);
+                       DidNotRun(status), ReasonOf(status) == ErrorReason::kHandlerError,
+                       ReasonOf(status) == ErrorReason::kResidentLost);
   PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
   throw nb::python_error();
 }

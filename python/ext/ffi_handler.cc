@@ -13,10 +13,12 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "core/error_reason.h"
+#include "core/status_macros.h"
 #include "farcall/client.h"
 #include "nanobind/stl/string.h"
 #include "python/ext/extension.h"
@@ -122,6 +124,73 @@ absl::Status DecodeAttributes(absl::string_view in, std::map<std::string, Attrib
         return bad;
     }
   }
+  return absl::OkStatus();
+}
+
+// farcall/_resident.py's RESIDENTS_ATTRIBUTE ("POS/DTYPE/D0,D1/LEN:HANDLE"
+// per resident of farcall.jax's resident=): each resident goes at its
+// place among the call's args, aliased to a result of its own after the
+// call's results (it stays on the agent: nothing is written here), and
+// RESIDENT_IN_ATTRIBUTE tells the agent where they are.
+absl::Status PlaceResidents(CallRequest& req) {
+  auto it = req.attributes.find("_farcall.residents");
+  if (it == req.attributes.end()) return absl::OkStatus();
+  const absl::Status bad = absl::InvalidArgumentError("farcall: malformed resident encoding.");
+  const std::string* text = std::get_if<std::string>(&it->second);
+  if (text == nullptr) return bad;
+  std::map<size_t, Resident> at;
+  absl::string_view in = *text;
+  while (!in.empty()) {
+    std::vector<absl::string_view> head;
+    for (int k = 0; k < 3; ++k) {
+      const size_t slash = in.find('/');
+      if (slash == absl::string_view::npos) return bad;
+      head.push_back(in.substr(0, slash));
+      in.remove_prefix(slash + 1);
+    }
+    size_t pos = 0;
+    int code = 0;
+    Resident r;
+    if (!absl::SimpleAtoi(head[0], &pos) || !absl::SimpleAtoi(head[1], &code)) return bad;
+    r.spec.dtype = static_cast<DType>(code);
+    for (absl::string_view d : absl::StrSplit(head[2], ',', absl::SkipEmpty())) {
+      int64_t n = 0;
+      if (!absl::SimpleAtoi(d, &n)) return bad;
+      r.spec.dims.push_back(n);
+    }
+    absl::string_view handle;
+    if (!TakeCounted(in, &handle)) return bad;
+    r.handle = std::string(handle);
+    r.platform = req.platform;
+    if (!at.emplace(pos, std::move(r)).second) return bad;
+  }
+  req.attributes.erase(it);
+  const size_t total = req.args.size() + at.size();
+  std::vector<Arg> wire;
+  std::vector<size_t> wire_of(req.args.size());
+  size_t next = 0;
+  for (size_t pos = 0; pos < total; ++pos) {
+    if (auto r = at.find(pos); r != at.end()) {
+      wire.push_back(Arg::Of(r->second));
+    } else {
+      if (next >= req.args.size()) return bad;
+      wire_of[next] = pos;
+      wire.push_back(req.args[next++]);
+    }
+  }
+  if (next != req.args.size()) return bad;  // a place past the args
+  std::map<uint32_t, uint32_t> aliases;
+  for (const auto& [i, o] : req.aliases) aliases[static_cast<uint32_t>(wire_of[i])] = o;
+  std::vector<std::string> places;
+  for (const auto& [pos, r] : at) {
+    aliases[static_cast<uint32_t>(pos)] = static_cast<uint32_t>(req.results.size());
+    req.results.push_back(r.spec);
+    req.result_memory.push_back(nullptr);
+    places.push_back(absl::StrCat(pos));
+  }
+  req.args = std::move(wire);
+  req.aliases = std::move(aliases);
+  req.attributes["_farcall.resident_in"] = absl::StrJoin(places, ",");
   return absl::OkStatus();
 }
 
@@ -420,6 +489,7 @@ absl::StatusOr<CallRequest> RequestFor(const FfiCallAttrs& attrs, const std::vec
     req.results.push_back(r.spec);
     req.result_memory.push_back(r.data);  // written in place
   }
+  FARCALL_RETURN_IF_ERROR(PlaceResidents(req));
   return req;
 }
 

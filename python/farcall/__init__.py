@@ -16,9 +16,10 @@ from farcall._errors import (AbortedError, AlreadyExistsError, CancelledError,
                              DataLossError, DeadlineExceededError, Error,
                              FailedPreconditionError, InternalError, InvalidArgumentError,
                              NotFoundError, OutOfRangeError, PermissionDeniedError,
-                             ResourceExhaustedError, UnauthenticatedError, UnavailableError,
+                             ResidentLostError, ResourceExhaustedError, UnauthenticatedError, UnavailableError,
                              UnimplementedError, UnknownError)
 from farcall._handlers import handler
+from farcall._resident import Resident
 
 __version__ = "0.1.0"
 
@@ -27,6 +28,6 @@ __all__ = [
     "CancelledError", "Client", "DataLossError", "DeadlineExceededError", "DeviceInfo",
     "Error", "FailedPreconditionError", "HandlerInfo", "InternalError",
     "InvalidArgumentError", "NotFoundError", "OutOfRangeError", "PermissionDeniedError",
-    "ResourceExhaustedError", "Spec", "UnauthenticatedError", "UnavailableError",
+    "Resident", "ResidentLostError", "ResourceExhaustedError", "Spec", "UnauthenticatedError", "UnavailableError",
     "UnimplementedError", "UnknownError", "handler", "shared_array",
 ]

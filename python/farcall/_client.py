@@ -15,6 +15,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from farcall import _dtypes, _errors, _farcall, _tree
+from farcall._resident import Resident
 
 _farcall._set_error_factory(_errors.make_error)
 # At exit, let call_async calls in flight complete (up to 5 s each wait)
@@ -80,6 +81,8 @@ class AgentInfo:
     calls_total: int  # calls it ended since it started, however they came
     failed_calls_total: int  # of those, the ones that ended with a code other than OK
     inflight_calls: int  # calls it holds now, from every client
+    resident_count: int = 0  # resident arrays it holds now (Client.put)
+    resident_bytes: int = 0  # and their bytes
 
     @classmethod
     def _from(cls, d: dict) -> "AgentInfo":
@@ -149,10 +152,24 @@ def _attribute(name: str, v):
 class _Prepared:
     """A call's arguments in the form the native client takes."""
 
-    __slots__ = ("arrays", "originals", "args", "results", "aliases", "attributes", "structure")
+    __slots__ = ("arrays", "originals", "args", "results", "aliases", "attributes", "structure",
+                 "resident", "platform")
 
-    def __init__(self, args, results, input_output_aliases, attributes):
+    def __init__(self, args, results, input_output_aliases, attributes, platform="cpu",
+                 keep_results=None, resident_ttl=None):
         aliases = {int(i): int(o) for i, o in (input_output_aliases or {}).items()}
+        self.platform = platform if isinstance(platform, str) else "cpu"
+        keep = [int(o) for o in (keep_results or [])]
+        self.resident = {}
+        if keep:
+            self.resident["keep"] = keep
+        if resident_ttl is not None:
+            ttl = float(resident_ttl)
+            if not ttl > 0:
+                raise ValueError(f"resident_ttl must be a positive number of seconds; got "
+                                 f"{resident_ttl!r}")
+            self.resident["ttl"] = ttl
+        resident_args = {}
         # `results` may be one spec or a tree of them, as JAX's
         # result_shape_dtypes: the handler's `out`, and what this call
         # returns, have its structure.
@@ -164,8 +181,15 @@ class _Prepared:
         self.args = []
         aliased_inputs = {i: o for i, o in aliases.items() if 0 <= o < len(self.results)}
         for i, x in enumerate(args):
+            if isinstance(x, Resident):
+                # On its agent: no bytes travel.
+                resident_args[i] = x.handle
+                self.arrays.append(None)
+                self.args.append((0, _dtypes.code_of(_native(x.dtype)), x.shape, False))
+                continue
             a = _as_array(x)
-            writable = i in aliased_inputs
+            # A kept result never comes back into its input.
+            writable = i in aliased_inputs and aliased_inputs[i] not in keep
             if writable:
                 o = aliased_inputs[i]
                 if not a.flags.writeable:
@@ -194,6 +218,8 @@ class _Prepared:
                 (a.__array_interface__["data"][0] if a.nbytes else 0,
                  _dtypes.code_of(a.dtype), a.shape, writable)
             )
+        if resident_args:
+            self.resident["args"] = resident_args
         self.aliases = aliases
         self.attributes = {k: _attribute(k, v) for k, v in (attributes or {}).items()}
         if self.structure is not None:
@@ -203,6 +229,15 @@ class _Prepared:
         out = []
         by_output = {o: i for i, o in self.aliases.items()}
         for o, r in enumerate(raw):
+            if isinstance(r, str):  # stayed on the agent
+                i = by_output.get(o)
+                orig = self.originals[i] if i is not None else None
+                if isinstance(orig, Resident) and orig.handle == r:
+                    out.append(orig)  # updated there: the same Resident
+                else:
+                    code, shape = self.results[o]
+                    out.append(Resident(r, shape, _dtypes.dtype_of(code), self.platform))
+                continue
             if r is None:  # aliased: the caller's own array, updated in place
                 i = by_output[o]
                 orig = self.originals[i]
@@ -211,6 +246,11 @@ class _Prepared:
             code, shape = self.results[o]
             out.append(r.view(_dtypes.dtype_of(code)).reshape(shape))
         return out if self.structure is None else _tree.unflatten(self.structure, out)
+
+
+def farcall_spec(r: Resident) -> Spec:
+    """A resident's spec, as a call's result."""
+    return Spec(r.shape, r.dtype)
 
 
 def _info(d: dict) -> CallInfo:
@@ -359,7 +399,8 @@ class Client:
              attributes: Mapping[str, Any] | None = None, has_side_effect: bool = False,
              timeout: float | None = None, rpc: str = "auto",
              validate: bool = True, call_id: str | None = None, retries: int = 0,
-             keep_aliased_args: bool = False) -> list:
+             keep_aliased_args: bool = False, keep_results: Sequence[int] | None = None,
+             resident_ttl: float | None = None) -> list:
         """Runs ``handler`` on an agent of ``platform``; returns the results.
 
         ``results`` are objects with ``.shape`` and ``.dtype``: a list of
@@ -386,6 +427,12 @@ class Client:
         naming the argument, unless ``keep_aliased_args=True``, which keeps a
         copy of each aliased input to restore it from (one copy per call).
 
+        Resident arrays (``farcall.Resident``, from ``put``) go wherever an
+        array does, and their bytes stay on their agent; the call goes there.
+        ``keep_results`` lists results the agent keeps instead of sending
+        back: each comes back as a ``Resident``, alive for ``resident_ttl``
+        seconds after its last use (default: the agent's ``--resident_ttl``).
+
         Raises a ``farcall.Error`` subclass with the contract's code and
         message.
         """
@@ -393,37 +440,42 @@ class Client:
             handler, *args, results=results, platform=platform,
             input_output_aliases=input_output_aliases, attributes=attributes,
             has_side_effect=has_side_effect, timeout=timeout, rpc=rpc, validate=validate,
-            call_id=call_id, retries=retries, keep_aliased_args=keep_aliased_args)[0]
+            call_id=call_id, retries=retries, keep_aliased_args=keep_aliased_args,
+            keep_results=keep_results, resident_ttl=resident_ttl)[0]
 
     def call_with_info(self, handler: str, *args, results: Sequence, platform: str = "cpu",
                        input_output_aliases=None, attributes=None, has_side_effect=False,
                        timeout=None, rpc="auto", validate=True,
                        call_id=None, retries=0,
-                       keep_aliased_args=False) -> tuple[list, CallInfo]:
+                       keep_aliased_args=False, keep_results=None,
+                       resident_ttl=None) -> tuple[list, CallInfo]:
         """As ``call``, and also returns a ``CallInfo``: which agent ran it,
         over which transport, and the agent's timings."""
-        p = _Prepared(args, results, input_output_aliases, attributes)
+        p = _Prepared(args, results, input_output_aliases, attributes, platform, keep_results,
+                      resident_ttl)
         raw, info = self._native.call(
             **self._native_call(handler, platform, p, has_side_effect, timeout, rpc, validate,
                                 call_id, retries=retries, keep_aliased_args=keep_aliased_args),
-            result_memory=[])
+            result_memory=[], resident=p.resident)
         return p.finish(raw), _info(info)
 
     def call_async(self, handler: str, *args, results: Sequence, platform: str = "cpu",
                    input_output_aliases=None, attributes=None, has_side_effect=False,
                    timeout=None, rpc="auto", validate=True,
                    call_id=None, retries=0,
-                   keep_aliased_args=False) -> concurrent.futures.Future:
+                   keep_aliased_args=False, keep_results=None,
+                   resident_ttl=None) -> concurrent.futures.Future:
         """As ``call``, but returns at once with a ``concurrent.futures.Future``
         of the results. The args must not be changed until it is done. Bad
         arguments raise at once; the call's own errors go to the future.
         Futures complete on a thread of farcall's (never gRPC's), where
         their done-callbacks run too."""
-        p = _Prepared(args, results, input_output_aliases, attributes)
+        p = _Prepared(args, results, input_output_aliases, attributes, platform, keep_results,
+                      resident_ttl)
         stop = _farcall.CallStop()
         fut = _CallFuture(stop)
 
-        def done(out, code, message, traceback, did_not_run, from_handler,
+        def done(out, code, message, traceback, did_not_run, from_handler, resident_lost,
                  p=p):  # p keeps the arrays alive
             if fut.cancelled():
                 return
@@ -432,15 +484,80 @@ class Client:
                     fut.set_result(p.finish(out[0]))
                 else:
                     fut.set_exception(_errors.make_error(code, message, traceback, did_not_run,
-                                                         from_handler))
+                                                         from_handler, resident_lost))
             except BaseException as e:  # noqa: BLE001: the future must end
                 if not fut.done():
                     fut.set_exception(e)
 
         self._native.call_async(
             **self._native_call(handler, platform, p, has_side_effect, timeout, rpc, validate,
-                                call_id, stop, retries, keep_aliased_args), done=done)
+                                call_id, stop, retries, keep_aliased_args), done=done,
+            resident=p.resident)
         return fut
+
+    def put(self, array, *, ttl: float | None = None, platform: str = "cpu",
+            timeout: float | None = None, call_id: str | None = None) -> Resident:
+        """Leaves ``array`` on an agent of ``platform`` (through a router: one
+        it picks) and returns its ``farcall.Resident``. It lives for ``ttl``
+        seconds after its last use (default: the agent's ``--resident_ttl``),
+        or until ``delete``. Restores a snapshot from ``get`` too, on any
+        agent. A repeat with the same ``call_id`` keeps no second copy."""
+        a = _as_array(array)
+        (r,) = self.call("copy", a, results=[a], platform=platform,
+                         input_output_aliases={0: 0}, keep_results=[0], resident_ttl=ttl,
+                         has_side_effect=True, timeout=timeout, call_id=call_id)
+        return r
+
+    def get(self, resident: Resident, *, out: np.ndarray | None = None,
+            timeout: float | None = None) -> np.ndarray:
+        """A copy of a resident array (a snapshot: ``put`` restores it).
+        ``out``, a writable C-contiguous array of its shape and dtype,
+        receives it (and is returned) instead of a new array: a loop that
+        takes snapshots reuses its memory."""
+        if out is None:
+            return self.get_many([resident], timeout=timeout)[0]
+        if not isinstance(resident, Resident):
+            raise TypeError(f"get takes farcall.Resident; got {type(resident).__name__}")
+        if (not isinstance(out, np.ndarray) or out.shape != resident.shape
+                or _native(out.dtype) != _native(resident.dtype) or not out.flags.writeable
+                or not out.flags.c_contiguous):
+            raise ValueError(f"out must be a writable C-contiguous {resident.dtype.name} array "
+                             f"of shape {resident.shape}")
+        p = _Prepared([resident], [farcall_spec(resident)], None, None, resident.platform)
+        self._native.call(
+            **self._native_call("copy", resident.platform, p, False, timeout, "auto", True, None),
+            result_memory=[out.__array_interface__["data"][0] if out.nbytes else 0],
+            resident=p.resident)
+        return out
+
+    def get_many(self, residents: Sequence[Resident], *,
+                 timeout: float | None = None) -> list:
+        """Copies of several resident arrays of one agent, in one call."""
+        residents = list(residents)
+        if not residents:
+            return []
+        for r in residents:
+            if not isinstance(r, Resident):
+                raise TypeError(f"get takes farcall.Resident; got {type(r).__name__}")
+        return self.call("copy", *residents, results=[farcall_spec(r) for r in residents],
+                         platform=residents[0].platform, timeout=timeout)
+
+    def delete(self, *residents: Resident, timeout: float | None = None) -> None:
+        """Frees resident arrays now (all of one agent). Their handles then
+        name nothing: a call naming one raises ``NotFoundError``."""
+        if len(residents) == 1 and not isinstance(residents[0], Resident):
+            residents = tuple(residents[0])
+        for r in residents:
+            if not isinstance(r, Resident):
+                raise TypeError(f"delete takes farcall.Resident; got {type(r).__name__}")
+        if not residents:
+            return
+        p = _Prepared([], [], None, None, residents[0].platform)
+        p.resident["release"] = [r.handle for r in residents]
+        self._native.call(
+            **self._native_call("copy", residents[0].platform, p, True, timeout, "auto", True,
+                                None),
+            result_memory=[], resident=p.resident)
 
     def close(self) -> None:
         """Stops this client's calls in flight (their futures end with

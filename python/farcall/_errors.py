@@ -59,6 +59,12 @@ class NotFoundError(Error):
     code = "NOT_FOUND"
 
 
+class ResidentLostError(NotFoundError):
+    """A resident array the call names is gone with the agent that held it
+    (the agent restarted, or no live agent has its id). Restore it from a
+    snapshot (``Client.get``) with ``Client.put`` and call again."""
+
+
 class AlreadyExistsError(Error):
     code = "ALREADY_EXISTS"
 
@@ -116,9 +122,13 @@ _BY_CODE = {cls.code: cls for cls in Error.__subclasses__()}
 
 
 def make_error(code: str, message: str, remote_traceback: str | None = None,
-               did_not_run: bool = False, from_handler: bool = False) -> Error:
-    """The Error subclass for a gRPC code name."""
+               did_not_run: bool = False, from_handler: bool = False,
+               resident_lost: bool = False) -> Error:
+    """The Error subclass for a gRPC code name (``ResidentLostError`` for a
+    NOT_FOUND marked so)."""
     cls = _BY_CODE.get(code, Error)
+    if resident_lost and cls is NotFoundError:
+        cls = ResidentLostError
     if cls is Error:
         return Error(message, code, remote_traceback, did_not_run, from_handler)
     return cls(message, remote_traceback=remote_traceback, did_not_run=did_not_run,

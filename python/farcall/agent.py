@@ -35,7 +35,7 @@ import types
 
 import numpy as np
 
-from farcall import _dtypes, _errors, _farcall, _handlers, _tree
+from farcall import _dtypes, _errors, _farcall, _handlers, _resident, _tree
 
 # DLPack device types.
 _KDL_CPU, _KDL_CUDA, _KDL_ROCM = 1, 2, 10
@@ -273,9 +273,23 @@ def _dispatch(fn, ctx_info, results, args):
     attributes = ctx_info.get("attributes", {})
     tree = attributes.get(_tree.ATTRIBUTE)
     in_tree = attributes.get(_tree.IN_ATTRIBUTE)
+    resident_in = attributes.get(_resident.RESIDENT_IN_ATTRIBUTE)
     visible = types.MappingProxyType(
         {k: v for k, v in attributes.items() if not k.startswith(_tree.RESERVED_PREFIX)})
     try:
+        if isinstance(resident_in, str) and resident_in:
+            # farcall.jax's residents: each arg there is aliased to one of
+            # the last results, which the handler gets instead, writable, by
+            # the arg's keyword; `out` is the call's own results.
+            places = [int(p) for p in resident_in.split(",")]
+            if len(places) > len(out) or any(not 0 <= p < len(ins) for p in places):
+                raise _errors.InvalidArgumentError(
+                    f"{_resident.RESIDENT_IN_ATTRIBUTE} names args {places}; the call has "
+                    f"{len(ins)} args and {len(out)} results.")
+            kept = out[len(out) - len(places):]
+            del out[len(out) - len(places):]
+            for p, b in zip(places, kept):
+                ins[p] = b
         # `out` has the structure of the call's result specs, as JAX gives
         # it (a single buffer for one spec); a plain list without one.
         handed = out

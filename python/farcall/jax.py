@@ -43,7 +43,7 @@ from jax._src import effects
 from jax._src import ffi as _jax_ffi
 from jax.interpreters import ad, batching, mlir
 
-from farcall import _client, _farcall, _tree
+from farcall import _client, _dtypes, _farcall, _resident, _tree
 
 _PLATFORMS = ("cpu", "cuda", "rocm", "oneapi")
 _FFI_TARGET = "farcall_buffer_call"
@@ -178,7 +178,8 @@ def buffer_callback(handler: str, result_shape_dtypes: object, *, target: str,
                     timeout: float | None = None, tls_ca: str | None = None,
                     tls_cert: str | None = None, tls_key: str | None = None,
                     token: str | None = None, wait_for_ready: bool = False,
-                    retries: int = 2, busy_poll: float | None = None):
+                    retries: int = 2, busy_poll: float | None = None,
+                    resident: Mapping[str, Any] | None = None):
     """Returns a function that runs ``handler`` on a farcall agent of
     ``platform``, reached at ``target`` (a router or an agent), with TLS and
     a bearer token as farcall.Client takes them (the secrets never enter
@@ -209,8 +210,25 @@ def buffer_callback(handler: str, result_shape_dtypes: object, *, target: str,
     which polls for up to twice their recent average (about a quarter off a
     64 B call on loopback); other calls, and the cuda and host-callback
     paths, do not poll. ``0`` never polls.
+
+    ``resident`` maps names to ``farcall.Resident`` arrays (from
+    ``Client.put``, on the same ``target``): the handler gets each as a
+    keyword argument of that name, a buffer it may read and update in
+    place, and which stays on its agent between calls, so that a step sends
+    only its own operands. They are fixed when the function is made; the
+    call goes to the agent that holds them, and raises ``NOT_FOUND`` (a lost
+    resident) if that agent is gone: restore them from a snapshot
+    (``Client.get``), make the function again, and go on.
     """
     _warn_once_without_ffi()
+    residents = dict(resident or {})
+    for name, r in residents.items():
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(f"farcall.jax.buffer_callback: resident names must be Python "
+                             f"identifiers (they become keyword arguments); got {name!r}")
+        if not isinstance(r, _client.Resident):
+            raise TypeError(f"farcall.jax.buffer_callback: resident[{name!r}] must be a "
+                            f"farcall.Resident (Client.put); got {type(r).__name__}")
     if not isinstance(retries, int) or retries < 0:
         raise ValueError(f"farcall.jax.buffer_callback: retries must be an int >= 0; "
                          f"got {retries!r}")
@@ -230,14 +248,28 @@ def buffer_callback(handler: str, result_shape_dtypes: object, *, target: str,
 
     def wrapped_callback(*args, **kwargs):
         remote_platform = _check_platform(platform)
+        clash = sorted(set(residents) & set(kwargs))
+        if clash:
+            raise TypeError(f"farcall.jax.buffer_callback: {clash} are given both as keyword "
+                            f"arguments and as residents")
+        # Residents are leaves among the keyword arguments (not registered
+        # pytree nodes): their places among the call's args, where the
+        # call's maker puts them.
+        merged = {**kwargs, **residents}
+        wire_leaves, _ = tree_util.tree_flatten((args, merged))
         flat_args, in_tree = tree_util.tree_flatten((args, kwargs))
+        placed = [(pos, _dtypes.code_of(_client._native(x.dtype)), x)
+                  for pos, x in enumerate(wire_leaves) if isinstance(x, _client.Resident)]
         # The handler gets its inputs as JAX gives them: each argument's
         # tree, and keyword arguments by name (farcall._tree).
         call_attributes, call_encoded = attributes, encoded_attrs
-        in_structure = _tree.input_structure(args, kwargs, len(flat_args))
-        if in_structure is not None:
+        in_structure = _tree.input_structure(args, merged, len(wire_leaves))
+        if in_structure is not None or placed:
             call_attributes = dict(attributes)
-            call_attributes[_tree.IN_ATTRIBUTE] = _tree.encode(in_structure)
+            if in_structure is not None:
+                call_attributes[_tree.IN_ATTRIBUTE] = _tree.encode(in_structure)
+            if placed:
+                call_attributes[_resident.RESIDENTS_ATTRIBUTE] = _resident.encode_residents(placed)
             call_encoded = _encode_attrs(call_attributes)
         in_avals = [core.typeof(x) for x in flat_args]
         static_aliases: list[tuple[int, int]] = []
@@ -319,7 +351,9 @@ def _ffi_lowering(ctx, *args, handler, target, platform, has_side_effect,
                   timeout=np.float64(timeout), has_side_effect=bool(has_side_effect),
                   wait_for_ready=bool(wait_for_ready), retries=np.int64(retries),
                   busy_poll=np.float64(busy_poll))
-    hold = None if input_output_aliases else _handle_holder(ctx.avals_out)
+    # A call naming residents goes whole (ffi_handler.cc makes it).
+    hold = (None if input_output_aliases or _resident.RESIDENTS_ATTRIBUTE in attributes
+            else _handle_holder(ctx.avals_out))
     if (hold is not None and _CPU_HALVES and _lowering_platform(ctx) == "cpu"
             and _nbytes(ctx.avals_in) + _nbytes(ctx.avals_out) <= _HALVES_MAX_BYTES):
         return _lower_in_halves(ctx, args, common, hold)
@@ -428,13 +462,46 @@ def _host_call(*args, handler, target, platform, result_avals, input_output_alia
     aliased = {i for i, _ in input_output_aliases}
     # Aliased args are written in place: the host callback's may be read-only.
     fresh = [np.array(a) if i in aliased else a for i, a in enumerate(args)]
+    specs = [_client.Spec(a.shape, a.dtype) for a in result_avals]
+    attributes = dict(raw_attributes)
+    aliases = dict(input_output_aliases)
+    placed = _resident.decode_residents(attributes.pop(_resident.RESIDENTS_ATTRIBUTE, ""))
+    if placed:
+        # As ffi_handler.cc does: each resident at its place among the args,
+        # aliased to a result of its own after the call's.
+        where = {pos: (code, shape, handle) for pos, code, shape, handle in placed}
+        shift = sorted(where)
+        wire, operands = [], iter(fresh)
+        for pos in range(len(fresh) + len(placed)):
+            if pos in where:
+                code, shape, handle = where[pos]
+                wire.append(_client.Resident(handle, shape, _dtypes.dtype_of(code), platform))
+            else:
+                wire.append(next(operands))
+        aliases = {_wire_index(i, shift): o for i, o in aliases.items()}
+        for pos in shift:
+            aliases[pos] = len(specs)
+            code, shape, _ = where[pos]
+            specs.append(_client.Spec(shape, _dtypes.dtype_of(code)))
+        attributes[_resident.RESIDENT_IN_ATTRIBUTE] = ",".join(str(p) for p in shift)
+        fresh = wire
     out = _client_for(target, wait_for_ready, max(busy_poll, 0.0)).call(
-        handler, *fresh, results=[_client.Spec(a.shape, a.dtype) for a in result_avals],
-        platform=platform, input_output_aliases=dict(input_output_aliases),
-        attributes=dict(raw_attributes), has_side_effect=has_side_effect,
+        handler, *fresh, results=specs,
+        platform=platform, input_output_aliases=aliases,
+        attributes=attributes, has_side_effect=has_side_effect,
         timeout=timeout, call_id=uuid.uuid4().hex, retries=int(retries),
         keep_aliased_args=bool(aliased))
-    return tuple(out)
+    return tuple(out[:len(result_avals)])
+
+
+def _wire_index(operand: int, resident_positions: list) -> int:
+    """Where operand `operand` goes among the wire args, residents placed
+    at `resident_positions` (ascending)."""
+    wire = operand
+    for p in resident_positions:
+        if p <= wire:
+            wire += 1
+    return wire
 
 
 def _callback_impl(*args, result_avals, has_side_effect, **params):

@@ -229,3 +229,18 @@ def gate_copy(ctx, out, x):
     """py_gate with a tensor in and out: once released, copies x to out."""
     gate(ctx, out)
     np.copyto(np.asarray(out), np.asarray(x))
+
+
+@farcall.handler("py_topk_ef")
+def topk_error_feedback(ctx, out, grad, *, residual):
+    """Top-k gradient compression with error feedback: the residual (a
+    resident, updated in place) gathers what was not sent; out holds the k
+    largest entries of grad + residual, the rest zero."""
+    r = np.asarray(residual)
+    r += np.asarray(grad)
+    k = ctx.attributes["k"]
+    keep = np.argsort(-np.abs(r), kind="stable")[:k]
+    o = np.asarray(out)
+    o[...] = 0
+    o[keep] = r[keep]
+    r[keep] = 0

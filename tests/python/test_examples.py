@@ -30,3 +30,9 @@ def test_the_mlp_example_survives_its_agent_killed_mid_run():
     out = _run(os.path.join(EXAMPLES, "jax_mlp.py"), "--steps=60")
     assert "agent killed; a new one starts" in out
     assert "median step:" in out
+
+
+def test_the_resident_example_recovers_its_residual_from_a_snapshot():
+    out = _run(os.path.join(EXAMPLES, "jax_resident.py"), "--steps=40", "--kill_at=15")
+    assert "resident lost with its agent; restored the snapshot of step 10" in out
+    assert "every output equals the in-process computation" in out

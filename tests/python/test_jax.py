@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 from jax.experimental.buffer_callback import buffer_callback as jax_buffer_callback
 
+import farcall
 import farcall.jax as fj
-from conftest import start_agent
+from conftest import start_agent, start_python_agent, start_router
 
 S8 = jax.ShapeDtypeStruct((8,), jnp.float32)
 
@@ -374,3 +375,51 @@ def test_a_traced_attribute_says_to_pass_it_as_an_argument(agent):
     # A constant bound outside the traced function works.
     np.testing.assert_array_equal(jax.jit(lambda x: step(x, 0.5))(jnp.ones(8, jnp.float32)),
                                   np.full(8, 0.5))
+
+
+def _topk_ef_reference(grads, k):
+    """py_topk_ef in process: the compressed steps and the last residual."""
+    residual = np.zeros_like(grads[0])
+    sent = []
+    for g in grads:
+        residual = residual + g
+        keep = np.argsort(-np.abs(residual), kind="stable")[:k]
+        o = np.zeros_like(residual)
+        o[keep] = residual[keep]
+        residual[keep] = 0
+        sent.append(o)
+    return sent, residual
+
+
+def test_a_resident_is_a_keyword_buffer_that_stays_between_jitted_steps(path):
+    py_a = start_python_agent()
+    py_b = start_python_agent()
+    router = start_router(py_a, py_b)
+    try:
+        client = farcall.Client(router.address)
+        spec = jax.ShapeDtypeStruct((256,), jnp.float32)
+        residual = client.put(np.zeros(256, np.float32))
+        step = jax.jit(fj.buffer_callback("py_topk_ef", spec, target=router.address,
+                                          has_side_effect=True, attributes={"k": 16},
+                                          resident={"residual": residual}))
+        rng = np.random.default_rng(7)
+        grads = [rng.standard_normal(256).astype(np.float32) for _ in range(6)]
+        want, want_residual = _topk_ef_reference(grads, 16)
+        for g, w in zip(grads, want):
+            np.testing.assert_allclose(np.asarray(step(jnp.asarray(g))), w, rtol=1e-6)
+        np.testing.assert_allclose(client.get(residual), want_residual, rtol=1e-6)
+        # Every update landed on the holder; the other agent holds nothing.
+        holders = [farcall.Client(s.address).describe() for s in (py_a, py_b)]
+        assert sorted(h.resident_count for h in holders) == [0, 1]
+        assert [h.agent_id for h in holders if h.resident_count] == [residual.agent_id]
+    finally:
+        for s in (router, py_a, py_b):
+            s.stop()
+
+
+def test_resident_names_and_values_are_checked():
+    with pytest.raises(TypeError, match="must be a farcall.Resident"):
+        fj.buffer_callback("copy", S8, target="127.0.0.1:1", resident={"r": np.zeros(8)})
+    r = farcall.Resident("res-x@a", (8,), np.float32)
+    with pytest.raises(ValueError, match="identifiers"):
+        fj.buffer_callback("copy", S8, target="127.0.0.1:1", resident={"not a name": r})

@@ -21,9 +21,33 @@
 
 namespace farcall {
 
+// An array left on an agent between calls (a resident): what Client::Put
+// returns, and what a call's kept result is. Its bytes stay in that agent's
+// memory (device memory on GPU agents); the handle names it, and only to the
+// caller that made it. Calls that name it go to that agent; if that agent is
+// gone they fail NOT_FOUND, marked "resident lost" (Client::Get takes a
+// snapshot to Put again). Copyable: a copy names the same array.
+struct Resident {
+  std::string handle;
+  TensorSpec spec;
+  std::string platform = "cpu";
+  // The id of the agent that holds it, as the handle says.
+  std::string agent_id() const;
+};
+
 // One argument: a spec and the caller's memory, ByteSize(spec) bytes.
 class Arg {
  public:
+  // A resident array: no bytes travel, the handler reads it on the agent,
+  // and a result aliased to it updates it there (the result comes back as
+  // that Resident).
+  static Arg Of(const Resident& resident) {
+    Arg a(resident.spec, nullptr, false);
+    a.resident_ = resident.handle;
+    return a;
+  }
+  // The resident's handle, for an Arg::Of; else empty.
+  const std::string& resident() const { return resident_; }
   // Read-only input.
   static Arg In(TensorSpec spec, const void* data) {
     return Arg(std::move(spec), const_cast<void*>(data), false);
@@ -40,6 +64,7 @@ class Arg {
   TensorSpec spec_;
   void* data_;
   bool writable_;
+  std::string resident_;
 };
 
 using AttributeValue = std::variant<int64_t, double, bool, std::string>;
@@ -63,6 +88,14 @@ struct CallRequest {
   // platform; more are refused with UNIMPLEMENTED, as in JAX. For tests of
   // that answer.
   std::vector<std::string> platforms;
+  // Results the agent keeps as new residents instead of sending them back
+  // (ResultTensor::resident names each); their TTL after their last use
+  // (zero: the agent's --resident_ttl). Calls that name residents in any
+  // way travel over gRPC (not shared memory or UCX).
+  std::vector<uint32_t> keep_results;
+  absl::Duration resident_ttl = absl::ZeroDuration();
+  // Residents the agent frees once the call has run (Client::Delete).
+  std::vector<std::string> release_residents;
 };
 
 // How a call's tensors travel; the call itself always goes over gRPC.
@@ -202,6 +235,9 @@ struct ResultTensor {
   bool aliased = false;
   std::unique_ptr<uint8_t[]> storage;  // owns `data` unless aliased
   std::shared_ptr<void> keepalive;     // holds a shared-memory result's region
+  // A result that stayed on the agent (kept, or aliased to a resident arg):
+  // its bytes did not come back, and `data` is null.
+  std::optional<Resident> resident;
 
   template <typename T>
   const T* as() const {
@@ -297,6 +333,9 @@ struct AgentDescription {
   // that failed (its own counts: with lookaside none pass a router).
   uint64_t calls_total = 0;
   uint64_t failed_calls_total = 0;
+  // Resident arrays it holds now, and their bytes.
+  int64_t resident_count = 0;
+  int64_t resident_bytes = 0;
   int64_t inflight_calls = 0;  // calls it holds now, from every client
   // Its last failed call, "CODE: message", and how long ago it ended
   // (empty: none since it started).

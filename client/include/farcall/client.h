@@ -57,6 +57,25 @@ class Client {
   std::future<absl::StatusOr<CallResult>> CallFuture(const CallRequest& request,
                                                      const CallOptions& options = {});
 
+  // Resident arrays (farcall::Resident), for state that stays on an agent
+  // between calls:
+  //   Put     leaves ByteSize(spec) bytes at `data` on an agent of `platform`
+  //           (through a router: one it picks) for `ttl` after its last use
+  //           (zero: the agent's --resident_ttl);
+  //   Get     copies one back: a snapshot, which Put restores on any agent;
+  //           GetMany copies several of one agent in one call;
+  //   Delete  frees them now.
+  // All three are calls of the built-in `copy`, so a token needs it. Put
+  // and Delete have side effects: a repeat with the same call_id runs once.
+  absl::StatusOr<Resident> Put(const TensorSpec& spec, const void* data,
+                               const std::string& platform = "cpu",
+                               absl::Duration ttl = absl::ZeroDuration(),
+                               const CallOptions& options = {});
+  absl::StatusOr<ResultTensor> Get(const Resident& resident, const CallOptions& options = {});
+  absl::StatusOr<std::vector<ResultTensor>> GetMany(const std::vector<Resident>& residents,
+                                                    const CallOptions& options = {});
+  absl::Status Delete(const std::vector<Resident>& residents, const CallOptions& options = {});
+
   // Shared memory for tensors, when the target is an agent on this host that
   // offers it; FAILED_PRECONDITION otherwise.
   absl::StatusOr<SharedBuffer> AllocateShared(size_t bytes);
