@@ -93,6 +93,20 @@ absl::Status PrepareResidents(const CallRequest& request, const CallOptions& opt
     if (!holder.ok()) return holder.status();
     p.resident_holder = *std::move(holder);
   }
+  // A call that updates a resident in place, or keeps a result, changes
+  // the agent's state: sent again (a pure call is, after a broken
+  // connection), it would apply twice. It goes as a call with side effects,
+  // so that the agent's ledger runs its call_id, which every attempt
+  // shares, once.
+  bool writes_resident = !request.keep_results.empty();
+  for (size_t o = 0; o < n_results; ++o) {
+    const int64_t a = p.validated.result_alias[o];
+    if (a >= 0 && static_cast<size_t>(a) < request.args.size() &&
+        !request.args[a].resident().empty()) {
+      writes_resident = true;
+    }
+  }
+  if (writes_resident) h.set_has_side_effect(true);
   p.names_residents = !named.empty() || !request.keep_results.empty();
   p.keeps_results = !request.keep_results.empty();
   return absl::OkStatus();

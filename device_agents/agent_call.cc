@@ -148,6 +148,7 @@ void AgentCall::RecordOutcome(const absl::Status& answered, const grpc::ByteBuff
   const std::string& tenant = tenant_label_;
   m.calls.With({platform, handler, absl::StatusCodeToString(status.code()), tenant}).Increment();
   agent_.calls_ended.fetch_add(1, std::memory_order_relaxed);
+  NoteCallEnded();
   if (!status.ok()) {
     agent_.calls_failed.fetch_add(1, std::memory_order_relaxed);
     agent_.RecordFailure(status, handler);

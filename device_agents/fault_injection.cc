@@ -144,10 +144,15 @@ bool PhaseExitArmed() {
          !exit_fired.load(std::memory_order_relaxed);
 }
 
+std::atomic<int64_t> calls_ended{0};
+
+void NoteCallEnded() { calls_ended.fetch_add(1, std::memory_order_acq_rel); }
+
 void ReachedPhase(CallPhase phase) {
   if (exit_phase.load(std::memory_order_acquire) != phase || phase == CallPhase::kNone) return;
-  if (exit_fired.exchange(true)) return;
   const FaultPlan& plan = *exit_plan;
+  if (calls_ended.load(std::memory_order_acquire) < plan.exit_after_calls) return;
+  if (exit_fired.exchange(true)) return;
   if (!plan.exit_once.empty()) {
     const int fd = open(plan.exit_once.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) return;  // another agent of the plan exited there already
@@ -168,6 +173,7 @@ std::string FaultPlan::ToString() const {
     parts.push_back(exit_by_term ? "exit_by=term" : "exit_by=kill");
   }
   if (!exit_once.empty()) parts.push_back(absl::StrCat("exit_once=", exit_once));
+  if (exit_after_calls > 0) parts.push_back(absl::StrCat("exit_after_calls=", exit_after_calls));
   return absl::StrJoin(parts, ",");
 }
 
@@ -214,11 +220,13 @@ absl::StatusOr<FaultPlan> ParseFaultPlan(absl::string_view spec) {
       plan.run_every = n;
     } else if (kv.first == "lose_device") {
       plan.lose_device_at = n;
+    } else if (kv.first == "exit_after_calls") {
+      plan.exit_after_calls = n;
     } else {
       return absl::InvalidArgumentError(
           absl::StrCat("--inject_faults: unknown fault '", kv.first,
-                       "'; the faults are allocate, run, lose_device, exit_at, exit_by and "
-                       "exit_once."));
+                       "'; the faults are allocate, run, lose_device, exit_at, exit_by, "
+                       "exit_once and exit_after_calls."));
     }
   }
   return plan;

@@ -23,7 +23,9 @@
 //                  drain, which lets the call finish);
 //   exit_once=PATH only the first process to create PATH exits (agents that
 //                  share a plan: one dies, the others serve the call again);
-//                  PATH then holds the phase's name, the proof it was reached.
+//                  PATH then holds the phase's name, the proof it was reached;
+//   exit_after_calls=N  only once the agent has ended N calls (a test's
+//                  setup calls, such as putting a resident array, go first).
 //
 // Thread safety: a faulty device is thread-safe, like the device it wraps.
 #ifndef FARCALL_DEVICE_AGENTS_FAULT_INJECTION_H_
@@ -49,6 +51,7 @@ struct FaultPlan {
   CallPhase exit_at = CallPhase::kNone;
   bool exit_by_term = false;
   std::string exit_once;
+  int64_t exit_after_calls = 0;
   bool empty() const {
     return allocate_every == 0 && run_every == 0 && lose_device_at == 0 &&
            exit_at == CallPhase::kNone;
@@ -69,6 +72,8 @@ void InjectFaults(const FaultPlan& plan, Backend& backend);
 // A call of this agent reached `phase`: where the plan exits there, the
 // process raises its signal (once). Costs one atomic load otherwise.
 void ReachedPhase(CallPhase phase);
+// A call of this agent ended (for exit_after_calls).
+void NoteCallEnded();
 // Whether some exit_at phase is armed: callers skip the work of finding
 // the phase (a stream's result bytes) otherwise.
 bool PhaseExitArmed();

@@ -97,20 +97,22 @@ TEST(FaultPlanTest, ParsesTheFaultsAndNamesABadEntry) {
   EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(bad.message(),
             "--inject_faults: unknown fault 'melt'; the faults are allocate, run, lose_device, "
-            "exit_at, exit_by and exit_once.");
+            "exit_at, exit_by, exit_once and exit_after_calls.");
   EXPECT_EQ(ParseFaultPlan("run=-1").status().message(),
             "--inject_faults: 'run=-1' needs a count of 0 or more, as in allocate=3.");
   EXPECT_FALSE(ParseFaultPlan("run").ok());
 }
 
 TEST(FaultInjectionTest, ParsesAPhaseToExitAt) {
-  absl::StatusOr<FaultPlan> p = ParseFaultPlan("exit_at=result_mid,exit_by=term,exit_once=/x/y");
+  absl::StatusOr<FaultPlan> p =
+      ParseFaultPlan("exit_at=result_mid,exit_by=term,exit_once=/x/y,exit_after_calls=2");
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(p->exit_at, CallPhase::kResultMid);
   EXPECT_TRUE(p->exit_by_term);
   EXPECT_EQ(p->exit_once, "/x/y");
+  EXPECT_EQ(p->exit_after_calls, 2);
   EXPECT_FALSE(p->empty());
-  EXPECT_EQ(p->ToString(), "exit_at=result_mid,exit_by=term,exit_once=/x/y");
+  EXPECT_EQ(p->ToString(), "exit_at=result_mid,exit_by=term,exit_once=/x/y,exit_after_calls=2");
   EXPECT_FALSE(ParseFaultPlan("exit_at=header")->exit_by_term);
   EXPECT_EQ(ParseFaultPlan("exit_at=later").status().message(),
             "--inject_faults: 'exit_at=later' names no phase; the phases are header, upload, "

@@ -16,6 +16,10 @@
 // Planes: unary and streamed gRPC, shared memory (the aliased arg in the
 // caller's own shared buffer: written in place; or staged), UCX. Paths:
 // straight to an agent, through the lookaside, through the router.
+// Resident cells: y is a resident array on the agent (Client::Put before
+// the fault is armed: exit_after_calls=1), updated there; the call succeeds
+// and y (Client::Get) is all 2, or it fails UNAVAILABLE or NOT_FOUND
+// ("resident lost") and never ran on another agent, nor twice.
 // tests/python/test_fault_matrix.py covers the Python client and the JAX
 // paths at the result phases.
 #include <stdlib.h>
@@ -24,6 +28,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -60,12 +65,13 @@ struct Cell {
   bool term = false;             // SIGTERM (a drain) instead of SIGKILL
   bool keep = false;             // CallOptions::keep_aliased_args
   bool has_side_effect = false;  // then the call is `copy` of y, with an id
+  bool resident = false;         // y is a resident array on the agent
 };
 
 std::string CellText(const Cell& c) {
   return absl::StrCat(PlaneName(c.plane), "_", PathName(c.path), "_", c.phase, "_",
                       c.term ? "term" : "kill", c.keep ? "_keep" : "",
-                      c.has_side_effect ? "_effect" : "");
+                      c.has_side_effect ? "_effect" : "", c.resident ? "_resident" : "");
 }
 std::string CellName(const ::testing::TestParamInfo<Cell>& info) { return CellText(info.param); }
 void PrintTo(const Cell& c, std::ostream* os) { *os << CellText(c); }
@@ -99,7 +105,7 @@ class FaultMatrixTest : public ::testing::TestWithParam<Cell> {
     std::vector<std::string> args = {
         "--listen=127.0.0.1:0", "--response_chunk_bytes=65536", "--drain_seconds=30",
         absl::StrCat("--inject_faults=exit_at=", c.phase, ",exit_by=", c.term ? "term" : "kill",
-                     ",exit_once=", marker_)};
+                     ",exit_once=", marker_, c.resident ? ",exit_after_calls=1" : "")};
     auto p = ChildProcess::Start(FARCALL_AGENT_BIN, args);
     EXPECT_TRUE(p.ok()) << p.status();
     return p.ok() ? *std::move(p) : nullptr;
@@ -207,7 +213,23 @@ TEST_P(FaultMatrixTest, ExactResultsOrTheStatedError) {
   CallRequest req;
   req.platform = "cpu";
   req.has_side_effect = c.has_side_effect;
-  if (c.has_side_effect) {
+  std::optional<Resident> resident;
+  if (c.resident) {
+    CallOptions put;
+    put.timeout = absl::Seconds(30);
+    put.transport = Transport::kGrpc;
+    put.via_router = c.path == Path::kRouter;
+    absl::StatusOr<Resident> r = (*client)->Put(spec, y, "cpu", absl::ZeroDuration(), put);
+    ASSERT_TRUE(r.ok()) << r.status();
+    resident = *r;
+  }
+  if (c.resident) {
+    req.handler = "axpy";
+    req.args = {Arg::In(spec, x.data()), Arg::Of(*resident)};
+    req.results = {spec};
+    req.aliases = {{1, 0}};
+    req.attributes["alpha"] = 2.0;
+  } else if (c.has_side_effect) {
     req.handler = "copy";  // y's copy: side effects only in name, counted by the agents
     req.args = {Arg::In(spec, x.data())};
     req.results = {spec};
@@ -250,6 +272,32 @@ TEST_P(FaultMatrixTest, ExactResultsOrTheStatedError) {
   const std::string ended = ReadFile(marker_);
   EXPECT_EQ(ended, c.phase) << "no agent reached " << c.phase << " (call: " << r.status() << ")";
 
+  if (c.resident) {
+    if (r.ok()) {
+      ASSERT_TRUE(r->results[0].resident.has_value());
+      CallOptions get;
+      get.timeout = absl::Seconds(30);
+      get.via_router = c.path == Path::kRouter;
+      absl::StatusOr<ResultTensor> now = (*client)->Get(*resident, get);
+      ASSERT_TRUE(now.ok()) << now.status();
+      int64_t wrong = 0;
+      for (int64_t i = 0; i < kElements; ++i) wrong += now->as<float>()[i] != 2.0f;
+      EXPECT_EQ(wrong, 0) << "OK with " << wrong << " elements of the resident not 2";
+      // A draining holder waits for its residents to go.
+      EXPECT_TRUE((*client)->Delete({*resident}, get).ok());
+      return;
+    }
+    // Its holder died: no other agent has it, and none ran the call.
+    const absl::Status& s = r.status();
+    EXPECT_FALSE(c.term) << "a drain lets the call finish: " << s;
+    if (s.code() == absl::StatusCode::kNotFound) {
+      EXPECT_THAT(std::string(s.message()), HasSubstr("was lost with its agent"));
+    } else {
+      EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+    }
+    EXPECT_EQ(SurvivorCalls(resident->agent_id()), 0u) << s;
+    return;
+  }
   if (c.has_side_effect) {
     // At most once: once the agent that ended had begun the handler, no
     // other agent ran it (the survivors' only calls are this one's).
@@ -318,6 +366,18 @@ std::vector<Cell> Cells() {
   for (Path path : {Path::kLookaside, Path::kRouter}) {
     for (const char* phase : {"header", "handler", "result_mid"}) {
       cells.push_back({Plane::kStream, path, phase, false, false, /*has_side_effect=*/true});
+    }
+  }
+  // Resident arrays: the holder dies or drains before the upload, at it,
+  // and as the handler is about to run.
+  for (Plane plane : {Plane::kUnary, Plane::kStream}) {
+    for (Path path : {Path::kDirect, Path::kLookaside, Path::kRouter}) {
+      for (const char* phase : {"header", "upload", "handler"}) {
+        for (bool term : {false, true}) {
+          if (term && path != Path::kRouter) continue;
+          cells.push_back({plane, path, phase, term, false, false, /*resident=*/true});
+        }
+      }
     }
   }
   return cells;

@@ -218,12 +218,16 @@ def test_the_ttl_frees_an_unused_resident():
         s.stop()
 
 
-def test_a_side_effect_call_naming_a_resident_runs_once(agent):
+@pytest.mark.parametrize("side_effect", [True, False])
+def test_a_call_updating_a_resident_runs_once_per_call_id(agent, side_effect):
+    # Even one declared pure: it changes the agent's state, so a repeat (a
+    # retry after a broken connection) must not apply it twice.
     c = farcall.Client(agent.address)
     r = c.put(np.zeros(8, dtype=np.float32))
     g = np.ones(8, dtype=np.float32)
     for _ in range(3):  # one call, sent three times
-        axpy_step(c, g, r, has_side_effect=True, call_id="resident-once-1")
+        axpy_step(c, g, r, has_side_effect=side_effect,
+                  call_id=f"resident-once-{side_effect}")
     np.testing.assert_array_equal(c.get(r), 0.5 * g)
     c.delete(r)
 
