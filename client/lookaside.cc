@@ -13,6 +13,7 @@
 #include "client/run_after.h"
 #include "core/error_reason.h"
 #include "core/rendezvous.h"
+#include "core/resident_handle.h"
 #include "core/tokens.h"
 #include "core/wire/grpc_status.h"
 
@@ -78,6 +79,7 @@ struct Lookaside::Agent : std::enable_shared_from_this<Agent> {
   // The router's capability for this client here, by handler (the last
   // answer's; absent when the router mints none).
   std::map<std::string, std::string> capabilities ABSL_GUARDED_BY(mu);
+  std::string agent_id ABSL_GUARDED_BY(mu);  // as the last answer named it
 };
 
 // A Resolve answer: the agents in the router's order, with the calls it
@@ -161,6 +163,7 @@ std::shared_ptr<const Lookaside::Answer> Lookaside::Resolved(const CallRequest& 
     if (agent == nullptr) agent = std::make_shared<Agent>(a.address());
     {
       absl::MutexLock al(&agent->mu);
+      agent->agent_id = a.agent_id();
       if (a.capability().empty()) {
         agent->capabilities.erase(request.handler);
       } else {
@@ -188,9 +191,23 @@ std::vector<std::shared_ptr<Lookaside::Agent>> Lookaside::Choose(const CallReque
       !request.platforms.empty()) {
     return {};
   }
-  // A call that names resident arrays goes to their holder, which the
-  // router finds by the id in their handles (or answers that it is lost).
-  if (NamesResidents(request)) return {};
+  // A call that names resident arrays goes to their holder, the agent their
+  // handles name: straight there when the answer names it, else through the
+  // router (which reaches a draining holder too, or answers that it is
+  // lost). A call that only keeps results goes anywhere.
+  std::string holder;
+  if (NamesResidents(request)) {
+    std::vector<std::pair<std::string, std::string>> named;
+    for (size_t i = 0; i < request.args.size(); ++i) {
+      if (!request.args[i].resident().empty()) {
+        named.emplace_back(absl::StrCat("args[", i, "]"), request.args[i].resident());
+      }
+    }
+    for (const std::string& h : request.release_residents) named.emplace_back("release", h);
+    absl::StatusOr<std::string> h = ResidentHolder(named);
+    if (!h.ok()) return {};  // the router gives the verdict
+    holder = *std::move(h);
+  }
   std::shared_ptr<const Answer> answer = Resolved(request, deadline);
   if (answer == nullptr) return {};
   const absl::Time now = absl::Now();
@@ -205,6 +222,7 @@ std::vector<std::shared_ptr<Lookaside::Agent>> Lookaside::Choose(const CallReque
     const std::shared_ptr<Agent>& a = answer->agents[i];
     const uint64_t score = keyed ? RendezvousScore(options.call_id, a->address) : 0;
     absl::MutexLock l(&a->mu);
+    if (!holder.empty() && a->agent_id != holder) continue;
     // The agent a repeat must meet is tried even when it failed lately.
     if (now < a->avoid_until && !insist) continue;
     c.push_back({a, answer->router_inflight[i] + a->inflight.load(), score});

@@ -699,6 +699,7 @@ class RouterService final
     for (const auto& [load, a] : by_load) {
       v1::ResolvedAgent* out = response.add_agents();
       out->set_address(a->address);
+      out->set_agent_id(a->id());
       out->set_inflight_calls(load);
       out->set_capability(CapabilityFor(shared_, principal, request.handler(), *a));
     }

@@ -108,8 +108,13 @@ def test_sticky_routing_sends_every_update_to_the_holder(two_agents):
         out, info = axpy_step(c, g, r, alpha=-0.1, has_side_effect=True)
         assert out is r
         assert info.agent_id == r.agent_id
+        assert not info.via_router  # the lookaside went straight to the holder
         want = np.float32(-0.1) * g + want
     np.testing.assert_allclose(c.get(r), want, rtol=1e-6)
+    # Through the router's own path too.
+    via = farcall.Client(router.address, via_router=True)
+    out, info = axpy_step(via, np.zeros((64, 16), np.float32), r)
+    assert info.via_router and info.agent_id == r.agent_id
     # The other agent never held it.
     holder = [s for s in (a, b) if farcall.Client(s.address).describe().agent_id == r.agent_id]
     other = [s for s in (a, b) if s is not holder[0]][0]
