@@ -165,5 +165,61 @@ TEST(CallCodecTest, CallIdsAre128RandomBitsInHex) {
   EXPECT_EQ(ids.size(), 10000u);
 }
 
+// Resident arrays: a resident arg sends no bytes; the call that updates one
+// goes with side effects; a result that stays comes back as its handle.
+TEST(CallCodecTest, AResidentArgSendsNoBytesAndComesBackAsItself) {
+  const TensorSpec spec{DType::kF32, {1024}};
+  std::vector<float> x(1024, 1.0f);
+  const Resident state{"res-" + std::string(32, 'a') + "-" + std::string(16, 'b') + "@cpu-1", spec,
+                       "cpu"};
+  CallRequest req;
+  req.handler = "axpy";
+  req.args = {Arg::In(spec, x.data()), Arg::Of(state)};
+  req.results = {spec};
+  req.aliases = {{1, 0}};
+  absl::StatusOr<PreparedCall> p = Prepare(req, {});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_TRUE(p->header.has_side_effect());  // declared pure, but it changes the agent
+  EXPECT_EQ(p->header.resident_args().at(1), state.handle);
+  EXPECT_EQ(p->resident_holder, "cpu-1");
+  RequestWriter w(*p, 1 << 20, nullptr);
+  Gathered g;
+  grpc::ByteBuffer frame;
+  while (w.Next(&frame)) ASSERT_TRUE(DecodeFrame(frame, g).ok());
+  EXPECT_EQ(g.tensors.size(), 1u);  // x only
+  EXPECT_EQ(g.tensors[0].size(), x.size() * sizeof(float));
+
+  ResponseReader reader(*p);
+  FrameEncoder answer;
+  v1::ResultHeader h;
+  *h.add_results() = p->header.results(0);
+  (*h.mutable_residents())[0] = state.handle;
+  h.set_platform("cpu");
+  answer.AddMessageField(kHeaderField, h);
+  ASSERT_TRUE(reader.OnFrame(answer.Finish()).ok());
+  absl::StatusOr<CallResult> r = reader.Finish();
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->results[0].resident.has_value());
+  EXPECT_EQ(r->results[0].resident->handle, state.handle);
+  EXPECT_EQ(r->results[0].resident->agent_id(), "cpu-1");
+  EXPECT_EQ(r->results[0].data, nullptr);
+}
+
+TEST(CallCodecTest, ResidentsOfTwoAgentsInOneCallAreRefusedNamingBoth) {
+  const TensorSpec spec{DType::kF32, {4}};
+  auto on = [&](const std::string& agent) {
+    return Resident{"res-" + std::string(32, 'c') + "-" + std::string(16, 'd') + "@" + agent, spec,
+                    "cpu"};
+  };
+  CallRequest req;
+  req.handler = "add";
+  req.args = {Arg::Of(on("a-1")), Arg::Of(on("b-2"))};
+  req.results = {spec};
+  absl::Status s = Prepare(req, {}).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("'a-1'"));
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("'b-2'"));
+}
+
 }  // namespace
 }  // namespace farcall::client_internal

@@ -266,3 +266,30 @@ def test_a_draining_agent_serves_its_residents_until_they_are_moved():
         assert "draining with 1 resident arrays" in s.output()
     finally:
         s.stop()
+
+
+def test_on_a_device_agent_residents_stay_in_device_memory():
+    # The oneapi agent keeps tensors in OpenCL buffers (PoCL on the CPU here):
+    # residents there are device memory, updated and kept on the device.
+    try:
+        s = start_agent("--platform=oneapi")
+    except RuntimeError as e:
+        pytest.skip(f"SKIPPED: no oneapi agent here (built without OpenCL, or no device): "
+                    f"{str(e)[:200]}")
+    try:
+        c = farcall.Client(s.address)
+        x = np.arange(1 << 18, dtype=np.float32)
+        r = c.put(x, platform="oneapi")
+        for transport in ("grpc", "shm"):
+            out, info = axpy_step(farcall.Client(s.address, transport=transport),
+                                  np.ones_like(x), r, alpha=2.0, platform="oneapi")
+            assert out is r and info.transport == transport
+        np.testing.assert_array_equal(c.get(r), x + 4)
+        (k,) = c.call("scale", x, results=[x], attributes={"alpha": 3.0}, keep_results=[0],
+                      platform="oneapi")
+        np.testing.assert_array_equal(c.get(k), 3 * x)
+        big = np.arange(3 << 20, dtype=np.float32)  # streamed back in chunks
+        np.testing.assert_array_equal(c.get(c.put(big, platform="oneapi")), big)
+        assert c.describe().resident_count == 3
+    finally:
+        s.stop()
