@@ -150,7 +150,11 @@ FakeDevice* g_device = nullptr;
 // Decodes response frames into result bytes.
 struct Collector : FrameVisitor {
   std::map<uint32_t, std::string> results;
-  absl::Status OnMessageField(uint32_t, absl::string_view) override { return absl::OkStatus(); }
+  v1::ResultHeader header;
+  absl::Status OnMessageField(uint32_t field, absl::string_view bytes) override {
+    if (field == kHeaderField) header.ParseFromString(std::string(bytes));
+    return absl::OkStatus();
+  }
   absl::Status OnChunk(uint32_t index, uint64_t offset, const ChunkBytes& data) override {
     std::string& r = results[index];
     EXPECT_EQ(r.size(), offset);
@@ -398,6 +402,82 @@ TEST_F(AgentCallDeviceTest, StickyErrorIsReportedOnceAndTheDeviceIsNoLongerPicke
   std::vector<std::string> late;
   state_.SetDeviceFailureHandler([&](const absl::Status& e) { late.push_back(""); });
   EXPECT_EQ(late.size(), 1u);
+}
+
+// Resident arrays on a device the host cannot address: a put keeps the
+// device memory the bytes landed in (no chunk comes back), a chunk for a
+// resident arg is refused, and a get streams the device's bytes back.
+TEST_F(AgentCallDeviceTest, AResidentStaysInDeviceMemoryAndNoChunkMayNameIt) {
+  Make(8);
+  ResidentStore::Options o;
+  o.max_bytes = int64_t{1} << 20;
+  state_.residents = std::make_unique<ResidentStore>(o, state_.admission.get());
+  state_.set_agent_id("test-agent");
+  const std::vector<uint8_t> data = Pattern(3 * kBlock + 7);
+  const int64_t n = static_cast<int64_t>(data.size());
+  const TensorSpec spec{DType::kU8, {n}};
+  auto header = [&](const std::string& resident, bool keep) {
+    v1::CallHeader h;
+    h.set_handler("copy");
+    h.add_platforms("cpu");
+    *h.add_args() = SpecToProto(spec);
+    *h.add_results() = SpecToProto(spec);
+    if (keep) {
+      (*h.mutable_input_output_aliases())[0] = 0;
+      h.add_keep_results(0);
+    }
+    if (!resident.empty()) (*h.mutable_resident_args())[0] = resident;
+    return h;
+  };
+  auto respond = [](AgentCall& call, Collector& c) {
+    for (;;) {
+      grpc::ByteBuffer out;
+      absl::StatusOr<bool> more = call.NextResponseFrame(kBlock, &out);
+      ASSERT_TRUE(more.ok()) << more.status();
+      if (!*more) break;
+      ASSERT_TRUE(DecodeFrame(out, c).ok());
+    }
+  };
+
+  // One call of `h` (with `chunk` bytes of data for args[0]), admitted and
+  // allocated: the status of its frame, then of its run; its answer in `c`.
+  auto call_once = [&](const v1::CallHeader& h, int64_t chunk, Collector& c) {
+    AgentCall call(state_);
+    FrameEncoder enc;
+    enc.AddMessageField(kHeaderField, h);
+    if (chunk > 0) enc.AddChunk(0, 0, data.data(), chunk, nullptr);
+    const grpc::ByteBuffer frame = enc.Finish();
+    EXPECT_TRUE(call.Begin(frame).ok());
+    // The result only, never the resident's bytes again.
+    EXPECT_LT(call.footprint(), n + 8192);
+    EXPECT_TRUE(state_.admission->TryAcquire(call.footprint(), call.budget_tenant()));
+    call.Admitted();
+    EXPECT_TRUE(call.Allocate().ok());
+    absl::Status s = call.OnRequestFrame(frame);
+    if (!s.ok()) return s;
+    EXPECT_TRUE(call.EndOfInputs().ok());
+    CancellationToken cancel;
+    s = call.Run(cancel);
+    if (s.ok()) respond(call, c);
+    return s;
+  };
+
+  Collector put;
+  ASSERT_TRUE(call_once(header("", true), n, put).ok());
+  EXPECT_TRUE(put.results.empty());  // its bytes stay
+  const std::string handle = put.header.residents().at(0);
+  EXPECT_EQ(state_.residents->bytes(), n);
+  EXPECT_EQ(state_.admission->held(), n);  // in the budget, for the resident
+
+  Collector forged;  // a chunk for the resident arg
+  absl::Status s = call_once(header(handle, false), 16, forged);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("args[0], a resident array"));
+
+  Collector get;  // the device's bytes, streamed back block by block
+  ASSERT_TRUE(call_once(header(handle, false), 0, get).ok());
+  EXPECT_EQ(Diff(get.results[0], data), "");
+  EXPECT_TRUE(get.header.residents().empty());
 }
 
 }  // namespace
