@@ -57,17 +57,28 @@ bool NamesResidents(const CallRequest& request) {
   return false;
 }
 
+absl::StatusOr<std::string> ResidentHolderOf(const CallRequest& request) {
+  std::vector<std::pair<std::string, std::string>> named;
+  for (size_t i = 0; i < request.args.size(); ++i) {
+    if (!request.args[i].resident().empty()) {
+      named.emplace_back(absl::StrCat("args[", i, "]"), request.args[i].resident());
+    }
+  }
+  for (size_t k = 0; k < request.release_residents.size(); ++k) {
+    named.emplace_back(absl::StrCat("release_residents[", k, "]"), request.release_residents[k]);
+  }
+  return ResidentHolder(named);
+}
+
 absl::Status PrepareResidents(const CallRequest& request, const CallOptions& options,
                               PreparedCall& p) {
   v1::CallHeader& h = p.header;
   const size_t n_results = p.validated.result_bytes.size();
   p.result_stays.assign(n_results, false);
-  std::vector<std::pair<std::string, std::string>> named;
   for (size_t i = 0; i < request.args.size(); ++i) {
     const std::string& handle = request.args[i].resident();
     if (handle.empty()) continue;
     (*h.mutable_resident_args())[static_cast<uint32_t>(i)] = handle;
-    named.emplace_back(absl::StrCat("args[", i, "]"), handle);
     // On the agent: none of its bytes travel.
     if (i < p.validated.arg_bytes.size()) p.validated.arg_bytes[i] = 0;
     for (size_t o = 0; o < n_results; ++o) {
@@ -80,7 +91,6 @@ absl::Status PrepareResidents(const CallRequest& request, const CallOptions& opt
   }
   for (size_t k = 0; k < request.release_residents.size(); ++k) {
     h.add_release_residents(request.release_residents[k]);
-    named.emplace_back(absl::StrCat("release_residents[", k, "]"), request.release_residents[k]);
   }
   if (request.resident_ttl < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("resident_ttl must not be negative (zero: the agent's).");
@@ -89,7 +99,7 @@ absl::Status PrepareResidents(const CallRequest& request, const CallOptions& opt
   h.set_resident_ttl_ms(
       absl::ToInt64Milliseconds(absl::Ceil(request.resident_ttl, absl::Milliseconds(1))));
   if (options.validate_locally) {
-    absl::StatusOr<std::string> holder = ResidentHolder(named);
+    absl::StatusOr<std::string> holder = ResidentHolderOf(request);
     if (!holder.ok()) return holder.status();
     p.resident_holder = *std::move(holder);
   }
@@ -107,7 +117,7 @@ absl::Status PrepareResidents(const CallRequest& request, const CallOptions& opt
     }
   }
   if (writes_resident) h.set_has_side_effect(true);
-  p.names_residents = !named.empty() || !request.keep_results.empty();
+  p.names_residents = NamesResidents(request);
   p.keeps_results = !request.keep_results.empty();
   return absl::OkStatus();
 }

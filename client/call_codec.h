@@ -52,6 +52,9 @@ absl::StatusOr<PreparedCall> Prepare(const CallRequest& request, const CallOptio
 // Whether a call names resident arrays in any way (args, kept results,
 // releases).
 bool NamesResidents(const CallRequest& request);
+// The agent that holds every resident the call names ("" for none), or
+// INVALID_ARGUMENT naming both when they are on two (core/resident_handle.h).
+absl::StatusOr<std::string> ResidentHolderOf(const CallRequest& request);
 
 // 128 random bits in hex, from the OS's random source (getrandom).
 std::string FreshCallId();

@@ -13,7 +13,6 @@
 #include "client/run_after.h"
 #include "core/error_reason.h"
 #include "core/rendezvous.h"
-#include "core/resident_handle.h"
 #include "core/tokens.h"
 #include "core/wire/grpc_status.h"
 
@@ -197,14 +196,7 @@ std::vector<std::shared_ptr<Lookaside::Agent>> Lookaside::Choose(const CallReque
   // lost). A call that only keeps results goes anywhere.
   std::string holder;
   if (NamesResidents(request)) {
-    std::vector<std::pair<std::string, std::string>> named;
-    for (size_t i = 0; i < request.args.size(); ++i) {
-      if (!request.args[i].resident().empty()) {
-        named.emplace_back(absl::StrCat("args[", i, "]"), request.args[i].resident());
-      }
-    }
-    for (const std::string& h : request.release_residents) named.emplace_back("release", h);
-    absl::StatusOr<std::string> h = ResidentHolder(named);
+    absl::StatusOr<std::string> h = ResidentHolderOf(request);
     if (!h.ok()) return {};  // the router gives the verdict
     holder = *std::move(h);
   }

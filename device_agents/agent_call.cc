@@ -147,26 +147,26 @@ void AgentCall::RecordOutcome(const absl::Status& answered, const grpc::ByteBuff
   const std::string handler = handler_ != nullptr ? handler_->name : "-";
   const std::string& tenant = tenant_label_;
   m.calls.With({platform, handler, absl::StatusCodeToString(status.code()), tenant}).Increment();
-  agent_.calls_ended.fetch_add(1, std::memory_order_relaxed);
-  NoteCallEnded();
+  agent_.calls_ended.fetch_add(1, std::memory_order_release);
   if (!status.ok()) {
     agent_.calls_failed.fetch_add(1, std::memory_order_relaxed);
     agent_.RecordFailure(status, handler);
   }
   if (refused_ != nullptr) m.refused.With({refused_, tenant}).Increment();
   if (!status.ok() || log::DebugEnabled()) {
-    const std::string call_id = log::PrintableCallId(header_.call_id());
     const std::string code = absl::StatusCodeToString(status.code());
-    const std::string line = absl::StrCat(
-        "call ", call_id, " ", handler, " on ", platform, " from ", peer_.empty() ? "-" : peer_,
-        ": ", code,
-        status.ok() ? absl::StrCat(" in ", absl::FormatDuration(absl::Now() - header_time_))
-                    : absl::StrCat(": ", status.message().substr(0, 512)));
     if (refused_ != nullptr && !status.ok()) {
       // Anyone who reaches the port can cause these: aggregated per peer,
-      // caller and reason (core/refusal_audit.h).
+      // caller and reason (core/refusal_audit.h); no line of their own is
+      // made.
       RefusalAudit::Get().Note({peer_, principal_, refused_, handler, code, status.message()});
     } else {
+      const std::string call_id = log::PrintableCallId(header_.call_id());
+      const std::string line = absl::StrCat(
+          "call ", call_id, " ", handler, " on ", platform, " from ", peer_.empty() ? "-" : peer_,
+          ": ", code,
+          status.ok() ? absl::StrCat(" in ", absl::FormatDuration(absl::Now() - header_time_))
+                      : absl::StrCat(": ", status.message().substr(0, 512)));
       log::Write(status.ok() ? log::Level::kDebug : log::Level::kWarning, line,
                  {call_id, handler, principal_, peer_, code});
     }
@@ -339,7 +339,10 @@ absl::StatusOr<int64_t> AgentCall::FindResidents(const ValidatedCall& v) {
   }
   FARCALL_ASSIGN_OR_RETURN(resident_ttl_, store.TtlFor(header_.resident_ttl_ms()));
   if (keep_count > 0) {
-    FARCALL_RETURN_IF_ERROR(store.Reserve(principal_, keep_bytes, keep_count));
+    const Admission::Tenant t = budget_tenant();
+    FARCALL_RETURN_IF_ERROR(store.Reserve(
+        principal_, keep_bytes, keep_count, t.max_bytes,
+        quota_.max_bytes > 0 ? "max_bytes on its tokens-file line" : "--tenant_max_bytes"));
     reserved_bytes_ = keep_bytes;
     reserved_count_ = keep_count;
   }

@@ -123,7 +123,7 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(Options options)
   if (!state.config.faults.empty()) {
     log::Warning("injecting device faults (--inject_faults=" + state.config.faults.ToString() +
                  "): calls will fail on purpose");
-    InjectFaults(state.config.faults, state.backend);
+    InjectFaults(state.config.faults, state.backend, &state.calls_ended);
   }
   ExportAgentSeries();
   builtins::MaxSleepMs() = absl::ToInt64Milliseconds(state.config.max_sleep);

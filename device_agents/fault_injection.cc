@@ -135,7 +135,8 @@ const char* PhaseName(CallPhase phase) {
 // exit_at, armed once at start (InjectFaults) and read by every call.
 std::atomic<CallPhase> exit_phase{CallPhase::kNone};
 std::atomic<bool> exit_fired{false};
-FaultPlan* exit_plan = nullptr;  // set before exit_phase, never freed
+FaultPlan* exit_plan = nullptr;                           // set before exit_phase, never freed
+const std::atomic<uint64_t>* exit_calls_ended = nullptr;  // the agent's count (exit_after_calls)
 
 }  // namespace
 
@@ -144,14 +145,14 @@ bool PhaseExitArmed() {
          !exit_fired.load(std::memory_order_relaxed);
 }
 
-std::atomic<int64_t> calls_ended{0};
-
-void NoteCallEnded() { calls_ended.fetch_add(1, std::memory_order_acq_rel); }
-
 void ReachedPhase(CallPhase phase) {
   if (exit_phase.load(std::memory_order_acquire) != phase || phase == CallPhase::kNone) return;
   const FaultPlan& plan = *exit_plan;
-  if (calls_ended.load(std::memory_order_acquire) < plan.exit_after_calls) return;
+  if (plan.exit_after_calls > 0 &&
+      (exit_calls_ended == nullptr || static_cast<int64_t>(exit_calls_ended->load(
+                                          std::memory_order_acquire)) < plan.exit_after_calls)) {
+    return;
+  }
   if (exit_fired.exchange(true)) return;
   if (!plan.exit_once.empty()) {
     const int fd = open(plan.exit_once.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -232,9 +233,11 @@ absl::StatusOr<FaultPlan> ParseFaultPlan(absl::string_view spec) {
   return plan;
 }
 
-void InjectFaults(const FaultPlan& plan, Backend& backend) {
+void InjectFaults(const FaultPlan& plan, Backend& backend,
+                  const std::atomic<uint64_t>* calls_ended) {
   if (plan.empty()) return;
   if (plan.exit_at != CallPhase::kNone) {
+    exit_calls_ended = calls_ended;
     exit_plan = new FaultPlan(plan);
     exit_phase.store(plan.exit_at, std::memory_order_release);
   }

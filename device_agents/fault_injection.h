@@ -31,6 +31,7 @@
 #ifndef FARCALL_DEVICE_AGENTS_FAULT_INJECTION_H_
 #define FARCALL_DEVICE_AGENTS_FAULT_INJECTION_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -66,14 +67,14 @@ absl::StatusOr<FaultPlan> ParseFaultPlan(absl::string_view spec);
 
 // Wraps every device of `backend` so that `plan`'s faults happen; the
 // counts are shared by the devices. Does nothing for an empty plan. Arms
-// exit_at for the process.
-void InjectFaults(const FaultPlan& plan, Backend& backend);
+// exit_at for the process; `calls_ended` (the agent's count, which outlives
+// the process's calls) is what exit_after_calls reads.
+void InjectFaults(const FaultPlan& plan, Backend& backend,
+                  const std::atomic<uint64_t>* calls_ended = nullptr);
 
 // A call of this agent reached `phase`: where the plan exits there, the
 // process raises its signal (once). Costs one atomic load otherwise.
 void ReachedPhase(CallPhase phase);
-// A call of this agent ended (for exit_after_calls).
-void NoteCallEnded();
 // Whether some exit_at phase is armed: callers skip the work of finding
 // the phase (a stream's result bytes) otherwise.
 bool PhaseExitArmed();

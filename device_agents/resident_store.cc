@@ -77,23 +77,28 @@ absl::StatusOr<std::shared_ptr<ResidentArray>> ResidentStore::Find(const std::st
   return it->second.array;
 }
 
-absl::Status ResidentStore::Reserve(const std::string& principal, int64_t bytes, int count) {
+absl::Status ResidentStore::Reserve(const std::string& principal, int64_t bytes, int count,
+                                    int64_t tenant_cap, absl::string_view tenant_cap_name) {
   absl::MutexLock l(&mu_);
   Owner& o = owners_[principal];
-  const int64_t per_principal =
-      options_.max_bytes_per_principal > 0 ? options_.max_bytes_per_principal : options_.max_bytes;
+  int64_t per_principal = options_.max_bytes;
+  std::string cap_name = "--resident_bytes";
+  if (options_.max_bytes_per_principal > 0) {
+    per_principal = options_.max_bytes_per_principal;
+    cap_name = "--resident_bytes_per_principal";
+  } else if (tenant_cap > 0 && tenant_cap < options_.max_bytes) {
+    per_principal = tenant_cap;
+    cap_name = std::string(tenant_cap_name);
+  }
   absl::Status s;
   if (count_ + count > options_.max_count) {
     s = absl::ResourceExhaustedError(absl::StrCat(
         "this agent holds ", count_, " resident arrays, and the call would keep ", count,
         " more, over --resident_max_count=", options_.max_count, ": delete some first."));
   } else if (o.bytes + bytes > per_principal) {
-    s = absl::ResourceExhaustedError(
-        absl::StrCat("this caller's resident arrays hold ", o.bytes,
-                     " bytes, and the call would keep ", bytes, " more, over ",
-                     options_.max_bytes_per_principal > 0 ? "--resident_bytes_per_principal"
-                                                          : "--resident_bytes",
-                     "=", per_principal, ": delete some first."));
+    s = absl::ResourceExhaustedError(absl::StrCat(
+        "this caller's resident arrays hold ", o.bytes, " bytes, and the call would keep ", bytes,
+        " more, over ", cap_name, "=", per_principal, ": delete some first."));
   } else if (bytes_ + bytes > options_.max_bytes) {
     s = absl::ResourceExhaustedError(absl::StrCat(
         "this agent's resident arrays hold ", bytes_, " bytes, and the call would keep ", bytes,

@@ -88,8 +88,13 @@ class ResidentStore {
                                                       absl::string_view agent_id,
                                                       absl::string_view where);
   // Room for `bytes` more of `principal`'s residents, held until Keep or
-  // Unreserve: RESOURCE_EXHAUSTED naming the limit it would pass.
-  absl::Status Reserve(const std::string& principal, int64_t bytes, int count);
+  // Unreserve: RESOURCE_EXHAUSTED naming the limit it would pass. Without
+  // --resident_bytes_per_principal, a principal whose tenant has an
+  // in-flight quota (`tenant_cap`, named by `tenant_cap_name`) may keep at
+  // most that much: residents leave that quota, so without this a tenant
+  // held to it could take half the agent's budget from the others.
+  absl::Status Reserve(const std::string& principal, int64_t bytes, int count,
+                       int64_t tenant_cap = 0, absl::string_view tenant_cap_name = "");
   void Unreserve(const std::string& principal, int64_t bytes, int count);
   // Makes `memory` a resident of `principal` out of its reservation; the
   // bytes, which the call held under `tenant` in the budget, stay there for

@@ -120,6 +120,20 @@ TEST(ResidentStoreTest, QuotasAreCheckedBeforeAnyMemory) {
   store.Unreserve("nobody", 5, 1);  // harmless
 }
 
+// Residents leave a tenant's in-flight quota: without a resident quota of
+// its own, a tenant held to one may keep no more than it.
+TEST(ResidentStoreTest, ATenantsInFlightQuotaBoundsItsResidents) {
+  Admission admission(10000);
+  ResidentStore::Options o = Small();
+  o.max_bytes_per_principal = 0;
+  ResidentStore store(o, &admission);
+  EXPECT_TRUE(store.Reserve("alice", 300, 1, 500, "--tenant_max_bytes").ok());
+  absl::Status s = store.Reserve("alice", 300, 1, 500, "--tenant_max_bytes");
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(s.message().find("--tenant_max_bytes=500"), absl::string_view::npos);
+  EXPECT_TRUE(store.Reserve("bob", 600, 1).ok());  // no quota: --resident_bytes
+}
+
 TEST(ResidentStoreTest, UseRenewsTheTtlAndExpiryFrees) {
   Admission admission(10000);
   absl::Time now = absl::FromUnixSeconds(1000);

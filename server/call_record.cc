@@ -124,12 +124,6 @@ void CallRecord::Finished(const grpc::Status& s) {
     agent->RecordError(absl::StrCat(code, ": ", s.error_message()));
   }
   if (!s.ok() || log::DebugEnabled()) {
-    if (call_id_.empty()) call_id_ = log::PrintableCallId("");
-    const std::string line = absl::StrCat(
-        "call ", call_id_, " ", handler_, " on ", platform_, " from ", peer_.empty() ? "-" : peer_,
-        agent != nullptr ? absl::StrCat(" via ", agent->address) : "", ": ", code,
-        s.ok() ? absl::StrCat(" in ", absl::FormatDuration(absl::Now() - start_))
-               : absl::StrCat(": ", absl::string_view(s.error_message()).substr(0, 512)));
     // Refusals the caller caused (a token, a limit, a platform) are audit
     // lines, aggregated per peer, caller and reason (core/refusal_audit.h):
     // anyone who can reach the port could fill the log with them. Calls
@@ -140,6 +134,13 @@ void CallRecord::Finished(const grpc::Status& s) {
       const std::string handler = handler_ == "-" ? "" : handler_;
       RefusalAudit::Get().Note({peer_, principal_, refused_, handler, code, s.error_message()});
     } else {
+      if (call_id_.empty()) call_id_ = log::PrintableCallId("");
+      const std::string line = absl::StrCat(
+          "call ", call_id_, " ", handler_, " on ", platform_, " from ",
+          peer_.empty() ? "-" : peer_,
+          agent != nullptr ? absl::StrCat(" via ", agent->address) : "", ": ", code,
+          s.ok() ? absl::StrCat(" in ", absl::FormatDuration(absl::Now() - start_))
+                 : absl::StrCat(": ", absl::string_view(s.error_message()).substr(0, 512)));
       const bool quiet = s.ok() || reason == "draining";
       log::Write(quiet ? log::Level::kDebug : log::Level::kWarning, line,
                  {call_id_, handler_ == "-" ? "" : handler_, principal_, peer_, code});

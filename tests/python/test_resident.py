@@ -293,3 +293,24 @@ def test_on_a_device_agent_residents_stay_in_device_memory():
         assert c.describe().resident_count == 3
     finally:
         s.stop()
+
+
+def test_a_tenant_held_to_an_in_flight_quota_keeps_no_more_than_it(tmp_path):
+    # Residents leave the tenant's in-flight quota; without a resident quota
+    # of their own they are held to it, so that no tenant takes the agent's
+    # budget from the others by keeping arrays.
+    alice = secrets.token_hex(16)
+    (tmp_path / "tokens").write_text(f"{alice} *\n")
+    s = start_agent(f"--tokens_file={tmp_path / 'tokens'}", "--tenant_max_bytes=1048576")
+    try:
+        c = farcall.Client(s.address, token=alice)
+        x = np.zeros(100 << 10, dtype=np.float32)  # 400 KiB
+        kept = [c.put(x), c.put(x)]
+        with pytest.raises(farcall.ResourceExhaustedError, match="--tenant_max_bytes=1048576"):
+            c.put(x)
+        # Its in-flight quota is free for calls meanwhile.
+        c.call("sum", x, results=[farcall.Spec((), np.float32)])
+        c.delete(*kept)
+        c.delete(c.put(x))
+    finally:
+        s.stop()
