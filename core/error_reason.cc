@@ -24,7 +24,7 @@ ErrorReason ReasonOf(const absl::Status& s) {
   auto p = s.GetPayload(kReasonPayload);
   int n = 0;
   if (!p.has_value() || !absl::SimpleAtoi(std::string(*p), &n) || n < 0 ||
-      n > static_cast<int>(ErrorReason::kResidentLost)) {
+      n > static_cast<int>(ErrorReason::kDrainCut)) {
     return ErrorReason::kUnspecified;
   }
   return static_cast<ErrorReason>(n);

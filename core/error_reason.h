@@ -29,6 +29,7 @@ enum class ErrorReason : int {
   kRouterDraining = 6,
   kAliasedArgOverwritten = 7,
   kResidentLost = 8,
+  kDrainCut = 9,
 };
 
 // `s` marked with `reason` (an OK status stays OK).

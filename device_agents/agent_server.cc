@@ -234,9 +234,12 @@ void AgentServer::Shutdown() {
         absl::ToDoubleSeconds(impl_->drain),
         " runs out; then they are lost (their clients get NOT_FOUND, resident lost)"));
   }
+  Shared& shared = impl_->shared;
+  const absl::Duration drain = impl_->drain;
   const int cut = StopGrpcServer(
-      impl_->server.get(), impl_->shared.gate, impl_->drain, absl::InfiniteDuration(),
-      [residents] { return residents != nullptr && residents->count() > 0; });
+      impl_->server.get(), shared.gate, drain, absl::InfiniteDuration(),
+      [residents] { return residents != nullptr && residents->count() > 0; },
+      [&shared, drain] { shared.CutLive(DrainCutError("agent", drain)); });
   if (cut > 0) log::Warning(DrainCutLine(cut, impl_->drain));
   if (const int64_t n = residents != nullptr ? residents->count() : 0; n > 0) {
     log::Warning(absl::StrCat("the drain ended with ", n,

@@ -138,7 +138,7 @@ absl::Status Accept(const AgentState& state, const Credentials& credentials,
 // the budget, the drain gate and the idle watchdog. `GrpcReactor` is gRPC's
 // reactor type of the RPC.
 template <class GrpcReactor>
-class AgentReactor : public GrpcReactor, public WatchedCall {
+class AgentReactor : public GrpcReactor, public LiveCall {
  public:
   void OnCancel() override {
     caller_gone_ = true;
@@ -146,6 +146,7 @@ class AgentReactor : public GrpcReactor, public WatchedCall {
     budget_.Withdraw(*shared_.state.admission);
   }
   void OnDone() override {
+    shared_.RemoveLive(this);
     if (shared_.watchdog != nullptr) shared_.watchdog->Remove(this);
     if (entered_) shared_.gate.Leave();
     Resume();  // nothing waits on the client any more
@@ -167,6 +168,54 @@ class AgentReactor : public GrpcReactor, public WatchedCall {
   }
   // Ends the call with `s`: records it, frees its memory, finishes the RPC.
   virtual void FinishWith(const absl::Status& s) = 0;
+  // Records the end of a call that the drain cut (CutByDrain) as `s`, once
+  // its handler returned, and frees its memory; the RPC is finished.
+  void SettleCut(const absl::Status& s) {
+    call_->RecordOutcome(s, nullptr, CallerGone());
+    shared_.Release(std::move(call_));
+    SetHoldsBudget(false);
+  }
+
+  // The handler's run on the workers, which a drain that runs out may cut:
+  // BeginRun before the handler is handed to them, EndRun once it returned.
+  // EndRun is false when the drain cut the call meanwhile: it was answered
+  // then, and what the handler returned goes to no one (SettleCut).
+  void BeginRun() {
+    absl::MutexLock l(&run_mu_);
+    run_ = Run::kRunning;
+  }
+  bool EndRun() {
+    absl::MutexLock l(&run_mu_);
+    const bool cut = run_ == Run::kCut;
+    run_ = Run::kNone;
+    return !cut;
+  }
+  absl::Status cut_status() {
+    absl::MutexLock l(&run_mu_);
+    return cut_;
+  }
+  // A call whose handler runs is answered `why` at once, and its handler
+  // told to stop (the cancellation it may watch); one that waits for the
+  // budget or for its client to send is ended as the idle watchdog ends
+  // it. Others (a device step, an answer on its way to its client) are left
+  // to end as they will, or to gRPC's shutdown.
+  void CutByDrain(const absl::Status& why) override {
+    bool running = false;
+    {
+      absl::MutexLock l(&run_mu_);
+      if (run_ == Run::kRunning) {
+        run_ = Run::kCut;
+        cut_ = why;
+        running = true;
+      }
+    }
+    if (!running) {
+      EndWaiting(why);
+      return;
+    }
+    cancel_.Cancel();
+    this->Finish(ToGrpcStatus(why));
+  }
   // What the caller gets instead of an OK answer that comes after its
   // deadline passed or it cancelled the call (gRPC answers it so); OK
   // while the caller still waits.
@@ -190,6 +239,7 @@ class AgentReactor : public GrpcReactor, public WatchedCall {
     return true;
   }
   void Watch() {
+    shared_.AddLive(this);
     if (shared_.watchdog != nullptr) shared_.watchdog->Add(this);
   }
   // While the agent drains it still takes the calls that name its resident
@@ -254,6 +304,10 @@ class AgentReactor : public GrpcReactor, public WatchedCall {
   absl::Mutex queued_mu_;
   absl::Status queued_end_ ABSL_GUARDED_BY(queued_mu_);  // why the wait was ended
   bool entered_;  // through the drain gate (set once, before the call's first read)
+  enum class Run { kNone, kRunning, kCut };
+  absl::Mutex run_mu_;
+  Run run_ ABSL_GUARDED_BY(run_mu_) = Run::kNone;
+  absl::Status cut_ ABSL_GUARDED_BY(run_mu_);  // the answer a cut call got
   absl::Time caller_deadline_ = absl::InfiniteFuture();
   std::atomic<bool> caller_gone_{false};  // gRPC cancelled the call (OnCancel)
 };
@@ -290,9 +344,12 @@ class ExecuteReactor final
       absl::Status s = call_->EndOfInputs();
       if (!s.ok()) return FinishWith(s);
       Ref();
+      BeginRun();
       shared_.RunHandler(*call_, cancel_, [this] {
         absl::Status run = call_->Run(cancel_);
-        if (run.ok()) {
+        if (!EndRun()) {
+          SettleCut(cut_status());
+        } else if (run.ok()) {
           WriteNext();
         } else {
           FinishWith(run);
@@ -471,15 +528,23 @@ class CallReactor final : public AgentReactor<grpc::ServerUnaryReactor> {
     // A quick handler's small call costs less than the hand-off to a worker
     // and back would.
     if (call_->RunsInline()) return RunAndAnswer();
+    RunOnWorkers();
+  }
+
+  void RunOnWorkers() {
     Ref();
+    BeginRun();
     shared_.RunHandler(*call_, cancel_, [this] {
       RunAndAnswer();
       Unref();
     });
   }
 
+  // Runs the handler, then answers (unless the drain cut the call
+  // meanwhile: it was answered then).
   void RunAndAnswer() {
     absl::Status run = call_->Run(cancel_);
+    if (!EndRun()) return SettleCut(cut_status());
     if (run.ok() && call_->ucx()) return SendOverUcx();
     if (run.ok()) call_->ReachedResultPhasesAtOnce();
     if (run.ok()) run = call_->NextResponseFrame(0, response_).status();
@@ -524,11 +589,7 @@ class CallReactor final : public AgentReactor<grpc::ServerUnaryReactor> {
             // A quick handler's small call runs here, as
             // it would on the gRPC thread.
             if (call_->RunsInline()) return RunAndAnswer();
-            Ref();
-            shared_.RunHandler(*call_, cancel_, [this] {
-              RunAndAnswer();
-              Unref();
-            });
+            RunOnWorkers();
           });
           Unref();
         },

@@ -70,6 +70,22 @@ void WatchedCall::ExpireIfIdle(absl::Time now, const IdleLimits& limits, bool co
   EndIdle(waited, error);
 }
 
+bool WatchedCall::EndWaiting(const absl::Status& error) {
+  Wait waited;
+  {
+    absl::MutexLock l(&mu_);
+    if (expired_ || waiting_ == Wait::kNone || waiting_ == Wait::kRead) return false;
+    waited = waiting_;
+    expired_ = true;
+  }
+  if (waited == Wait::kBudget) {
+    EndQueued(error);
+  } else {
+    EndIdle(waited, error);
+  }
+  return true;
+}
+
 void WatchedCall::AwaitClient(Wait w, absl::Time now) {
   absl::MutexLock l(&mu_);
   waiting_ = w;

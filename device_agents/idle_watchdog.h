@@ -55,6 +55,10 @@ class WatchedCall : public RefCounted {
   // Ends the call through EndIdle() if it has waited on its client past
   // what `limits` allow (`contended`: other calls wait for the budget).
   void ExpireIfIdle(absl::Time now, const IdleLimits& limits, bool contended);
+  // Ends the call with `error` as ExpireIfIdle would, now, if it waits for
+  // the budget or for its client to send (not for its client to read: an
+  // answer on its way is left to go). True if it did.
+  bool EndWaiting(const absl::Status& error);
 
  protected:
   // Before each read or write that waits on the client (`now`: for tests).

@@ -52,6 +52,32 @@ TEST(WatchedCallTest, OnlyACallWaitingOnItsClientPastTheLimitIsEnded) {
   c->Unref();
 }
 
+// A drain that runs out ends calls waiting for the budget or for their
+// client's inputs, once; it leaves a call whose answer is on its way to its
+// client, and one that waits for nothing (its handler runs).
+TEST(WatchedCallTest, EndWaitingEndsOnlyCallsWaitingForTheBudgetOrTheirInputs) {
+  const absl::Status cut = absl::DeadlineExceededError("cut");
+  FakeCall* running = new FakeCall;
+  EXPECT_FALSE(running->EndWaiting(cut));
+  EXPECT_EQ(running->ended, "");
+  FakeCall* answering = new FakeCall;
+  answering->AwaitClient(FakeCall::Wait::kRead);
+  EXPECT_FALSE(answering->EndWaiting(cut));
+  EXPECT_EQ(answering->ended, "");
+  FakeCall* sending = new FakeCall;
+  sending->AwaitClient(FakeCall::Wait::kSend);
+  EXPECT_TRUE(sending->EndWaiting(cut));
+  EXPECT_EQ(sending->ended, "cut");
+  EXPECT_EQ(sending->waited, FakeCall::Wait::kSend);
+  EXPECT_FALSE(sending->EndWaiting(cut));  // once
+  EXPECT_FALSE(sending->Resume());         // the read that completes late finds it ended
+  FakeCall* queued = new FakeCall;
+  queued->AwaitClient(FakeCall::Wait::kBudget);
+  EXPECT_TRUE(queued->EndWaiting(cut));
+  EXPECT_TRUE(queued->queued_end);
+  for (FakeCall* c : {running, answering, sending, queued}) c->Unref();
+}
+
 TEST(WatchedCallTest, TheStallLimitAppliesOnlyToCallsHoldingMemoryOthersWaitFor) {
   FakeCall* c = new FakeCall;
   const absl::Time t0 = absl::Now();

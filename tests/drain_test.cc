@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "core/error_reason.h"
 #include "farcall/client.h"
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -26,10 +27,23 @@ using ::farcall::testing::MetricValue;
 using ::farcall::testing::SleepRequest;
 
 // A sleep of `ms` through `client`, in the background.
-std::future<absl::StatusOr<CallResult>> SleepInBackground(Client& client, int64_t ms) {
+std::future<absl::StatusOr<CallResult>> SleepInBackground(Client& client, int64_t ms,
+                                                          bool side_effect = false) {
   CallOptions o;
   o.timeout = absl::Seconds(60);
-  return client.CallFuture(SleepRequest(ms), o);
+  CallRequest sleep = SleepRequest(ms);
+  sleep.has_side_effect = side_effect;
+  return client.CallFuture(sleep, o);
+}
+
+// What a call cut by an agent's drain of 0.5 s gets.
+void ExpectDrainCut(const absl::Status& s) {
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_EQ(s.message(),
+            "this agent's drain for shutdown ran out (--drain_seconds=0.5) while the call ran: it "
+            "was cut, and its handler may have run in part.");
+  EXPECT_EQ(ReasonOf(s), ErrorReason::kDrainCut) << s;
+  EXPECT_FALSE(DidNotRun(s));
 }
 
 // The server's own health answer: SERVING, NOT_SERVING, or the RPC's
@@ -52,7 +66,8 @@ struct BusyAgent {
   std::future<absl::StatusOr<CallResult>> held;
 };
 
-absl::StatusOr<BusyAgent> StartBusyAgent(const std::string& drain, int64_t ms) {
+absl::StatusOr<BusyAgent> StartBusyAgent(const std::string& drain, int64_t ms,
+                                         bool side_effect = false) {
   BusyAgent b;
   auto agent = ChildProcess::Start(FARCALL_AGENT_BIN,
                                    {"--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0",
@@ -62,7 +77,7 @@ absl::StatusOr<BusyAgent> StartBusyAgent(const std::string& drain, int64_t ms) {
   auto client = Client::Connect(b.agent->address());
   if (!client.ok()) return client.status();
   b.client = *std::move(client);
-  b.held = SleepInBackground(*b.client, ms);
+  b.held = SleepInBackground(*b.client, ms, side_effect);
   if (!HoldsCalls(*b.agent, 1)) return absl::InternalError("the agent never held the call");
   return b;
 }
@@ -96,13 +111,16 @@ TEST(DrainTest, AnAgentFinishesItsCallsRefusesNewOnesAndExitsZero) {
   EXPECT_EQ(exit_code.get(), 0) << "agent " << pid;
 }
 
-TEST(DrainTest, CallsStillRunningWhenTheDrainEndsAreCancelled) {
-  absl::StatusOr<BusyAgent> b = StartBusyAgent("0.5", 50000);
+// A call still in its handler when the drain runs out is answered by the
+// agent itself, with the contract's message and reason DRAIN_CUT (not gRPC's
+// "Cancelling all calls"); its handler is told to stop, and the agent exits.
+TEST(DrainTest, ACallStillRunningWhenTheDrainEndsIsAnsweredDrainCut) {
+  absl::StatusOr<BusyAgent> b = StartBusyAgent("0.5", 50000, /*side_effect=*/true);
   ASSERT_TRUE(b.ok()) << b.status();
   const absl::Time start = absl::Now();
   EXPECT_EQ(b->agent->Terminate(), 0);
   EXPECT_LT(absl::Now() - start, absl::Seconds(10));
-  EXPECT_FALSE(b->held.get().ok());
+  ExpectDrainCut(b->held.get().status());
 }
 
 // Through a router, a call the agent's shutdown cut short is UNAVAILABLE:
@@ -127,11 +145,9 @@ TEST(DrainTest, ThroughARouterACallCutShortByTheDrainIsUnavailableNotCancelled) 
   auto held = (*client)->CallFuture(sleep, o);
   ASSERT_TRUE(HoldsCalls(**agent, 1));
   EXPECT_EQ((*agent)->Terminate(), 0);
-  absl::StatusOr<CallResult> r = held.get();
-  // gRPC's own "Cancelling all calls" when the agent's server ended it; the
-  // router's "the agent ended the call without an answer ..." when the
-  // connection broke first. Never CANCELLED.
-  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
+  // The agent's own answer, passed on (never CANCELLED, which would say
+  // that the caller cancelled it).
+  ExpectDrainCut(held.get().status());
 }
 
 TEST(DrainTest, TheRouterSendsNewCallsToTheAgentsThatRemain) {

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "core/error_reason.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/resource_quota.h"
 #include "grpcpp/security/server_credentials.h"
@@ -52,7 +53,8 @@ absl::StatusOr<RunningServer> StartGrpcServer(
 }
 
 int StopGrpcServer(grpc::Server* server, DrainGate& gate, absl::Duration drain,
-                   absl::Duration goaway_after, const std::function<bool()>& held) {
+                   absl::Duration goaway_after, const std::function<bool()>& held,
+                   const std::function<void()>& cut_calls) {
   if (server == nullptr) return 0;
   server->GetHealthCheckService()->SetServingStatus(false);
   const absl::Time end = absl::Now() + drain;
@@ -71,6 +73,11 @@ int StopGrpcServer(grpc::Server* server, DrainGate& gate, absl::Duration drain,
     return cut;
   }
   const int cut = gate.DrainFor(end - absl::Now(), held) ? 0 : gate.in_flight();
+  if (cut > 0 && cut_calls != nullptr) {
+    cut_calls();
+    // Their answers go out before gRPC cancels what is left.
+    gate.DrainFor(absl::Seconds(1));
+  }
   // gRPC's own shutdown would also wait for idle client connections to
   // close; the calls are done (or out of time), so stop now.
   server->Shutdown(std::chrono::system_clock::now());
@@ -82,9 +89,17 @@ std::string DrainCutLine(int cut, absl::Duration drain) {
   if (cut <= 0) return "";
   return absl::StrCat("the drain ended after --drain_seconds=", absl::ToDoubleSeconds(drain),
                       " with ", cut, cut == 1 ? " call" : " calls",
-                      " still running: cut, its callers get UNAVAILABLE (a call without side "
-                      "effects may be sent again from its start); make --drain_seconds at least "
-                      "the handlers' longest run (--max_call_seconds)");
+                      " still running: cut, its callers get UNAVAILABLE, reason DRAIN_CUT (a call "
+                      "without side effects may be sent again from its start); make "
+                      "--drain_seconds at least the handlers' longest run (--max_call_seconds)");
+}
+
+absl::Status DrainCutError(absl::string_view who, absl::Duration drain) {
+  return WithReason(absl::UnavailableError(absl::StrCat(
+                        "this ", who, "'s drain for shutdown ran out (--drain_seconds=",
+                        absl::ToDoubleSeconds(drain),
+                        ") while the call ran: it was cut, and its handler may have run in part.")),
+                    ErrorReason::kDrainCut);
 }
 
 }  // namespace farcall

@@ -61,12 +61,22 @@ absl::StatusOr<RunningServer> StartGrpcServer(
 // Returns how many calls were still in flight when the drain ended (cut).
 // `held`: as DrainFor's (an agent holding resident arrays drains until its
 // clients have moved them).
+// `cut_calls` (without GOAWAY only): run when the drain ends with calls in
+// flight, before gRPC cancels them, so that the server answers each itself
+// (DrainCutError); they are given up to a second to leave.
 int StopGrpcServer(grpc::Server* server, DrainGate& gate, absl::Duration drain,
                    absl::Duration goaway_after = absl::InfiniteDuration(),
-                   const std::function<bool()>& held = nullptr);
+                   const std::function<bool()>& held = nullptr,
+                   const std::function<void()>& cut_calls = nullptr);
 
 // The warning line for `cut` calls cut by a drain of `drain` (none: "").
 std::string DrainCutLine(int cut, absl::Duration drain);
+
+// The answer to a call that `who` ("agent" or "router") cut because its
+// drain of `drain` ran out while the call ran: UNAVAILABLE, marked
+// ErrorReason::kDrainCut (it may have run in part: only a call without side
+// effects is sent again).
+absl::Status DrainCutError(absl::string_view who, absl::Duration drain);
 
 }  // namespace farcall
 

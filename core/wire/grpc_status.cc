@@ -42,6 +42,7 @@ FARCALL_SAME_REASON(HANDLER_ERROR, kHandlerError);
 FARCALL_SAME_REASON(ROUTER_DRAINING, kRouterDraining);
 FARCALL_SAME_REASON(ALIASED_ARG_OVERWRITTEN, kAliasedArgOverwritten);
 FARCALL_SAME_REASON(RESIDENT_LOST, kResidentLost);
+FARCALL_SAME_REASON(DRAIN_CUT, kDrainCut);
 #undef FARCALL_SAME_REASON
 
 constexpr char kErrorDetailType[] = "type.googleapis.com/farcall.v1.ErrorDetail";

@@ -147,18 +147,24 @@ def test_a_held_python_handler_blocks_no_native_handler(gate):
         assert s.stop() == 0, s.output()
 
 
-def test_a_call_cut_by_the_drain_is_logged(gate):
+def test_a_call_cut_by_the_drain_is_answered_and_logged(gate):
     """SIGTERM with a call held in its handler past --drain_seconds: the
-    call is cut (its caller gets an error), and the agent says so in one
-    warning line naming the count and the flags to size."""
+    call is cut, its caller gets the contract's UNAVAILABLE (reason
+    DRAIN_CUT: it may have run, so a call with side effects is not sent
+    again), and the agent says so in one warning line naming the count and
+    the flags to size."""
     s = start_python_agent("--drain_seconds=0.5")
     try:
         client = farcall.Client(s.address)
-        held = client.call_async("py_gate", results=[])
+        held = client.call_async("py_gate", results=[], has_side_effect=True)
         gate.wait_entered()
         s.proc.send_signal(signal.SIGTERM)
-        with pytest.raises(farcall.Error):
+        with pytest.raises(farcall.UnavailableError) as e:
             held.result(timeout=30)
+        assert e.value.message == (
+            "this agent's drain for shutdown ran out (--drain_seconds=0.5) while the call ran: "
+            "it was cut, and its handler may have run in part."), e.value
+        assert not e.value.did_not_run
     finally:
         gate.release_all()
         s.stop()
