@@ -5,6 +5,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -18,13 +19,20 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "openssl/err.h"
+#include "openssl/ssl.h"
 
 namespace farcall {
 namespace {
+
+struct SslFree {
+  void operator()(SSL* s) const { SSL_free(s); }
+};
 
 struct Connection {
   int fd = -1;
@@ -35,7 +43,45 @@ struct Connection {
   std::string out;
   size_t sent = 0;
   bool answering = false;
+  std::unique_ptr<SSL, SslFree> ssl;  // null: plain HTTP
+  // What TLS waits for before it can go on (POLLIN or POLLOUT), when that
+  // is not what the connection's phase would wait for; 0: nothing else.
+  short tls_wants = 0;
 };
+
+// What `c` waits for in poll.
+short PollEvents(const Connection& c) {
+  if (c.tls_wants != 0) return c.tls_wants;
+  return c.answering ? POLLOUT : POLLIN;
+}
+
+// After an SSL_read or SSL_write that returned `n` <= 0: true (keep the
+// connection) when TLS only waits for the socket, noting which way.
+bool TlsWaits(Connection& c, int n) {
+  switch (SSL_get_error(c.ssl.get(), n)) {
+    case SSL_ERROR_WANT_READ:
+      c.tls_wants = POLLIN;
+      return true;
+    case SSL_ERROR_WANT_WRITE:
+      c.tls_wants = POLLOUT;
+      return true;
+    default:  // a failed handshake, a close, a broken record
+      ERR_clear_error();
+      return false;
+  }
+}
+
+// The value of the request's `name` header (lower case), "" when absent.
+std::string HeaderValue(absl::string_view request, absl::string_view name) {
+  for (absl::string_view line : absl::StrSplit(request, "\r\n")) {
+    const size_t colon = line.find(':');
+    if (colon == absl::string_view::npos || !absl::EqualsIgnoreCase(line.substr(0, colon), name)) {
+      continue;
+    }
+    return std::string(absl::StripAsciiWhitespace(line.substr(colon + 1)));
+  }
+  return "";
+}
 
 const char* Reason(int code) {
   switch (code) {
@@ -43,6 +89,8 @@ const char* Reason(int code) {
       return "OK";
     case 400:
       return "Bad Request";
+    case 401:
+      return "Unauthorized";
     case 404:
       return "Not Found";
     case 405:
@@ -55,10 +103,10 @@ const char* Reason(int code) {
 }
 
 std::string Render(const HttpResponse& r, bool head_only) {
-  std::string text =
-      absl::StrCat("HTTP/1.1 ", r.code, " ", Reason(r.code), "\r\nContent-Type: ", r.content_type,
-                   "\r\nContent-Length: ", r.body.size(),
-                   "\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n");
+  std::string text = absl::StrCat(
+      "HTTP/1.1 ", r.code, " ", Reason(r.code), "\r\nContent-Type: ", r.content_type,
+      "\r\nContent-Length: ", r.body.size(), "\r\nCache-Control: no-store\r\nConnection: close\r\n",
+      r.code == 401 ? "WWW-Authenticate: Bearer realm=\"farcall\"\r\n" : "", "\r\n");
   if (!head_only) text += r.body;
   return text;
 }
@@ -94,6 +142,7 @@ bool SplitHostPort(const std::string& listen, std::string* host, std::string* po
 struct HttpServer::Impl {
   Handler handler;
   Limits limits;
+  Access access;
   int listen_fd = -1;
   int wake_fd = -1;
   int port = 0;
@@ -112,6 +161,7 @@ struct HttpServer::Impl {
   }
 
   void Close(std::list<Connection>::iterator it) {
+    it->ssl.reset();
     close(it->fd);
     connections.erase(it);
   }
@@ -156,8 +206,18 @@ struct HttpServer::Impl {
         close(fd);
         continue;
       }
+      if (access.tls != nullptr) {
+        std::shared_ptr<ssl_ctx_st> ctx = access.tls();
+        if (ctx != nullptr) c.ssl.reset(SSL_new(ctx.get()));
+        if (c.ssl == nullptr || SSL_set_fd(c.ssl.get(), fd) != 1) {
+          ERR_clear_error();
+          close(fd);
+          continue;
+        }
+        SSL_set_accept_state(c.ssl.get());  // the handshake comes with the first read
+      }
       c.accepted = now;
-      c.deadline = now + limits.read_request;
+      c.deadline = now + limits.read_request;  // the handshake's time counts too
       connections.push_back(std::move(c));
     }
   }
@@ -166,10 +226,26 @@ struct HttpServer::Impl {
   // False when the connection is to be closed.
   bool Read(Connection& c, absl::Time now) {
     char buf[4096];
-    const ssize_t n = recv(c.fd, buf, sizeof(buf), 0);
-    if (n == 0) return false;
-    if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
-    c.in.append(buf, static_cast<size_t>(n));
+    if (c.ssl != nullptr) {
+      // TLS holds decrypted bytes poll cannot see: read until it waits (or
+      // the request is too long to be one).
+      c.tls_wants = 0;
+      for (;;) {
+        const int n = SSL_read(c.ssl.get(), buf, sizeof(buf));
+        if (n <= 0) {
+          if (!TlsWaits(c, n)) return false;
+          break;
+        }
+        c.in.append(buf, static_cast<size_t>(n));
+        if (c.in.size() > limits.max_request_bytes) break;
+      }
+      if (c.tls_wants == POLLIN) c.tls_wants = 0;  // what a request's read waits for anyway
+    } else {
+      const ssize_t n = recv(c.fd, buf, sizeof(buf), 0);
+      if (n == 0) return false;
+      if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+      c.in.append(buf, static_cast<size_t>(n));
+    }
     const size_t end = c.in.find("\r\n\r\n");
     if (end == std::string::npos) {
       if (c.in.size() > limits.max_request_bytes) Answer(c, now, {431, "text/plain", ""}, false);
@@ -181,6 +257,10 @@ struct HttpServer::Impl {
       Answer(c, now, {400, "text/plain; charset=utf-8", "bad request\n"}, false);
     } else if (parts[0] != "GET" && parts[0] != "HEAD") {
       Answer(c, now, {405, "text/plain; charset=utf-8", "GET or HEAD only\n"}, false);
+    } else if (access.authorized != nullptr &&
+               !access.authorized(HeaderValue(c.in.substr(0, end), "authorization"))) {
+      Answer(c, now, {401, "text/plain; charset=utf-8", "a known bearer token is required\n"},
+             false);
     } else {
       const std::string path = parts[1].substr(0, parts[1].find('?'));
       Answer(c, now, handler(path), parts[0] == "HEAD");
@@ -192,12 +272,24 @@ struct HttpServer::Impl {
     c.out = Render(r, head_only);
     c.answering = true;
     c.deadline = now + limits.write_response;
-    shutdown(c.fd, SHUT_RD);
+    if (c.ssl == nullptr) shutdown(c.fd, SHUT_RD);  // TLS may still need to read while it writes
   }
 
   // Sends what is left of `c`'s answer; false once it is all sent (or the
   // peer is gone).
   bool Write(Connection& c) {
+    if (c.ssl != nullptr) {
+      c.tls_wants = 0;
+      while (c.sent < c.out.size()) {
+        const int n = SSL_write(c.ssl.get(), c.out.data() + c.sent,
+                                static_cast<int>(std::min<size_t>(c.out.size() - c.sent, 1 << 20)));
+        if (n <= 0) return TlsWaits(c, n);
+        c.sent += static_cast<size_t>(n);
+      }
+      SSL_shutdown(c.ssl.get());  // close_notify, best effort: the socket closes next
+      ERR_clear_error();
+      return false;
+    }
     const ssize_t n = send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL);
     if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
     c.sent += static_cast<size_t>(n);
@@ -215,7 +307,7 @@ struct HttpServer::Impl {
       fds.push_back({wake_fd, POLLIN, 0});
       fds.push_back({listen_fd, POLLIN, 0});
       for (auto it = connections.begin(); it != connections.end(); ++it) {
-        fds.push_back({it->fd, static_cast<short>(it->answering ? POLLOUT : POLLIN), 0});
+        fds.push_back({it->fd, PollEvents(*it), 0});
         by_index.push_back(it);
         next = std::min(next, it->deadline);
       }
@@ -259,7 +351,8 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
 }
 
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& listen,
-                                                              Handler handler, Limits limits) {
+                                                              Handler handler, Limits limits,
+                                                              Access access) {
   auto fail = [&](const std::string& why) { return absl::UnavailableError(why); };
   std::string host, port;
   if (!SplitHostPort(listen, &host, &port)) return fail("not HOST:PORT");
@@ -274,6 +367,10 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
   auto impl = std::make_unique<Impl>();
   impl->handler = std::move(handler);
   impl->limits = limits;
+  impl->access = std::move(access);
+  // OpenSSL writes with write(2), not send(MSG_NOSIGNAL): a scraper that
+  // hangs up mid-handshake must not kill the process with SIGPIPE.
+  if (impl->access.tls != nullptr) signal(SIGPIPE, SIG_IGN);
   std::string why = "no address";
   for (addrinfo* a = found; a != nullptr && impl->listen_fd < 0; a = a->ai_next) {
     const int fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);

@@ -7,6 +7,11 @@
 // takes the place of the oldest one still sending its request. Requests are
 // GET or HEAD, answered once with `Connection: close`.
 //
+// Access (optional): TLS, with a context asked for at each new connection
+// (so that a certificate reloaded meanwhile serves the next one), whose
+// handshake counts within read_request; and a check of each request's
+// Authorization header, 401 when it fails.
+//
 //   auto server = HttpServer::Start("127.0.0.1:0", [](absl::string_view path) {
 //     return HttpResponse{200, "text/plain", "hello\n"};
 //   });
@@ -24,6 +29,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+
+struct ssl_ctx_st;  // OpenSSL's SSL_CTX
 
 namespace farcall {
 
@@ -50,13 +57,22 @@ class HttpServer {
   };
   // Serves `path` (the request's path, without its query) by `handler`.
   using Handler = std::function<HttpResponse(absl::string_view path)>;
+  struct Access {
+    // Non-null: connections speak TLS, in the context this gives for each
+    // new one (null from it: the connection is closed).
+    std::function<std::shared_ptr<ssl_ctx_st>()> tls;
+    // Non-null: a request is served only if this is true of its
+    // Authorization header ("" when it has none); else 401.
+    std::function<bool(absl::string_view authorization)> authorized;
+  };
 
   // `listen` is HOST:PORT or [IPV6]:PORT; port 0 picks a free one.
   // UNAVAILABLE saying why when it cannot be bound.
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(const std::string& listen,
                                                            Handler handler);
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(const std::string& listen,
-                                                           Handler handler, Limits limits);
+                                                           Handler handler, Limits limits,
+                                                           Access access = {});
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;

@@ -106,14 +106,15 @@ Histogram HistogramFamily::With(const std::vector<std::string>& values) {
 }
 
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
-    const std::string& given, std::map<std::string, PageSource> pages) {
+    const std::string& given, std::map<std::string, PageSource> pages, HttpServer::Access access) {
   // A bare port ("9100" or ":9100") is loopback's: exposing metrics to the
   // network takes an explicit host (0.0.0.0:9100).
   std::string listen = given;
   if (listen.find(':') == std::string::npos) listen = "127.0.0.1:" + listen;
   if (listen.front() == ':') listen = "127.0.0.1" + listen;
   auto server = HttpServer::Start(
-      listen, [pages = std::move(pages)](absl::string_view path) { return Serve(pages, path); });
+      listen, [pages = std::move(pages)](absl::string_view path) { return Serve(pages, path); },
+      HttpServer::Limits(), std::move(access));
   if (!server.ok()) {
     return absl::UnavailableError(
         absl::StrCat("cannot serve metrics on ", listen, ": ", server.status().message()));

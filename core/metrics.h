@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/http_server.h"
 
 namespace prometheus {
 class Counter;
@@ -116,8 +117,10 @@ class MetricsServer {
  public:
   // `listen` is HOST:PORT, or a bare PORT (or :PORT), which binds loopback
   // only. Port 0 picks a free one.
+  // `access`: TLS and who may read (by default plain HTTP, open).
   static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(
-      const std::string& listen, std::map<std::string, PageSource> pages = {});
+      const std::string& listen, std::map<std::string, PageSource> pages = {},
+      HttpServer::Access access = {});
   virtual ~MetricsServer() = default;
   virtual int port() const = 0;
 };

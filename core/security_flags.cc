@@ -3,8 +3,10 @@
 #include <string>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "core/log.h"
@@ -23,6 +25,15 @@ ABSL_FLAG(std::string, capability_signing_key_file, "",
 ABSL_FLAG(std::string, capability_verify_keys_file, "",
           "agent: PEM Ed25519 public keys (one or more; openssl pkey -in KEY -pubout) that "
           "capabilities may be signed with");
+ABSL_FLAG(bool, metrics_tls, false,
+          "serve the metrics port (--metrics_listen) over TLS, with --tls_cert and --tls_key "
+          "(reloaded with them)");
+ABSL_FLAG(std::string, metrics_client_ca, "",
+          "with --metrics_tls: require on the metrics port a client certificate that this PEM CA "
+          "signed (read again when it changes)");
+ABSL_FLAG(std::string, metrics_tokens_file, "",
+          "with --metrics_tls: require on the metrics port a bearer token that this tokens file "
+          "lists (as --tokens_file's lines; reloaded when it changes)");
 ABSL_FLAG(std::string, capability_key_file, "",
           "replaced: see --capability_signing_key_file (routers) and "
           "--capability_verify_keys_file (agents)");
@@ -59,6 +70,85 @@ void ExportCertificateExpiry(const ServerTlsFiles& files) {
     log::Warning(absl::StrCat("the certificate in --tls_cert (", path, ") expires on ", when,
                               ", in less than 14 days: renew it."));
   }
+}
+
+// The metrics port's client CA (--metrics_client_ca), read again at most
+// once a second while connections come: a rotated CA takes the next ones.
+// Bytes that are not PEM certificates, or a file that cannot be read, leave
+// the CA read before in use.
+class MetricsClientCa {
+ public:
+  explicit MetricsClientCa(std::string path) : path_(std::move(path)) {}
+  absl::Status Load() {
+    absl::StatusOr<std::string> pem = ReadPemFile(path_, "--metrics_client_ca");
+    if (!pem.ok()) return pem.status();
+    absl::MutexLock l(&mu_);
+    pem_ = *std::move(pem);
+    read_at_ = absl::Now();
+    return absl::OkStatus();
+  }
+  std::string Current() {
+    absl::MutexLock l(&mu_);
+    if (absl::Now() - read_at_ >= absl::Seconds(1)) {
+      read_at_ = absl::Now();
+      absl::StatusOr<std::string> pem = ReadPemFile(path_, "--metrics_client_ca");
+      if (pem.ok() && absl::StrContains(*pem, "-----BEGIN CERTIFICATE-----"))
+        pem_ = *std::move(pem);
+    }
+    return pem_;
+  }
+
+ private:
+  const std::string path_;
+  absl::Mutex mu_;
+  std::string pem_ ABSL_GUARDED_BY(mu_);
+  absl::Time read_at_ ABSL_GUARDED_BY(mu_);
+};
+
+// --metrics_tls, --metrics_client_ca and --metrics_tokens_file into `s`
+// (whose TLS files are read by now).
+absl::Status MetricsAccessFromFlags(ServerSecurity& s) {
+  const std::string ca_path = absl::GetFlag(FLAGS_metrics_client_ca);
+  const std::string tokens_path = absl::GetFlag(FLAGS_metrics_tokens_file);
+  if (!absl::GetFlag(FLAGS_metrics_tls)) {
+    if (!ca_path.empty() || !tokens_path.empty()) {
+      return absl::InvalidArgumentError(
+          "--metrics_client_ca and --metrics_tokens_file need --metrics_tls: over plain HTTP a "
+          "bearer token can be read by anyone on the way.");
+    }
+    return absl::OkStatus();
+  }
+  if (s.tls_files == nullptr) {
+    return absl::InvalidArgumentError(
+        "--metrics_tls serves the metrics port with this server's certificate: it needs "
+        "--tls_cert and --tls_key.");
+  }
+  std::shared_ptr<MetricsClientCa> ca;
+  if (!ca_path.empty()) {
+    ca = std::make_shared<MetricsClientCa>(ca_path);
+    if (absl::Status loaded = ca->Load(); !loaded.ok()) return loaded;
+  }
+  // Checked now, so that a CA without certificates stops the process.
+  absl::StatusOr<std::shared_ptr<ssl_ctx_st>> first =
+      s.tls_files->HttpContext(ca != nullptr ? ca->Current() : "");
+  if (!first.ok()) return first.status();
+  s.metrics_access.tls = [files = s.tls_files, ca]() -> std::shared_ptr<ssl_ctx_st> {
+    absl::StatusOr<std::shared_ptr<ssl_ctx_st>> ctx =
+        files->HttpContext(ca != nullptr ? ca->Current() : "");
+    return ctx.ok() ? *ctx : nullptr;
+  };
+  if (!tokens_path.empty()) {
+    absl::StatusOr<TokenTable> t = TokenTable::Load(tokens_path);
+    if (!t.ok()) {
+      return absl::Status(t.status().code(),
+                          absl::StrCat("--metrics_tokens_file: ", t.status().message()));
+    }
+    s.metrics_tokens = *std::move(t);
+    s.metrics_access.authorized = [tokens = s.metrics_tokens](absl::string_view authorization) {
+      return tokens.Authenticate(authorization).ok();
+    };
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -122,6 +212,7 @@ absl::StatusOr<ServerSecurity> ServerSecurityFromFlags(ServerRole role) {
         absl::StrCat("trusting capabilities signed with key(s) ", KeyIds(*k), " (", verify, ")"));
     s.verifier = *std::move(k);
   }
+  if (absl::Status m = MetricsAccessFromFlags(s); !m.ok()) return m;
   return s;
 }
 
@@ -136,13 +227,14 @@ metrics::Counter ReloadFailures(const char* file) {
   return family->With({file});
 }
 
+// `file`: "tokens", or "metrics_tokens".
 void ReloadTokens(const TokenTable& tokens, bool force,
-                  const std::function<bool(const std::string&)>& serves) {
+                  const std::function<bool(const std::string&)>& serves, const char* file) {
   if (tokens.path().empty()) return;
   absl::StatusOr<bool> r = tokens.Reload(force);
   if (!r.ok()) {
-    ReloadFailures("tokens").Increment();
-    log::Error(absl::StrCat("reloading the tokens failed; the ", tokens.size(),
+    ReloadFailures(file).Increment();
+    log::Error(absl::StrCat("reloading the ", file, " failed; the ", tokens.size(),
                             " token(s) loaded before stay in use: ", r.status().message()));
     return;
   }
@@ -200,16 +292,20 @@ void WarnOfUnservedHandlers(const TokenTable& tokens,
   }
 }
 
-ReloadableFiles ServerSecurity::reloadable() const { return {tokens, tls_files, signer, verifier}; }
+ReloadableFiles ServerSecurity::reloadable() const {
+  return {tokens, tls_files, signer, verifier, nullptr, metrics_tokens};
+}
 
 void ExportReloadMetrics() {
-  for (const char* file : {"tokens", "tls", "capability_signing_key", "capability_verify_keys"}) {
+  for (const char* file :
+       {"tokens", "tls", "capability_signing_key", "capability_verify_keys", "metrics_tokens"}) {
     ReloadFailures(file).Increment(0);
   }
 }
 
 void ReloadFiles(const ReloadableFiles& files, bool force) {
-  ReloadTokens(files.tokens, force, files.serves);
+  ReloadTokens(files.tokens, force, files.serves, "tokens");
+  ReloadTokens(files.metrics_tokens, force, nullptr, "metrics_tokens");
   if (files.tls != nullptr) ReloadTls(*files.tls, force);
   if (files.signer.has_value()) {
     ReloadCapabilityKeys(*files.signer, "capability_signing_key", force);

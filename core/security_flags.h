@@ -6,7 +6,13 @@
 //   --capability_signing_key_file   a router's Ed25519 private key, which
 //                             mints capabilities (core/capability.h);
 //   --capability_verify_keys_file   an agent's trusted public keys, which
-//                             verify them.
+//                             verify them;
+//   --metrics_tls             serve the metrics port over TLS with
+//                             --tls_cert and --tls_key (reloaded with them);
+//   --metrics_client_ca       with it, require a client certificate this CA
+//                             signed there;
+//   --metrics_tokens_file     with it, require a bearer token this tokens
+//                             file lists there.
 // (--capability_key_file, the shared secret these replaced, stops the
 // process, naming them.)
 // Each fails closed: a file given but unreadable, empty or weak stops the
@@ -21,6 +27,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/capability.h"
+#include "core/http_server.h"
 #include "core/tokens.h"
 #include "core/wire/security.h"
 #include "core/wire/server_tls.h"
@@ -38,6 +45,7 @@ struct ReloadableFiles {
   // one it does not is warned of, at start and on each reload (null: a
   // router, whose agents' handlers vary).
   std::function<bool(const std::string&)> serves;
+  TokenTable metrics_tokens;  // --metrics_tokens_file's
 };
 
 // Warns, one line per handler, of the handlers `tokens` names that
@@ -58,6 +66,10 @@ struct ServerSecurity {
   bool require_client_cert = false;            // callers need a certificate
   std::optional<CapabilitySigner> signer;      // a router's, or none
   std::optional<CapabilityVerifier> verifier;  // an agent's, or none
+  // Who may read the metrics port (/metrics, a router's status page): by
+  // default anyone who reaches it, over plain HTTP.
+  HttpServer::Access metrics_access;
+  TokenTable metrics_tokens;  // what metrics_access.authorized checks
 
   ReloadableFiles reloadable() const;
   // Whether callers must prove who they are: a token or a client

@@ -316,6 +316,8 @@ absl::StatusOr<AgentServer::Options> AgentOptionsFromFlags() {
   options.tls_files = security.tls_files;
   options.tokens = std::move(security.tokens);
   options.verifier = std::move(security.verifier);
+  options.metrics_access = std::move(security.metrics_access);
+  options.metrics_tokens = std::move(security.metrics_tokens);
   options.workers = absl::GetFlag(FLAGS_workers);
   options.tenant_spare_workers = absl::GetFlag(FLAGS_tenant_spare_workers);
   if (options.tenant_spare_workers < -1) {

@@ -32,8 +32,9 @@ int main(int argc, char** argv) {
   }
   // Shares its tokens and TLS files with the server's: a reload here is the
   // server's too.
-  farcall::ReloadableFiles files{options->tokens, options->tls_files, std::nullopt,
-                                 options->verifier};
+  farcall::ReloadableFiles files{options->tokens, options->tls_files,
+                                 std::nullopt,    options->verifier,
+                                 nullptr,         options->metrics_tokens};
   farcall::ExportReloadMetrics();
   auto server = farcall::agent::AgentServer::Start(*std::move(options));
   if (!server.ok()) {

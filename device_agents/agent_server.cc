@@ -154,7 +154,9 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(Options options)
     FARCALL_RETURN_IF_ERROR(state.registry.Disable(name));
   }
   if (!options.metrics_listen.empty()) {
-    FARCALL_ASSIGN_OR_RETURN(impl->metrics, metrics::MetricsServer::Start(options.metrics_listen));
+    FARCALL_ASSIGN_OR_RETURN(
+        impl->metrics,
+        metrics::MetricsServer::Start(options.metrics_listen, {}, options.metrics_access));
   }
   // Every platform: a device agent copies a call's tensors between the
   // client's region and device memory on the call's stream (AgentCall).

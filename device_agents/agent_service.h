@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/http_server.h"
 #include "core/wire/grpc_server.h"
 #include "core/wire/protocol.h"
 #include "core/wire/server_tls.h"
@@ -50,6 +51,9 @@ class AgentServer {
     std::vector<std::string> plugins;
     // HOST:PORT for Prometheus' /metrics; empty: not served.
     std::string metrics_listen;
+    // TLS and who may read it (--metrics_tls ...; by default plain, open).
+    HttpServer::Access metrics_access;
+    TokenTable metrics_tokens;  // what metrics_access checks, reloaded
     // Unix socket for same-host shared memory: "auto" (an abstract socket
     // with a random name), "@name", a path, or empty for none. Offered
     // on platforms whose memory the host addresses (cpu).

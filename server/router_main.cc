@@ -148,6 +148,7 @@ int main(int argc, char** argv) {
     options.credentials = std::move(security.credentials);
     options.tokens = std::move(security.tokens);
     options.signer = std::move(security.signer);
+    options.metrics_access = std::move(security.metrics_access);
     FARCALL_ASSIGN_OR_RETURN(options.pool.credentials,
                              farcall::ChannelCredentials({absl::GetFlag(FLAGS_agent_tls_cert),
                                                           absl::GetFlag(FLAGS_agent_tls_key),

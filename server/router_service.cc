@@ -751,8 +751,9 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(Options option
       RouterStatus r{Version(), self->started, self->gate.draining()};
       return metrics::Page{"application/json", StatusJson(r, self->pool->Status(), absl::Now())};
     };
-    FARCALL_ASSIGN_OR_RETURN(impl->metrics,
-                             metrics::MetricsServer::Start(options.metrics_listen, pages));
+    FARCALL_ASSIGN_OR_RETURN(
+        impl->metrics,
+        metrics::MetricsServer::Start(options.metrics_listen, pages, options.metrics_access));
   }
   impl->service = std::make_unique<RouterService>(
       Shared{impl->pool.get(), options.max_call_bytes, options.header_limits, &impl->tokens,

@@ -19,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/capability.h"
+#include "core/http_server.h"
 #include "core/tokens.h"
 #include "core/wire/grpc_server.h"
 #include "core/wire/header_limits.h"
@@ -50,6 +51,9 @@ class RouterServer {
     AgentPool::Options pool;
     // HOST:PORT for Prometheus' /metrics; empty: not served.
     std::string metrics_listen;
+    // TLS and who may read it (--metrics_tls ...; by default plain, open).
+    HttpServer::Access metrics_access;
+    TokenTable metrics_tokens;  // what metrics_access checks, reloaded
     // Calls one tenant may have in flight through the router (0: no
     // limit; a tokens-file line's max_calls= wins), and tenants with a
     // `tenant` label value of their own.

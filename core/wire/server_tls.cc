@@ -21,6 +21,7 @@
 #include "openssl/err.h"
 #include "openssl/evp.h"
 #include "openssl/pem.h"
+#include "openssl/ssl.h"
 #include "openssl/x509.h"
 
 namespace farcall {
@@ -200,6 +201,7 @@ absl::StatusOr<std::shared_ptr<ServerTlsFiles>> ServerTlsFiles::Create(const Ser
   }
   files->tried_ = raw->digest;
   files->not_after_ = checked->not_after;
+  files->identity_ = checked->identity;
 
   const std::string identity_path = PathOf(files->identity_fd_);
   auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
@@ -254,12 +256,66 @@ absl::StatusOr<bool> ServerTlsFiles::Reload(bool force) {
     return s;
   }
   not_after_ = checked->not_after;
+  identity_ = checked->identity;
   return true;
 }
 
 absl::Time ServerTlsFiles::not_after() const {
   absl::MutexLock lock(&mu_);
   return not_after_;
+}
+
+absl::StatusOr<std::shared_ptr<ssl_ctx_st>> ServerTlsFiles::HttpContext(
+    const std::string& client_ca_pem) {
+  std::string identity;
+  {
+    absl::MutexLock lock(&mu_);
+    identity = identity_;
+  }
+  absl::MutexLock lock(&http_mu_);
+  if (http_context_ != nullptr && identity == http_identity_ && client_ca_pem == http_ca_) {
+    return http_context_;
+  }
+  auto refused = [](const char* what) {
+    ERR_clear_error();
+    return absl::InternalError(absl::StrCat("OpenSSL refused ", what, " for the metrics port."));
+  };
+  std::shared_ptr<SSL_CTX> ctx(SSL_CTX_new(TLS_server_method()), SSL_CTX_free);
+  if (ctx == nullptr) return refused("a TLS context");
+  SSL_CTX_set_min_proto_version(ctx.get(), TLS1_2_VERSION);
+  // A scrape is one request per connection: no session tickets to resume
+  // with (nor their writes after the handshake).
+  SSL_CTX_set_num_tickets(ctx.get(), 0);
+  SSL_CTX_set_session_cache_mode(ctx.get(), SSL_SESS_CACHE_OFF);
+  SSL_CTX_set_mode(ctx.get(), SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  // identity_ was checked when it was read: the key, then the chain.
+  std::vector<X509Ptr> chain = Certificates(identity);
+  PkeyPtr key = PrivateKey(identity);
+  if (chain.empty() || key == nullptr || SSL_CTX_use_certificate(ctx.get(), chain[0].get()) != 1 ||
+      SSL_CTX_use_PrivateKey(ctx.get(), key.get()) != 1) {
+    return refused("the certificate and key");
+  }
+  for (size_t i = 1; i < chain.size(); ++i) {
+    if (SSL_CTX_add1_chain_cert(ctx.get(), chain[i].get()) != 1) return refused("the chain");
+  }
+  if (!client_ca_pem.empty()) {
+    std::vector<X509Ptr> cas = Certificates(client_ca_pem);
+    if (cas.empty()) {
+      return absl::InvalidArgumentError("--metrics_client_ca holds no PEM certificate.");
+    }
+    X509_STORE* store = SSL_CTX_get_cert_store(ctx.get());
+    for (const X509Ptr& ca : cas) {
+      if (X509_STORE_add_cert(store, ca.get()) != 1 ||
+          SSL_CTX_add_client_CA(ctx.get(), ca.get()) != 1) {
+        return refused("the client CA");
+      }
+    }
+    SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+  }
+  http_identity_ = std::move(identity);
+  http_ca_ = client_ca_pem;
+  http_context_ = std::move(ctx);
+  return http_context_;
 }
 
 }  // namespace farcall

@@ -18,6 +18,9 @@
 // changed under its read by that time, to the second), so gRPC never takes
 // a new key with an old certificate.
 //
+// The same files serve the metrics port over TLS too (HttpContext: an
+// OpenSSL context, built again once they changed).
+//
 // Thread safety: every method may be called from any thread.
 #ifndef FARCALL_CORE_WIRE_SERVER_TLS_H_
 #define FARCALL_CORE_WIRE_SERVER_TLS_H_
@@ -31,6 +34,8 @@
 #include "absl/time/time.h"
 #include "core/wire/security.h"
 #include "grpcpp/security/server_credentials.h"
+
+struct ssl_ctx_st;  // OpenSSL's SSL_CTX
 
 namespace farcall {
 
@@ -57,6 +62,14 @@ class ServerTlsFiles {
   // When the certificate in use (the chain's first) stops being valid.
   absl::Time not_after() const ABSL_LOCKS_EXCLUDED(mu_);
 
+  // A TLS 1.2+ server context with the certificate in use now, for the
+  // metrics port (HttpServer::Access::tls). With `client_ca_pem`, clients
+  // must show a certificate it signed. The same context comes back until
+  // the certificate or the CA changes. INVALID_ARGUMENT when the CA holds no
+  // certificate; INTERNAL when OpenSSL refuses the files.
+  absl::StatusOr<std::shared_ptr<ssl_ctx_st>> HttpContext(const std::string& client_ca_pem)
+      ABSL_LOCKS_EXCLUDED(mu_, http_mu_);
+
  private:
   explicit ServerTlsFiles(ServerTls tls) : tls_(std::move(tls)) {}
 
@@ -68,7 +81,13 @@ class ServerTlsFiles {
   // be read.
   std::string tried_ ABSL_GUARDED_BY(mu_);
   absl::Time not_after_ ABSL_GUARDED_BY(mu_);
+  std::string identity_ ABSL_GUARDED_BY(mu_);  // what identity_fd_ holds
   std::shared_ptr<grpc::ServerCredentials> credentials_;
+  // HttpContext's last context, and what it was built from.
+  absl::Mutex http_mu_;
+  std::string http_identity_ ABSL_GUARDED_BY(http_mu_);
+  std::string http_ca_ ABSL_GUARDED_BY(http_mu_);
+  std::shared_ptr<ssl_ctx_st> http_context_ ABSL_GUARDED_BY(http_mu_);
 };
 
 }  // namespace farcall

@@ -227,7 +227,8 @@ nb::object StartAgent(std::vector<std::string> argv,
     };
     options->in_process_handlers.push_back(std::move(h));
   }
-  ReloadableFiles files{options->tokens, options->tls_files, std::nullopt, options->verifier};
+  ReloadableFiles files{options->tokens, options->tls_files,     std::nullopt, options->verifier,
+                        nullptr,         options->metrics_tokens};
   ExportReloadMetrics();
   absl::StatusOr<std::unique_ptr<AgentServer>> server;
   {

@@ -51,7 +51,7 @@ ALLOWED_VOLUME_TYPES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemera
 # ReloadFiles), and files they read at start only. A Secret behind the first
 # kind is updated in place; one behind the second must roll its pods.
 RELOADED_FLAGS = {"tls_cert", "tls_key", "tls_ca", "tokens_file", "capability_signing_key_file",
-                  "capability_verify_keys_file"}
+                  "capability_verify_keys_file", "metrics_tokens_file", "metrics_client_ca"}
 START_ONLY_FLAGS = {"agent_token_file", "agent_tls_ca", "agent_tls_cert", "agent_tls_key"}
 DRAIN_SECONDS = 30  # --drain_seconds' default (core/limit_flags.cc)
 MAX_CALL_SECONDS = 3600  # --max_call_seconds' default (core/limit_flags.cc)
@@ -831,6 +831,49 @@ def test_tls_overlay_keeps_metrics_and_status_page_fenced(rendered):
         # moves it elsewhere.
         assert _flag(c["args"], "metrics_listen") is None, d["metadata"]["name"]
         assert d["spec"]["template"]["spec"].get("hostNetwork") is not True
+
+
+def test_tls_overlay_scrapes_metrics_over_https_with_a_token(rendered):
+    """In the TLS overlay every metrics port serves TLS and asks for the
+    metrics token, and the ServiceMonitors scrape every one of them over
+    https, checking the certificate's name, with that token."""
+    docs = rendered["tls"]
+    token_secrets = set()
+    for d in _by_kind(docs, "Deployment"):
+        name = d["metadata"]["name"]
+        c = d["spec"]["template"]["spec"]["containers"][0]
+        assert "--metrics_tls" in c["args"], f"{name}: --metrics_tls"
+        tokens = _flag(c["args"], "metrics_tokens_file")
+        assert tokens, f"{name}: --metrics_tokens_file"
+        mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+        (mount,) = [m for m in mounts if tokens.startswith(m + "/")]
+        volumes = {v["name"]: v for v in d["spec"]["template"]["spec"]["volumes"]}
+        secret = volumes[mounts[mount]]["secret"]
+        # The pods hold the tokens file (digests), never Prometheus' token.
+        assert [i["key"] for i in secret["items"]] == ["tokens"], name
+        token_secrets.add(secret["secretName"])
+    assert len(token_secrets) == 1, token_secrets
+    monitors = _by_kind(docs, "ServiceMonitor")
+    services = [s for s in _by_kind(docs, "Service")
+                if any(p["name"] == "metrics" for p in s["spec"]["ports"])]
+    scraped = {}
+    for sm in monitors:
+        selector = sm["spec"]["selector"]["matchLabels"]
+        for ep in sm["spec"]["endpoints"]:
+            assert ep["scheme"] == "https", sm["metadata"]["name"]
+            # The Secret whose "tokens" the pods check holds the scraper's "token".
+            assert ep["bearerTokenSecret"] == {"name": next(iter(token_secrets)), "key": "token"}
+            tls = ep["tlsConfig"]
+            assert tls["ca"]["secret"]["key"] == "ca.crt" and tls["serverName"], sm["metadata"]["name"]
+            for s in services:
+                if selector.items() <= s["metadata"].get("labels", {}).items():
+                    scraped.setdefault(s["metadata"]["name"], []).append(tls["serverName"])
+    assert sorted(scraped) == sorted(s["metadata"]["name"] for s in services), scraped
+    assert all(len(names) == 1 for names in scraped.values()), f"scraped twice: {scraped}"
+    # Each Service's pods are checked as the name their certificate holds.
+    for svc, (server_name,) in scraped.items():
+        component = "router" if svc == "farcall-router" else "agent"
+        assert server_name == f"farcall-{component}.{NAMESPACE}.svc", (svc, server_name)
 
 
 def test_cpu_agent_autoscaler_example(rendered):
