@@ -54,6 +54,22 @@ Options:
                       sandboxes (see below), print its path and exit
   --base-only         only make sure the base image exists (as below),
                       print its name and exit
+  --push=DEST         after building, push each image's :$VERSION (podman
+                      only) to DEST: a registry and path
+                      (registry.example.com/ml, pushed as
+                      DEST/farcall-IMAGE:$VERSION), or an OCI layout
+                      directory, oci:DIR (as DIR:farcall-IMAGE-$VERSION, to
+                      carry to an air-gapped registry), and write the
+                      digests podman reports into a kustomization (below)
+  --registry-name=NAME  the name the cluster pulls the images by, in that
+                      kustomization (default: DEST; needed with oci:DIR)
+  --digests-overlay=DIR  where that kustomization goes (default:
+                      deploy/k8s/release, which git ignores); it builds on
+                      --overlay-base and pins every image pushed to
+                      NAME/farcall-IMAGE@sha256:...
+  --overlay-base=DIR  the kustomization the digests overlay builds on
+                      (default: deploy/k8s; deploy/k8s/tls for TLS)
+  --no-build          push the images already in the store (with --push)
   -h, --help          this text
 
 Podman is pointed at a containers.conf (CONTAINERS_CONF, unless you set it)
@@ -78,6 +94,11 @@ engine=${FARCALL_CONTAINER_ENGINE:-}
 conf_only=false
 base_only=false
 extra_args=()
+push=""
+registry_name=""
+digests_overlay="$ROOT/deploy/k8s/release"
+overlay_base="$ROOT/deploy/k8s"
+build=true
 while (($#)); do
   case "$1" in
     --images=*) images=${1#*=} ;;
@@ -91,6 +112,11 @@ while (($#)); do
     --engine=*) engine=${1#*=} ;;
     --containers-conf) conf_only=true ;;
     --base-only) base_only=true ;;
+    --push=*) push=${1#*=} ;;
+    --registry-name=*) registry_name=${1#*=} ;;
+    --digests-overlay=*) digests_overlay=${1#*=} ;;
+    --overlay-base=*) overlay_base=${1#*=} ;;
+    --no-build) build=false ;;
     -h|--help) usage; exit 0 ;;
     *) usage >&2; die "unknown argument: $1" ;;
   esac
@@ -98,6 +124,17 @@ while (($#)); do
 done
 [ "$images" = all ] && images=$ALL_IMAGES
 [ -n "$VERSION" ] || die "no project(farcall VERSION ...) in $ROOT/CMakeLists.txt"
+if [ -n "$push" ]; then
+  case "$push" in
+    oci:?*) [ -n "$registry_name" ] ||
+      die "--push=$push writes an OCI layout: give --registry-name, the name the cluster pulls the images by" ;;
+    */*) [ -n "$registry_name" ] || registry_name=${push#docker://} ;;
+    *) die "--push=$push is neither a registry and path (registry.example.com/ml) nor oci:DIR" ;;
+  esac
+  [ -f "$overlay_base/kustomization.yaml" ] || die "--overlay-base=$overlay_base holds no kustomization.yaml"
+else
+  $build || die "--no-build only makes sense with --push"
+fi
 
 # Writes containers.conf into the cache folder and points CONTAINERS_CONF at
 # it, unless the caller already chose one.
@@ -236,7 +273,7 @@ if [ -n "$prebuilt" ]; then
   context_args=(--build-context "binaries=$stage" --build-context "binaries-rocm=$stage"
                 --build-context "binaries-cuda=$stage"
                 --build-arg "AGENT_EXTRA_PACKAGES=$agent_packages")
-else
+elif $build; then
   say "binaries: compiled from source in the builder stage (about 15 minutes on 2 cores the first time)"
 fi
 
@@ -257,6 +294,7 @@ for target in "${wanted[@]}"; do
     *",$target,"*) ;;
     *) die "unknown image '$target' (known: $ALL_IMAGES)" ;;
   esac
+  $build || continue
   name="localhost/farcall-$target:$tag"
   say "building $name and :$VERSION (target $target)"
   start=$SECONDS
@@ -273,10 +311,12 @@ done
 # Earlier builds of these images, now untagged, and their TARGET-root stages
 # would pile up in the store (CI builds on every run): remove them. The base
 # and the layers with the Debian packages stay cached.
-stale=$({ "$engine" images --filter dangling=true --filter label=org.opencontainers.image.title \
+stale=""
+$build && stale=$({ "$engine" images --filter dangling=true --filter label=org.opencontainers.image.title \
             --format '{{.ID}} {{index .Labels "org.opencontainers.image.title"}}' 2>/dev/null || true; } |
         awk '$2 ~ /^farcall-/ && $2 !~ /-root$/ {print $1}' | sort -u)
 for target in "${wanted[@]}"; do
+  $build || break
   keep=$(sed 's/^sha256://' "$ids/$target")
   for id in $({ "$engine" images --no-trunc --quiet --filter dangling=true \
                   --filter "label=org.opencontainers.image.title=farcall-$target-root" 2>/dev/null ||
@@ -291,7 +331,48 @@ if [ -n "$stale" ]; then
   "$engine" rmi $stale >/dev/null 2>&1 || true
 fi
 
-say "done: ${built[*]}"
-if [ "$engine" = podman ]; then
+((${#built[@]} == 0)) || say "done: ${built[*]}"
+if [ "$engine" = podman ] && ((${#built[@]})); then
   say "run them with: CONTAINERS_CONF=$CONTAINERS_CONF podman run --rm --read-only ${built[0]} --help"
 fi
+[ -n "$push" ] || exit 0
+
+# --- pushing, and the digests overlay -------------------------------------------
+# A tag can be moved; a digest cannot: the overlay pins each image to the
+# bytes that were pushed (and tested), whatever the tag comes to name later.
+[ "$engine" = podman ] || die "--push needs podman (it reports the digest it pushed)"
+pins=""
+for target in "${wanted[@]}"; do
+  source="localhost/farcall-$target:$VERSION"
+  image_exists "$source" || die "$source is not in the image store: build it first (without --no-build)"
+  case "$push" in
+    oci:*) dest="$push:farcall-$target-$VERSION"; mkdir -p "${push#oci:}" ;;
+    docker://*) dest="$push/farcall-$target:$VERSION" ;;
+    *) dest="docker://$push/farcall-$target:$VERSION" ;;
+  esac
+  say "pushing $source to $dest"
+  podman push --quiet --digestfile "$ids/$target.digest" "$source" "$dest" ||
+    die "pushing $source to $dest failed"
+  digest=$(cat "$ids/$target.digest")
+  [[ "$digest" =~ ^sha256:[0-9a-f]{64}$ ]] || die "podman reported no digest for $dest ('$digest')"
+  say "pushed $dest: $digest"
+  pins+=$'  - name: localhost/farcall-'"$target"$'\n    newName: '"$registry_name/farcall-$target"$'\n    digest: '"$digest"$'\n'
+done
+mkdir -p "$digests_overlay"
+overlay_file="$digests_overlay/kustomization.yaml"
+{
+  echo "# Written by deploy/build_images.sh --push: farcall $VERSION's images as"
+  echo "# pushed to $registry_name, pinned by digest, so that every pod runs the"
+  echo "# bytes that were pushed, whatever the tag comes to name. Apply with"
+  echo "#   kubectl apply -k $digests_overlay"
+  echo "# Images this run did not push keep their tag."
+  echo "apiVersion: kustomize.config.k8s.io/v1beta1"
+  echo "kind: Kustomization"
+  echo "resources:"
+  echo "  - $(realpath --relative-to="$digests_overlay" "$overlay_base")"
+  echo "images:"
+  printf '%s' "$pins"
+} >"$overlay_file.tmp"
+mv "$overlay_file.tmp" "$overlay_file"
+say "digests written to $overlay_file"
+

@@ -221,6 +221,45 @@ def test_cpu_image_carries_no_compiler(podman, images):
     assert not heavy, heavy
 
 
+def test_pushed_images_are_pinned_by_digest_in_an_overlay(podman, images, tmp_path):
+    """build_images.sh --push writes the digests it pushed into a
+    kustomization over deploy/k8s: the pushed images are pulled by those
+    digests from the registry named, the others keep their tag. (No registry
+    is reachable here: the push goes to an OCI layout, whose index names the
+    digest of each image it holds.)"""
+    from test_manifests import copy_of_k8s, render  # the manifests' renderer
+    k8s = copy_of_k8s(tmp_path)
+    layout = tmp_path / "layout"
+    pushed = ["router", "agent-cpu"]
+    r = subprocess.run(["bash", str(lib.DEPLOY / "build_images.sh"), "--no-build",
+                        "--images=" + ",".join(pushed), f"--push=oci:{layout}",
+                        "--registry-name=registry.example.com/ml",
+                        f"--digests-overlay={k8s / 'release'}", f"--overlay-base={k8s}"],
+                       capture_output=True, text=True, env=podman.env, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    index = json.loads((layout / "index.json").read_text())
+    digests = {m["annotations"]["org.opencontainers.image.ref.name"]: m["digest"]
+               for m in index["manifests"]}
+    version = re.search(r"^project\(farcall VERSION ([0-9.]+)",
+                        (lib.ROOT / "CMakeLists.txt").read_text(), re.M).group(1)
+    seen = set()
+    for d in render("release", k8s):
+        for c in d.get("spec", {}).get("template", {}).get("spec", {}).get("containers", []):
+            name = c["image"].split("/")[-1].split("@")[0].split(":")[0]
+            target = name.removeprefix("farcall-")
+            if target in pushed:
+                want = digests[f"farcall-{target}-{version}"]
+                assert c["image"] == f"registry.example.com/ml/farcall-{target}@{want}", c["image"]
+                seen.add(target)
+            else:
+                assert c["image"] == f"localhost/farcall-{target}:{version}", c["image"]
+    assert seen == set(pushed), seen
+    # Without a name to pull by, an OCI layout push is refused before it starts.
+    r = subprocess.run(["bash", str(lib.DEPLOY / "build_images.sh"), "--no-build",
+                        f"--push=oci:{layout}"], capture_output=True, text=True, env=podman.env)
+    assert r.returncode != 0 and "--registry-name" in r.stderr, r.stderr
+
+
 def test_images_are_labelled_and_tagged_with_the_version(podman, images):
     version = re.search(r"^project\(farcall VERSION ([0-9.]+)",
                         (lib.ROOT / "CMakeLists.txt").read_text(), re.M).group(1)

@@ -218,7 +218,9 @@ def render(rel: str, k8s: pathlib.Path | None = None) -> list[dict]:
         for d in docs:
             for c in _containers(d):
                 name, _, tag = c["image"].rpartition(":")
-                if name == img["name"]:
+                if name == img["name"] and "digest" in img:  # a digest wins over a tag
+                    c["image"] = f"{img.get('newName', name)}@{img['digest']}"
+                elif name == img["name"]:
                     c["image"] = f"{img.get('newName', name)}:{img.get('newTag', tag)}"
     if "namespace" in k:
         for d in docs:
