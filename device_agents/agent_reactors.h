@@ -6,13 +6,11 @@
 
 #include <functional>
 #include <memory>
-#include <set>
 #include <string>
 #include <utility>
-#include <vector>
 
-#include "absl/synchronization/mutex.h"
 #include "core/drain_gate.h"
+#include "core/live_calls.h"
 #include "core/ref_counted.h"
 #include "device_agents/agent_call.h"
 #include "device_agents/agent_service.h"
@@ -27,9 +25,10 @@ namespace farcall::agent {
 // A call in flight, which a drain that runs out ends itself (CutByDrain):
 // its caller then gets the status contract's answer, reason DRAIN_CUT,
 // rather than gRPC's own cancellation.
-class LiveCall : public WatchedCall {
+class LiveCall : public WatchedCall, public LiveCalls::Call {
  public:
-  virtual void CutByDrain(const absl::Status& why) = 0;
+  void Hold() override { Ref(); }
+  void Release() override { Unref(); }
 };
 
 struct Shared {
@@ -38,32 +37,8 @@ struct Shared {
   std::unique_ptr<WorkerPool> pool;
   IdleWatchdog* watchdog = nullptr;  // null: streams never time out
   // The calls in flight (from their start to OnDone), for a drain that
-  // runs out (CutLive).
-  absl::Mutex live_mu;
-  std::set<LiveCall*> live ABSL_GUARDED_BY(live_mu);
-  void AddLive(LiveCall* call) {
-    absl::MutexLock l(&live_mu);
-    live.insert(call);
-  }
-  void RemoveLive(LiveCall* call) {
-    absl::MutexLock l(&live_mu);
-    live.erase(call);
-  }
-  // Ends every call in flight with `why` (each held meanwhile).
-  void CutLive(const absl::Status& why) {
-    std::vector<LiveCall*> calls;
-    {
-      absl::MutexLock l(&live_mu);
-      for (LiveCall* c : live) {
-        c->Ref();
-        calls.push_back(c);
-      }
-    }
-    for (LiveCall* c : calls) {
-      c->CutByDrain(why);
-      c->Unref();
-    }
-  }
+  // runs out.
+  LiveCalls live;
   // Where a call's handler runs: its own threads (in-process handlers), or
   // the shared workers.
   WorkerPool& PoolFor(const AgentCall& call) {

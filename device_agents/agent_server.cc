@@ -241,7 +241,7 @@ void AgentServer::Shutdown() {
   const int cut = StopGrpcServer(
       impl_->server.get(), shared.gate, drain, absl::InfiniteDuration(),
       [residents] { return residents != nullptr && residents->count() > 0; },
-      [&shared, drain] { shared.CutLive(DrainCutError("agent", drain)); });
+      [&shared, drain] { shared.live.CutAll(DrainCutError("agent", drain)); });
   if (cut > 0) log::Warning(DrainCutLine(cut, impl_->drain));
   if (const int64_t n = residents != nullptr ? residents->count() : 0; n > 0) {
     log::Warning(absl::StrCat("the drain ended with ", n,

@@ -146,7 +146,7 @@ class AgentReactor : public GrpcReactor, public LiveCall {
     budget_.Withdraw(*shared_.state.admission);
   }
   void OnDone() override {
-    shared_.RemoveLive(this);
+    shared_.live.Remove(this);
     if (shared_.watchdog != nullptr) shared_.watchdog->Remove(this);
     if (entered_) shared_.gate.Leave();
     Resume();  // nothing waits on the client any more
@@ -239,7 +239,7 @@ class AgentReactor : public GrpcReactor, public LiveCall {
     return true;
   }
   void Watch() {
-    shared_.AddLive(this);
+    shared_.live.Add(this);
     if (shared_.watchdog != nullptr) shared_.watchdog->Add(this);
   }
   // While the agent drains it still takes the calls that name its resident

@@ -8,6 +8,7 @@
 #include "core/call_validation.h"
 #include "core/caller_slots.h"
 #include "core/error_reason.h"
+#include "core/live_calls.h"
 #include "core/log.h"
 #include "core/metrics.h"
 #include "core/ref_counted.h"
@@ -41,6 +42,7 @@ struct Shared {
   // empty to pass on each caller's.
   std::string agent_authorization;
   DrainGate* gate;  // closed at shutdown
+  LiveCalls* live;  // the calls in flight, for a drain that runs out
   // Each tenant's calls in flight through the router, and its default
   // limit (--tenant_max_calls; 0: none).
   CallerSlots* caller_slots;
@@ -255,7 +257,8 @@ std::shared_ptr<AgentHandle> TakeAgent(Route& route) {
 // agent's frames coming back (the read flow). Each is removed once, when
 // its flow can start nothing more; the attempt's OnDone comes after both.
 class ForwardingExecute final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
-                                public RefCounted {
+                                public RefCounted,
+                                public LiveCalls::Call {
  public:
   ForwardingExecute(Shared& shared, grpc::CallbackServerContext* ctx)
       : shared_(shared), server_ctx_(ctx), entered_(shared.gate->Enter()) {
@@ -264,8 +267,21 @@ class ForwardingExecute final : public grpc::ServerBidiReactor<grpc::ByteBuffer,
       FinishUp(Draining());
       return;
     }
+    shared_.live->Add(this);
     StartRead(&up_in_);
   }
+
+  // The router's drain ran out: the agent's stream is cancelled (its
+  // handler told to stop), and the caller gets `why` in place of what that
+  // leaves; an answer the agent already gave goes on to the caller.
+  void CutByDrain(const absl::Status& why) override {
+    absl::MutexLock l(&mu_);
+    if (finished_ || down_done_) return;
+    cut_ = why;
+    if (down_ != nullptr) down_->ctx.TryCancel();
+  }
+  void Hold() override { Ref(); }
+  void Release() override { Unref(); }
 
   void OnReadDone(bool ok) override {
     if (!routed_) {
@@ -324,7 +340,10 @@ class ForwardingExecute final : public grpc::ServerBidiReactor<grpc::ByteBuffer,
   }
 
   void OnDone() override {
-    if (entered_) shared_.gate->Leave();
+    if (entered_) {
+      shared_.live->Remove(this);
+      shared_.gate->Leave();
+    }
     Unref();
   }
 
@@ -368,7 +387,7 @@ class ForwardingExecute final : public grpc::ServerBidiReactor<grpc::ByteBuffer,
       down = down_ = attempts_.back().get();
       down->ctx.set_deadline(server_ctx_->deadline());
       AddAgentCredentials(shared_, route_, *agent, down->ctx);
-      if (cancelled_) down->ctx.TryCancel();
+      if (cancelled_ || !cut_.ok()) down->ctx.TryCancel();
       awaiting_caller_ = down_reads_ended_ = false;
     }
     agent->generic->PrepareBidiStreamingCall(&down->ctx, kAgentExecuteMethod, grpc::StubOptions(),
@@ -439,8 +458,8 @@ class ForwardingExecute final : public grpc::ServerBidiReactor<grpc::ByteBuffer,
       absl::MutexLock l(&mu_);
       agent = down_->agent;
       // Nothing reached the agent: safe to try another one.
-      retry =
-          !accepted_ && !cancelled_ && !route_.has_side_effect && NeverReachedAgent(s, down_->ctx);
+      retry = !accepted_ && !cancelled_ && cut_.ok() && !route_.has_side_effect &&
+              NeverReachedAgent(s, down_->ctx);
       if (!retry) {
         down_done_ = true;
         final_ = s;
@@ -465,7 +484,7 @@ class ForwardingExecute final : public grpc::ServerBidiReactor<grpc::ByteBuffer,
     {
       absl::MutexLock l(&mu_);
       if (!down_done_ || up_write_pending_) return;
-      s = AsCallerSees(final_, cancelled_);
+      s = !cut_.ok() && !final_.ok() ? ToGrpcStatus(cut_) : AsCallerSees(final_, cancelled_);
     }
     FinishUp(s);
   }
@@ -509,10 +528,13 @@ class ForwardingExecute final : public grpc::ServerBidiReactor<grpc::ByteBuffer,
   bool down_done_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   grpc::Status final_ ABSL_GUARDED_BY(mu_);
+  absl::Status cut_ ABSL_GUARDED_BY(mu_);  // the caller's answer when the drain cut the call
 };
 
 // Router.Call: one frame each way; the agent's answer is passed through.
-class ForwardingCall final : public grpc::ServerUnaryReactor, public RefCounted {
+class ForwardingCall final : public grpc::ServerUnaryReactor,
+                             public RefCounted,
+                             public LiveCalls::Call {
  public:
   ForwardingCall(Shared& shared, grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
                  grpc::ByteBuffer* response)
@@ -526,6 +548,7 @@ class ForwardingCall final : public grpc::ServerUnaryReactor, public RefCounted 
       FinishAndRecord(Draining());
       return;
     }
+    shared_.live->Add(this);
     absl::StatusOr<Route> r = RouteCall(shared_, *request_, AuthorizationOf(*server_ctx_),
                                         record_.From(server_ctx_->peer()));
     if (!r.ok()) {
@@ -543,9 +566,21 @@ class ForwardingCall final : public grpc::ServerUnaryReactor, public RefCounted 
     if (client_ctx_ != nullptr) client_ctx_->TryCancel();
   }
   void OnDone() override {
-    if (entered_) shared_.gate->Leave();
+    if (entered_) {
+      shared_.live->Remove(this);
+      shared_.gate->Leave();
+    }
     Unref();
   }
+  // As ForwardingExecute's: the agent's call is cancelled, and a failure
+  // that leaves becomes `why`.
+  void CutByDrain(const absl::Status& why) override {
+    absl::MutexLock l(&mu_);
+    cut_ = why;
+    if (client_ctx_ != nullptr) client_ctx_->TryCancel();
+  }
+  void Hold() override { Ref(); }
+  void Release() override { Unref(); }
 
  private:
   void StartAttempt() {
@@ -565,7 +600,7 @@ class ForwardingCall final : public grpc::ServerUnaryReactor, public RefCounted 
       ctx = client_ctx_.get();
       ctx->set_deadline(server_ctx_->deadline());
       AddAgentCredentials(shared_, route_, *agent, *ctx);
-      if (cancelled_) ctx->TryCancel();
+      if (cancelled_ || !cut_.ok()) ctx->TryCancel();
     }
     Ref();
     agent->generic->UnaryCall(
@@ -573,9 +608,12 @@ class ForwardingCall final : public grpc::ServerUnaryReactor, public RefCounted 
         [this, agent, ctx](grpc::Status s) {
           agent->inflight.fetch_sub(1);
           bool retry;
+          absl::Status cut;
           {
             absl::MutexLock l(&mu_);
-            retry = !cancelled_ && !route_.has_side_effect && NeverReachedAgent(s, *ctx);
+            cut = cut_;
+            retry =
+                !cancelled_ && cut.ok() && !route_.has_side_effect && NeverReachedAgent(s, *ctx);
           }
           if (retry) {
             shared_.pool->MarkDown(*agent, absl::StrCat("unreachable: ", s.error_message()));
@@ -591,7 +629,8 @@ class ForwardingCall final : public grpc::ServerUnaryReactor, public RefCounted 
               absl::MutexLock l(&mu_);
               caller_cancelled = cancelled_;
             }
-            FinishAndRecord(AsCallerSees(s, caller_cancelled));
+            FinishAndRecord(!cut.ok() && !s.ok() ? ToGrpcStatus(cut)
+                                                 : AsCallerSees(s, caller_cancelled));
           }
           Unref();
         });
@@ -614,6 +653,7 @@ class ForwardingCall final : public grpc::ServerUnaryReactor, public RefCounted 
   absl::Mutex mu_;
   std::unique_ptr<grpc::ClientContext> client_ctx_ ABSL_GUARDED_BY(mu_);
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status cut_ ABSL_GUARDED_BY(mu_);  // the caller's answer when the drain cut the call
 };
 
 class RouterService final
@@ -718,6 +758,7 @@ struct RouterServer::Impl {
   CallerSlots caller_slots{"through this router"};
   std::optional<CapabilitySigner> signer;
   DrainGate gate;  // before the server: its calls use it
+  LiveCalls live;  // likewise
   std::unique_ptr<AgentPool> pool;
   // After the pool: its pages read the pool, so it goes first.
   std::unique_ptr<metrics::MetricsServer> metrics;
@@ -760,7 +801,7 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(Options option
              impl->signer ? &*impl->signer : nullptr,
              options.agent_token.empty() ? std::string()
                                          : absl::StrCat(kBearerPrefix, options.agent_token),
-             &impl->gate, &impl->caller_slots, options.tenant_max_calls});
+             &impl->gate, &impl->live, &impl->caller_slots, options.tenant_max_calls});
 
   FARCALL_ASSIGN_OR_RETURN(RunningServer running,
                            StartGrpcServer(options.listen, impl->service.get(), options.grpc_limits,
@@ -781,7 +822,10 @@ void RouterServer::Shutdown() {
   SetRouterDraining(true);
   // Its clients' connections stay open for a second of NOT_SERVING, then
   // GOAWAY moves them to another router while calls in flight finish.
-  const int cut = StopGrpcServer(impl_->server.get(), impl_->gate, impl_->drain, absl::Seconds(1));
+  LiveCalls& live = impl_->live;
+  const absl::Duration drain = impl_->drain;
+  const int cut = StopGrpcServer(impl_->server.get(), impl_->gate, drain, absl::Seconds(1), nullptr,
+                                 [&live, drain] { live.CutAll(DrainCutError("router", drain)); });
   if (cut > 0) log::Warning(DrainCutLine(cut, impl_->drain));
   impl_->server.reset();
 }

@@ -259,5 +259,44 @@ TEST(DrainTest, ARouterFinishesTheCallsItCarriesAndExitsZero) {
   EXPECT_TRUE(r.ok()) << r.status();
 }
 
+// A call a router still carries when its drain runs out (after the GOAWAY a
+// second in) is answered by the router itself, with the contract's message
+// and reason DRAIN_CUT, unary and streamed alike; the agent's call is
+// cancelled, so its handler stops.
+TEST(DrainTest, ACallARouterStillCarriesWhenItsDrainEndsIsAnsweredDrainCut) {
+  auto agent = ChildProcess::Start(FARCALL_AGENT_BIN,
+                                   {"--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0"});
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  auto router =
+      ChildProcess::Start(FARCALL_ROUTER_BIN, {"--listen=127.0.0.1:0", "--drain_seconds=1.5",
+                                               absl::StrCat("--agents=", (*agent)->address())});
+  ASSERT_TRUE(router.ok()) << router.status();
+  auto client = Client::Connect((*router)->address());
+  ASSERT_TRUE(client.ok());
+  std::vector<std::future<absl::StatusOr<CallResult>>> held;
+  for (Rpc rpc : {Rpc::kUnary, Rpc::kStream}) {
+    CallOptions o;
+    o.timeout = absl::Seconds(60);
+    o.via_router = true;
+    o.rpc = rpc;
+    CallRequest sleep = SleepRequest(50000);
+    sleep.has_side_effect = true;
+    held.push_back((*client)->CallFuture(sleep, o));
+  }
+  ASSERT_TRUE(HoldsCalls(**agent, 2));
+  const absl::Time start = absl::Now();
+  EXPECT_EQ((*router)->Terminate(), 0);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  for (auto& h : held) {
+    absl::Status s = h.get().status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+    EXPECT_EQ(s.message(),
+              "this router's drain for shutdown ran out (--drain_seconds=1.5) while the call ran: "
+              "it was cut, and its handler may have run in part.");
+    EXPECT_EQ(ReasonOf(s), ErrorReason::kDrainCut) << s;
+  }
+  EXPECT_TRUE(HoldsCalls(**agent, 0)) << "the agent's sleeps were not cancelled";
+}
+
 }  // namespace
 }  // namespace farcall

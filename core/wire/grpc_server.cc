@@ -62,12 +62,16 @@ int StopGrpcServer(grpc::Server* server, DrainGate& gate, absl::Duration drain,
     // GOAWAY now; gRPC's shutdown waits for the calls in flight until `end`,
     // then cancels them.
     int cut = 0;
-    // What is still in flight at `end` is cut: counted then, while gRPC's
-    // shutdown waits.
-    std::thread cut_counter([&gate, &cut, &held, end] {
-      if (!gate.DrainFor(end - absl::Now(), held)) cut = gate.in_flight();
+    // What is still in flight at `end` is cut: counted then, and answered
+    // (cut_calls), while gRPC's shutdown waits a second more for their
+    // answers to go before it cancels what is left.
+    std::thread cut_counter([&gate, &cut, &held, &cut_calls, end] {
+      if (gate.DrainFor(end - absl::Now(), held)) return;
+      cut = gate.in_flight();
+      if (cut_calls != nullptr) cut_calls();
     });
-    server->Shutdown(absl::ToChronoTime(end));
+    server->Shutdown(
+        absl::ToChronoTime(end + (cut_calls != nullptr ? absl::Seconds(1) : absl::ZeroDuration())));
     server->Wait();
     cut_counter.join();
     return cut;

@@ -61,9 +61,9 @@ absl::StatusOr<RunningServer> StartGrpcServer(
 // Returns how many calls were still in flight when the drain ended (cut).
 // `held`: as DrainFor's (an agent holding resident arrays drains until its
 // clients have moved them).
-// `cut_calls` (without GOAWAY only): run when the drain ends with calls in
-// flight, before gRPC cancels them, so that the server answers each itself
-// (DrainCutError); they are given up to a second to leave.
+// `cut_calls`: run when the drain ends with calls in flight, before gRPC
+// cancels them, so that the server answers each itself (DrainCutError);
+// they are given up to a second to leave.
 int StopGrpcServer(grpc::Server* server, DrainGate& gate, absl::Duration drain,
                    absl::Duration goaway_after = absl::InfiniteDuration(),
                    const std::function<bool()>& held = nullptr,
