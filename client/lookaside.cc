@@ -317,7 +317,7 @@ void Lookaside::Avoid(Agent& agent, absl::Duration at_least) {
   agent.reached = false;
 }
 
-RetryStep Lookaside::Judge(Agent& agent, const CallRequest& request,
+RetryStep Lookaside::Judge(Agent& agent, const CallRequest& request, bool insist,
                            absl::StatusOr<CallResult>& result) {
   if (result.ok()) {
     absl::MutexLock l(&agent.mu);
@@ -348,6 +348,9 @@ RetryStep Lookaside::Judge(Agent& agent, const CallRequest& request,
     absl::MutexLock l(&mu_);
     answers_.erase(AnswerKey(request));
   }
+  // A call whose caller named its id may have run on this agent in an
+  // earlier call of the caller's: it never goes to another one.
+  if (insist && request.has_side_effect) return RetryStep::kDone;
   return step == RetryStep::kNextAgent ? step : RetryStep::kDone;
 }
 
@@ -439,7 +442,7 @@ class Lookaside::Attempts : public std::enable_shared_from_this<Attempts> {
   CallOptions ProxyOptions() const { return owner_->ProxyOptions(options_, deadline_); }
   // Whether the attempt on `agent` that ended with `r` ends the call.
   bool Done(Agent& agent, absl::StatusOr<CallResult>& r) {
-    const RetryStep next = owner_->Judge(agent, *request_, r);
+    const RetryStep next = owner_->Judge(agent, *request_, insist_, r);
     if (next == RetryStep::kViaRouter) next_ = agents_.size();
     return next == RetryStep::kDone;
   }

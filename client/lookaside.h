@@ -96,7 +96,8 @@ class Lookaside : public std::enable_shared_from_this<Lookaside> {
   std::shared_ptr<TargetChannel> Ready(Agent& agent, absl::Time deadline, bool insist = false);
   // What to do after an attempt on `agent` (NextStep: kDone, kNextAgent or
   // kViaRouter); clears the not-delivered mark.
-  RetryStep Judge(Agent& agent, const CallRequest& request, absl::StatusOr<CallResult>& result);
+  RetryStep Judge(Agent& agent, const CallRequest& request, bool insist,
+                  absl::StatusOr<CallResult>& result);
   // Leaves `agent` out of this client's choice for a while.
   void Avoid(Agent& agent, absl::Duration at_least);
   // A call's options through the router.

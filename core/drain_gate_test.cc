@@ -25,7 +25,7 @@ TEST(DrainGateTest, DrainingTurnsNewCallsAwayAndWaitsForTheOthers) {
 }
 
 TEST(DrainGateTest, ADrainThatTimesOutSaysSo) {
-  DrainGate gate;
+  DrainGate gate(/*quiet=*/absl::ZeroDuration());
   ASSERT_TRUE(gate.Enter());
   EXPECT_FALSE(gate.DrainFor(absl::Milliseconds(10)));
   gate.Leave();
@@ -48,6 +48,38 @@ TEST(DrainGateTest, AHeldDrainLetsItsCallsInWhileItWaits) {
   held = false;
   drainer.join();
   EXPECT_TRUE(drained);
+}
+
+// While calls are still turned away, the drain goes on (their senders learn
+// that the server drains, and go elsewhere): it ends `quiet` after the last,
+// and, after recent calls, lasts `quiet` at least.
+TEST(DrainGateTest, ADrainEndsOnlyOnceNoCallWasTurnedAwayForAWhile) {
+  DrainGate gate(absl::Milliseconds(200));
+  ASSERT_TRUE(gate.Enter());
+  gate.Leave();
+  std::atomic<bool> drained{false};
+  absl::Time ended;
+  std::thread drainer([&] {
+    drained = gate.DrainFor(absl::Seconds(60));
+    ended = absl::Now();
+  });
+  while (!gate.draining()) {
+  }
+  absl::Time last;
+  for (int i = 0; i < 5; ++i) {  // a call turned away every 100 ms
+    EXPECT_FALSE(gate.Enter());
+    last = absl::Now();
+    EXPECT_FALSE(drained) << "the drain ended while calls still came";
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  drainer.join();
+  EXPECT_TRUE(drained);
+  EXPECT_GE(ended - last, absl::Milliseconds(200));
+  // With nothing turned away, an idle drain ends at once.
+  DrainGate idle;
+  const absl::Time start = absl::Now();
+  EXPECT_TRUE(idle.DrainFor(absl::Seconds(60)));
+  EXPECT_LT(absl::Now() - start, absl::Milliseconds(100));
 }
 
 TEST(DrainGateTest, AHeldDrainEndsAtItsTimeout) {

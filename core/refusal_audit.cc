@@ -1,5 +1,6 @@
 #include "core/refusal_audit.h"
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
 #include <utility>
@@ -46,8 +47,8 @@ void RefusalAudit::FlushProcessAudit() {
   if (RefusalAudit* a = process_audit.load(); a != nullptr) a->Flush();
 }
 
-RefusalAudit::RefusalAudit(absl::Duration interval, Sink sink)
-    : interval_(interval), sink_(std::move(sink)) {}
+RefusalAudit::RefusalAudit(absl::Duration interval, Sink sink, std::function<absl::Time()> now)
+    : interval_(interval), sink_(std::move(sink)), now_(std::move(now)), started_(now_()) {}
 
 void RefusalAudit::Note(const Refusal& refusal) {
   const std::string peer = PeerAddress(refusal.peer);
@@ -60,10 +61,12 @@ void RefusalAudit::Note(const Refusal& refusal) {
       ++it->second;
       return;
     }
-    if (more_.size() >= kMaxKeys) {
+    const bool anonymous = principal == "-";
+    if (more_.size() >= kMaxKeys || (anonymous && anonymous_keys_ >= kMaxAnonymousKeys)) {
       ++overflow_[std::string(refusal.reason)];
       return;
     }
+    anonymous_keys_ += anonymous ? 1 : 0;
     more_.emplace(std::move(key), 0);
   }
   Refusal shown = refusal;
@@ -78,12 +81,18 @@ void RefusalAudit::Note(const Refusal& refusal) {
 void RefusalAudit::Flush() {
   std::map<Key, uint64_t> more;
   std::map<std::string, uint64_t> overflow;
+  absl::Duration elapsed;
   {
     absl::MutexLock l(&mu_);
     more.swap(more_);
     overflow.swap(overflow_);
+    anonymous_keys_ = 0;
+    const absl::Time now = now_();
+    elapsed = now - started_;
+    started_ = now;
   }
-  const std::string window = absl::FormatDuration(interval_);
+  const std::string window =
+      absl::FormatDuration(std::max(absl::Seconds(1), absl::Ceil(elapsed, absl::Seconds(1))));
   for (const auto& [key, n] : more) {
     if (n == 0) continue;
     const auto& [peer, principal, reason] = key;
@@ -94,8 +103,8 @@ void RefusalAudit::Flush() {
   }
   for (const auto& [reason, n] : overflow) {
     Refusal fields{"", "", reason, "", "", ""};
-    sink_(absl::StrCat("audit: ", n, " refusals (", reason, ") from callers past the first ",
-                       kMaxKeys, " in the last ", window),
+    sink_(absl::StrCat("audit: ", n, " refusals (", reason, ") from callers past the first kept (",
+                       kMaxKeys, " in all, ", kMaxAnonymousKeys, " unknown) in the last ", window),
           fields);
   }
 }

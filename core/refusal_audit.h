@@ -7,7 +7,11 @@
 //   audit: refused (auth) call of 'copy' from ipv4:10.0.0.7 by -: UNAUTHENTICATED: ...
 //   audit: 3999 more refusals (auth) from ipv4:10.0.0.7 by - in the last 10s
 // Agents and routers log refusals only through here. At most kMaxKeys keys
-// are kept per interval; refusals past that are counted per reason alone.
+// are kept per interval, and of them at most kMaxAnonymousKeys of callers
+// who are not known (principal "-", keyed by an address such a caller may
+// vary), so that they cannot crowd out known callers; refusals past that
+// are counted per reason alone. "in the last ..." is the time since the
+// interval began (at exit, shorter than the interval), in whole seconds.
 //
 // Thread safety: every function may be called from any thread.
 #ifndef FARCALL_CORE_REFUSAL_AUDIT_H_
@@ -29,6 +33,7 @@ namespace farcall {
 class RefusalAudit {
  public:
   static constexpr size_t kMaxKeys = 1024;
+  static constexpr size_t kMaxAnonymousKeys = kMaxKeys / 2;
   struct Refusal {
     absl::string_view peer;       // gRPC's peer string; its port is dropped
     absl::string_view principal;  // the caller's (core/tokens.h), or empty
@@ -47,7 +52,10 @@ class RefusalAudit {
   // process about to exit.
   static void FlushProcessAudit();
 
-  RefusalAudit(absl::Duration interval, Sink sink);
+  // `now`: the clock (tests set one).
+  RefusalAudit(
+      absl::Duration interval, Sink sink,
+      std::function<absl::Time()> now = [] { return absl::Now(); });
   void Note(const Refusal& refusal);
   // Writes the counts of the interval so far and starts a new one (the
   // process's audit does this every interval).
@@ -59,7 +67,10 @@ class RefusalAudit {
   using Key = std::tuple<std::string, std::string, std::string>;  // peer, principal, reason
   const absl::Duration interval_;
   const Sink sink_;
+  const std::function<absl::Time()> now_;
   absl::Mutex mu_;
+  absl::Time started_ ABSL_GUARDED_BY(mu_);         // when this interval began
+  size_t anonymous_keys_ ABSL_GUARDED_BY(mu_) = 0;  // of more_'s, principal "-"
   // Refusals after the first, per key, this interval.
   std::map<Key, uint64_t> more_ ABSL_GUARDED_BY(mu_);
   // Refusals past kMaxKeys keys, per reason.

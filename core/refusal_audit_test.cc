@@ -11,11 +11,19 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// An audit of 10 s intervals on a clock the test moves; each Flush is
+// taken to end a whole interval unless the test moves the clock itself.
 struct Lines {
   std::vector<std::string> lines;
+  absl::Time now = absl::FromUnixSeconds(1000);
   RefusalAudit audit{
       absl::Seconds(10),
-      [this](const std::string& line, const RefusalAudit::Refusal&) { lines.push_back(line); }};
+      [this](const std::string& line, const RefusalAudit::Refusal&) { lines.push_back(line); },
+      [this] { return now; }};
+  void EndInterval() {
+    now += absl::Seconds(10);
+    audit.Flush();
+  }
 };
 
 RefusalAudit::Refusal BadToken(absl::string_view peer) {
@@ -33,11 +41,11 @@ TEST(RefusalAuditTest, AFloodFromOnePeerIsTwoLines) {
   EXPECT_EQ(l.lines[0],
             "audit: refused (auth) call of 'copy' from ipv4:10.0.0.7 by -: UNAUTHENTICATED: "
             "unknown token");
-  l.audit.Flush();
+  l.EndInterval();
   ASSERT_EQ(l.lines.size(), 2u);
   EXPECT_EQ(l.lines[1], "audit: 3999 more refusals (auth) from ipv4:10.0.0.7 by - in the last 10s");
   // A quiet interval writes nothing; the next refusal is logged at once.
-  l.audit.Flush();
+  l.EndInterval();
   EXPECT_EQ(l.lines.size(), 2u);
   l.audit.Note(BadToken("ipv4:10.0.0.7:1"));
   EXPECT_EQ(l.lines.size(), 3u);
@@ -51,7 +59,7 @@ TEST(RefusalAuditTest, EachPeerPrincipalAndReasonHasItsOwnLine) {
   l.audit.Note({"ipv4:10.0.0.7:2", "tenant:a", "limit", "axpy", "RESOURCE_EXHAUSTED", "full"});
   l.audit.Note({"ipv4:10.0.0.7:3", "tenant:a", "limit", "axpy", "RESOURCE_EXHAUSTED", "full"});
   EXPECT_EQ(l.lines.size(), 4u);
-  l.audit.Flush();
+  l.EndInterval();
   ASSERT_EQ(l.lines.size(), 5u);
   EXPECT_EQ(l.lines[4],
             "audit: 1 more refusals (limit) from ipv4:10.0.0.7 by tenant:a in the last 10s");
@@ -61,12 +69,42 @@ TEST(RefusalAuditTest, EachPeerPrincipalAndReasonHasItsOwnLine) {
 TEST(RefusalAuditTest, KeysAreBounded) {
   Lines l;
   for (size_t i = 0; i < RefusalAudit::kMaxKeys + 500; ++i) {
-    l.audit.Note(BadToken("ipv6:[fd00::" + std::to_string(i) + "]:5"));
+    const std::string tenant = "tenant:t" + std::to_string(i);
+    l.audit.Note({"ipv6:[fd00::1]:5", tenant, "auth", "copy", "PERMISSION_DENIED", "no"});
   }
   EXPECT_EQ(l.lines.size(), RefusalAudit::kMaxKeys);
-  l.audit.Flush();
+  l.EndInterval();
   EXPECT_THAT(l.lines.back(),
-              HasSubstr("audit: 500 refusals (auth) from callers past the first 1024"));
+              HasSubstr("audit: 500 refusals (auth) from callers past the first kept"));
+}
+
+// Unknown callers (keyed by an address they may vary) fill at most half the
+// keys: a known caller refused after a flood from 2,000 addresses still has
+// a line of its own.
+TEST(RefusalAuditTest, UnknownCallersCannotCrowdOutKnownOnes) {
+  Lines l;
+  for (int i = 0; i < 2000; ++i) {
+    l.audit.Note(
+        BadToken("ipv4:10.0." + std::to_string(i / 256) + "." + std::to_string(i % 256) + ":5"));
+  }
+  EXPECT_EQ(l.lines.size(), RefusalAudit::kMaxAnonymousKeys);
+  l.audit.Note({"ipv4:10.9.9.9:1", "tenant:a", "auth", "axpy", "PERMISSION_DENIED", "no"});
+  ASSERT_EQ(l.lines.size(), RefusalAudit::kMaxAnonymousKeys + 1);
+  EXPECT_THAT(l.lines.back(), HasSubstr("from ipv4:10.9.9.9 by tenant:a"));
+  l.EndInterval();
+  EXPECT_THAT(l.lines.back(), HasSubstr("audit: 1488 refusals (auth) from callers past the first "
+                                        "kept (1024 in all, 512 unknown) in the last 10s"));
+}
+
+// The count line names the time its interval ran: at exit, less than the
+// interval.
+TEST(RefusalAuditTest, TheCountLineNamesTheTimeItCovers) {
+  Lines l;
+  l.audit.Note(BadToken("ipv4:10.0.0.7:1"));
+  l.audit.Note(BadToken("ipv4:10.0.0.7:1"));
+  l.now += absl::Milliseconds(2300);
+  l.audit.Flush();
+  EXPECT_EQ(l.lines.back(), "audit: 1 more refusals (auth) from ipv4:10.0.0.7 by - in the last 3s");
 }
 
 TEST(RefusalAuditTest, PeerAddressDropsThePortOnly) {

@@ -55,14 +55,23 @@ RetryStep NextStep(const Attempt& a) {
       // PERMISSION_DENIED is its answer, never a reason to run it again.
       if (reason == ErrorReason::kAuthRefused) return RetryStep::kViaRouter;
       // A call with side effects stays with the agent that may hold its
-      // ledger entry; the top level decides whether it goes again.
-      if (!pure) return RetryStep::kDone;
+      // ledger entry; the top level decides whether it goes again. One the
+      // agent refused before running it (draining) is in no ledger there,
+      // and goes to the next agent: every attempt before it was refused the
+      // same way (no step sends again a call with side effects that may
+      // have run).
+      if (!pure) return DidNotRun(s) ? RetryStep::kNextAgent : RetryStep::kDone;
       if (a.not_delivered || DidNotRun(s)) return RetryStep::kNextAgent;
       // The agent went away mid-call: running a pure call twice is harmless.
       return absl::IsUnavailable(s) && reason != ErrorReason::kHandlerError ? RetryStep::kNextAgent
                                                                             : RetryStep::kDone;
     case Hop::kRouter:
-      if (reason == ErrorReason::kRouterDraining) return RetryStep::kAnotherRouter;
+      // A router that drains, or an agent it chose that drains (it refused
+      // the call before running it): another replica, or this router's next
+      // choice, may take it, side effects or not.
+      if (reason == ErrorReason::kRouterDraining || reason == ErrorReason::kAgentDraining) {
+        return RetryStep::kAnotherRouter;
+      }
       // The router could not be reached, or the call broke on the way
       // (UNAVAILABLE that no server marked): another replica may take it.
       if (pure && absl::IsUnavailable(s) && reason == ErrorReason::kUnspecified &&

@@ -63,9 +63,15 @@ TEST(RetryPolicyTest, ACallWithSideEffectsGoesAgainOnlyWhenNoHandlerRanIt) {
   const absl::Status draining =
       WithReason(absl::UnavailableError("draining"), ErrorReason::kAgentDraining);
   EXPECT_EQ(NextStep({draining, true, Hop::kAgent}), RetryStep::kSameTarget);
+  // An agent that drains refused it before any ledger saw it: the next
+  // agent may take it (Lookaside::Judge keeps a call whose caller named its
+  // id with its agent).
+  EXPECT_EQ(NextStep({draining, true, Hop::kLookasideAgent}), RetryStep::kNextAgent);
   const absl::Status router_draining =
       WithReason(absl::UnavailableError("draining"), ErrorReason::kRouterDraining);
   EXPECT_EQ(NextStep({router_draining, true, Hop::kRouter}), RetryStep::kAnotherRouter);
+  // So does one that the router's agent refused as it drained.
+  EXPECT_EQ(NextStep({draining, true, Hop::kRouter}), RetryStep::kAnotherRouter);
 }
 
 TEST(RetryPolicyTest, APureCallMovesOnWhereAnotherServerMayTakeIt) {

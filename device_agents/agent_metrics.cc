@@ -14,7 +14,7 @@ void ExportAgentSeries() {
   m.inflight_calls.With({});
   m.inflight_bytes.With({});
   m.budget.With({});
-  for (const char* reason : {"limit", "auth", "draining"}) {
+  for (const char* reason : {"limit", "auth", "invalid", "draining"}) {
     m.refused.With({reason, kNoTenantLabel});
   }
   m.draining.With({});

@@ -55,7 +55,9 @@ struct AgentMetrics {
   metrics::CounterFamily refused{
       "farcall_agent_refused_calls_total",
       "Calls refused before they ran: limit (a header, size or budget limit), auth (no, "
-      "unknown or insufficient token), draining (the agent is shutting down).",
+      "unknown or insufficient token; a refused Describe counts here too), invalid (a malformed "
+      "header, an unknown handler, a call "
+      "that fails validation), draining (the agent is shutting down).",
       {"reason", "tenant"}};
   metrics::CounterFamily capability_checks{
       "farcall_agent_capability_checks_total",

@@ -242,7 +242,12 @@ void AgentServer::Shutdown() {
       impl_->server.get(), shared.gate, drain, absl::InfiniteDuration(),
       [residents] { return residents != nullptr && residents->count() > 0; },
       [&shared, drain] { shared.live.CutAll(DrainCutError("agent", drain)); });
-  if (cut > 0) log::Warning(DrainCutLine(cut, impl_->drain));
+  if (cut > 0) {
+    log::Warning(DrainCutLine(cut, impl_->drain));
+    // The cut calls were answered; their handlers were told to stop, and the
+    // agent's state stays until they have returned.
+    shared.gate.DrainFor(absl::InfiniteDuration());
+  }
   if (const int64_t n = residents != nullptr ? residents->count() : 0; n > 0) {
     log::Warning(absl::StrCat("the drain ended with ", n,
                               " resident arrays still held: they are lost with this agent"));

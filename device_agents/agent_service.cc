@@ -13,6 +13,7 @@
 #include "core/log.h"
 #include "core/metrics.h"
 #include "core/ref_counted.h"
+#include "core/refusal_audit.h"
 #include "core/status_macros.h"
 #include "core/version.h"
 #include "core/wire/grpc_server.h"
@@ -111,8 +112,12 @@ absl::Status Accept(const AgentState& state, const Credentials& credentials,
       return refused(s);
     }
   }
+  // A call refused on its own content: a limit, or an invalid call (a
+  // malformed header, an unknown handler, a call that fails validation).
   auto limit = [&call](absl::Status s) {
-    if (s.code() == absl::StatusCode::kResourceExhausted) call.set_refused("limit");
+    if (!s.ok()) {
+      call.set_refused(s.code() == absl::StatusCode::kResourceExhausted ? "limit" : "invalid");
+    }
     return s;
   };
   if (absl::Status s = call.ReadHeader(first); !s.ok()) return limit(s);
@@ -148,7 +153,17 @@ class AgentReactor : public GrpcReactor, public LiveCall {
   void OnDone() override {
     shared_.live.Remove(this);
     if (shared_.watchdog != nullptr) shared_.watchdog->Remove(this);
-    if (entered_) shared_.gate.Leave();
+    bool leave = entered_;
+    {
+      // A call the drain cut whose handler still runs stays in the gate
+      // until it returns (SettleCut): the agent's state must outlive it.
+      absl::MutexLock l(&run_mu_);
+      if (run_ == Run::kCut) {
+        leave_at_settle_ = entered_;
+        leave = false;
+      }
+    }
+    if (leave) shared_.gate.Leave();
     Resume();  // nothing waits on the client any more
     Unref();
   }
@@ -174,6 +189,12 @@ class AgentReactor : public GrpcReactor, public LiveCall {
     call_->RecordOutcome(s, nullptr, CallerGone());
     shared_.Release(std::move(call_));
     SetHoldsBudget(false);
+    bool leave;
+    {
+      absl::MutexLock l(&run_mu_);
+      leave = leave_at_settle_;
+    }
+    if (leave) shared_.gate.Leave();
   }
 
   // The handler's run on the workers, which a drain that runs out may cut:
@@ -308,6 +329,8 @@ class AgentReactor : public GrpcReactor, public LiveCall {
   absl::Mutex run_mu_;
   Run run_ ABSL_GUARDED_BY(run_mu_) = Run::kNone;
   absl::Status cut_ ABSL_GUARDED_BY(run_mu_);  // the answer a cut call got
+  // OnDone came while the cut call's handler ran: SettleCut leaves the gate.
+  bool leave_at_settle_ ABSL_GUARDED_BY(run_mu_) = false;
   absl::Time caller_deadline_ = absl::InfiniteFuture();
   std::atomic<bool> caller_gone_{false};  // gRPC cancelled the call (OnCancel)
 };
@@ -682,6 +705,12 @@ class AgentService final
     const AgentState& s = shared_.state;
     grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
     if (absl::Status a = DescribeAllowed(s, CredentialsOf(*ctx)); !a.ok()) {
+      // A client's first contact with an agent: a bad or revoked token used
+      // straight at an agent is refused here, and must be counted and
+      // audited like a refused call (FarcallAuthFailures reads the count).
+      Metrics().refused.With({"auth", kNoTenantLabel}).Increment();
+      const std::string code = absl::StatusCodeToString(a.code());
+      RefusalAudit::Get().Note({ctx->peer(), "", "auth", "(Describe)", code, a.message()});
       r->Finish(ToGrpcStatus(a));
       return r;
     }

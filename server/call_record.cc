@@ -35,8 +35,9 @@ struct RouterMetrics {
   metrics::CounterFamily refused{
       "farcall_router_refused_calls_total",
       "Calls refused before reaching an agent: limit (a header or size limit), auth (no, "
-      "unknown or insufficient token), platform (not a supported backend), no_agent (no "
-      "live agent serves the platform and handler), draining (the router is shutting down).",
+      "unknown or insufficient token), platform (not a supported backend), invalid (a "
+      "malformed or missing header, a call that fails validation), no_agent (no live agent "
+      "serves the platform and handler), draining (the router is shutting down).",
       {"reason", "tenant"}};
   metrics::CounterFamily resolves{
       "farcall_router_resolves_total",
@@ -48,7 +49,7 @@ struct RouterMetrics {
 
   // Every series without per-call labels, at zero from start-up.
   void ExportAtStart() {
-    for (const char* r : {"limit", "auth", "platform", "no_agent", "draining"}) {
+    for (const char* r : {"limit", "auth", "platform", "invalid", "no_agent", "draining"}) {
       refused.With({r, kNoTenantLabel});
     }
     for (const char* p : {"cpu", "cuda", "rocm", "oneapi"}) {
@@ -124,13 +125,14 @@ void CallRecord::Finished(const grpc::Status& s) {
     agent->RecordError(absl::StrCat(code, ": ", s.error_message()));
   }
   if (!s.ok() || log::DebugEnabled()) {
-    // Refusals the caller caused (a token, a limit, a platform) are audit
-    // lines, aggregated per peer, caller and reason (core/refusal_audit.h):
-    // anyone who can reach the port could fill the log with them. Calls
-    // refused while draining are counted, and logged at debug only: clients
-    // send them again elsewhere.
+    // Every refusal (a token, a limit, a platform, an invalid call, no
+    // agent) is an audit line, aggregated per peer, caller and reason
+    // (core/refusal_audit.h): anyone who can reach the port could fill the
+    // log with them, and an outage would give a line per call. Calls refused
+    // while draining are counted, and logged at debug only: clients send
+    // them again elsewhere.
     const std::string_view reason = refused_;
-    if (!s.ok() && (reason == "auth" || reason == "limit" || reason == "platform")) {
+    if (!s.ok() && !reason.empty() && reason != "draining") {
       const std::string handler = handler_ == "-" ? "" : handler_;
       RefusalAudit::Get().Note({peer_, principal_, refused_, handler, code, s.error_message()});
     } else {

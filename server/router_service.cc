@@ -150,25 +150,26 @@ absl::StatusOr<Route> RouteCall(const Shared& shared, const grpc::ByteBuffer& fi
   absl::StatusOr<bool> found =
       DecodeMessageField(first, kHeaderField, &header, &shared.header_limits);
   if (!found.ok()) {
-    if (found.status().code() == absl::StatusCode::kResourceExhausted) record.Refused("limit");
+    record.Refused(found.status().code() == absl::StatusCode::kResourceExhausted ? "limit"
+                                                                                 : "invalid");
     return found.status();
   }
   if (!*found) {
+    record.Refused("invalid");
     return MissingHeaderError();
   }
   // Before anything about the call is checked: a token that may not call
   // this handler learns nothing else (not even whether it exists).
   std::string principal;
   TenantQuota quota;
-  if (absl::Status s =
-          shared.tokens->Authorize(authorization, header.handler(), &principal, &quota);
-      !s.ok()) {
-    // A known token's caller, refused a handler, is named in the audit line.
-    record.Identify(header.call_id(), principal);
-    record.Refused("auth");
-    return WithReason(s, ErrorReason::kAuthRefused);
-  }
+  absl::Status allowed =
+      shared.tokens->Authorize(authorization, header.handler(), &principal, &quota);
+  // A known token's caller, refused a handler, is named in the audit line.
   record.Identify(header.call_id(), principal);
+  if (!allowed.ok()) {
+    record.Refused("auth");
+    return WithReason(allowed, ErrorReason::kAuthRefused);
+  }
   absl::StatusOr<std::shared_ptr<void>> slot = TakeSlot(shared, principal, quota);
   if (!slot.ok()) {
     record.Refused("limit");
@@ -181,6 +182,8 @@ absl::StatusOr<Route> RouteCall(const Shared& shared, const grpc::ByteBuffer& fi
       record.Refused("limit");
     } else if (header.platforms_size() > 0 && !ParsePlatform(header.platforms(0))) {
       record.Refused("platform");
+    } else {
+      record.Refused("invalid");
     }
     return v.status();
   }
@@ -192,7 +195,12 @@ absl::StatusOr<Route> RouteCall(const Shared& shared, const grpc::ByteBuffer& fi
           shared.agent_authorization.empty() ? authorization : shared.agent_authorization,
           std::move(principal),
           *std::move(slot)};
-  FARCALL_ASSIGN_OR_RETURN(const std::string holder, ResidentHolderOf(header));
+  absl::StatusOr<std::string> holder_of = ResidentHolderOf(header);
+  if (!holder_of.ok()) {
+    record.Refused("invalid");
+    return holder_of.status();
+  }
+  const std::string& holder = *holder_of;
   if (!holder.empty()) {
     // Only the agent that holds the call's residents can run it, serving or
     // draining: never another one, with fresh memory. It answers for the

@@ -155,9 +155,38 @@ def test_a_flood_of_refused_calls_is_a_few_audit_lines(tmp_path):
         router.stop()
     for server, caller in ((agent, principal), (router, "-")):
         text = server.output()
-        audit = [line for line in text.splitlines() if "audit:" in line]
+        # The flood's caller's lines (the agent also audits the router's
+        # probes, refused: the router has no token for it).
+        audit = [line for line in text.splitlines() if "audit:" in line and f" by {caller}" in line]
         assert len([line for line in audit if "audit: refused (auth) call of" in line]) == 1, text
-        assert any(f"audit: 199 more refusals (auth) from ipv4:127.0.0.1 by {caller} in the last "
-                   "10s" in line for line in audit), text
+        # At exit, the count line names the time its interval ran.
+        assert any(re.search(f"audit: 199 more refusals \\(auth\\) from ipv4:127.0.0.1 by {caller} in "
+                             "the last [1-9][0-9]*s$", line) for line in audit), text
         assert len(audit) == 2, text
         assert "not-the-token" not in text and token not in text
+
+
+def test_a_flood_of_invalid_calls_is_a_few_audit_lines():
+    """200 calls of a handler no agent has, straight at an agent and through
+    a router: refusals on the call's own content (reason invalid on the
+    agent; no_agent on the router, which no live agent could serve) are
+    audit lines like any other refusal: the first at once, the rest as one
+    count, never a warning per call."""
+    agent = start_agent()
+    router = Server([ROUTER_BIN, "--listen=127.0.0.1:0", "--agents=" + agent.address])
+    try:
+        for client in (farcall.Client(agent.address),
+                       farcall.Client(router.address, via_router=True)):
+            for _ in range(200):
+                with pytest.raises(farcall.NotFoundError):
+                    client.call("no_such_handler", results=[])
+    finally:
+        agent.stop()
+        router.stop()
+    for server, reason in ((agent, "invalid"), (router, "no_agent")):
+        text = server.output()
+        lines = [line for line in text.splitlines() if "no_such_handler" in line or "audit:" in line]
+        assert len([line for line in lines if f"audit: refused ({reason}) call of" in line]) == 1, text
+        assert any(f"audit: 199 more refusals ({reason}) from ipv4:127.0.0.1 by - in the last" in line
+                   for line in lines), text
+        assert len(lines) <= 3, "\n".join(lines)
