@@ -298,8 +298,8 @@ void Lookaside::SayOnceWhyNotDirect(const std::string& address) {
   // (a Kubernetes Service's name) does not hold: every call then goes
   // through the router, and nothing else would say why. A library has no
   // log of its own: one line on stderr, once per client.
-  const bool tls = !options_.tls_ca.empty() || !options_.tls_cert.empty();
-  if (!tls || !options_.agent_tls_server_name.empty() || said_why_not_direct_.exchange(true)) {
+  if (!UsesTls(options_) || !options_.agent_tls_server_name.empty() ||
+      said_why_not_direct_.exchange(true)) {
     return;
   }
   std::fprintf(stderr,

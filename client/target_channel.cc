@@ -120,9 +120,12 @@ bool IsLoopbackTarget(absl::string_view t) {
          host.size() < t.size();
 }
 
+bool UsesTls(const ClientOptions& options) {
+  return !options.tls_ca.empty() || !options.tls_cert.empty();
+}
+
 bool TokenMayGo(absl::string_view target, const ClientOptions& options) {
-  const bool tls = !options.tls_ca.empty() || !options.tls_cert.empty();
-  return tls || options.allow_insecure_tokens || IsLoopbackTarget(target);
+  return UsesTls(options) || options.allow_insecure_tokens || IsLoopbackTarget(target);
 }
 
 absl::StatusOr<CallResult> AsCallerSees(absl::StatusOr<CallResult> r, bool stopped) {

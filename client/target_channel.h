@@ -34,6 +34,8 @@ bool IsLoopbackTarget(absl::string_view target);
 // Whether `options` may send its token to `target`: over TLS, to this host,
 // or where allow_insecure_tokens says so.
 bool TokenMayGo(absl::string_view target, const ClientOptions& options);
+// Whether `options` ask for TLS (a CA, or a client certificate).
+bool UsesTls(const ClientOptions& options);
 
 // A call's outcome as its caller gets it. CANCELLED means the caller
 // stopped the call (`stopped`: CallOptions::stop, Client::Close): a server

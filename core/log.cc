@@ -115,21 +115,24 @@ void Emit(Level level, absl::string_view message, const CallFields& call,
 // so): each place in gRPC's source writes at most one line per
 // kGrpcLineInterval, and the next line from it after a pause says how many
 // were left out. gRPC's places are few, so the map stays small.
-constexpr absl::Duration kGrpcLineInterval = absl::Seconds(10);
+std::atomic<int64_t> grpc_line_interval_ms{10000};
 
 // Whether the line from `file`:`line` is written now; `left_out` is how
-// many from there were not, since the last one written.
-bool GrpcLineAllowed(absl::string_view file, int line, uint64_t* left_out) {
+// many from there were not, since the last one written. `file` is gRPC's
+// own string (__FILE__): its address names the place.
+bool GrpcLineAllowed(const char* file, int line, uint64_t* left_out) {
   struct Place {
     absl::Time last = absl::InfinitePast();
     uint64_t left_out = 0;
   };
   static absl::Mutex mu(absl::kConstInit);
-  static auto* places = new std::map<std::pair<std::string, int>, Place>();
+  static auto* places = new std::map<std::pair<const char*, int>, Place>();
   const absl::Time now = absl::Now();
+  const absl::Duration interval =
+      absl::Milliseconds(grpc_line_interval_ms.load(std::memory_order_relaxed));
   absl::MutexLock l(&mu);
-  Place& p = (*places)[{std::string(file), line}];
-  if (now - p.last < kGrpcLineInterval) {
+  Place& p = (*places)[{file, line}];
+  if (now - p.last < interval) {
     ++p.left_out;
     return false;
   }
@@ -143,10 +146,12 @@ void FromGrpc(gpr_log_func_args* args) {
   const Level level = args->severity == GPR_LOG_SEVERITY_ERROR  ? Level::kError
                       : args->severity == GPR_LOG_SEVERITY_INFO ? Level::kInfo
                                                                 : Level::kDebug;
+  // A line the level leaves out costs no lock.
+  if (!Logger()->should_log(SpdLevel(level))) return;
   const char* file = args->file != nullptr ? args->file : "?";
-  if (const char* slash = std::strrchr(file, '/')) file = slash + 1;
   uint64_t left_out = 0;
   if (!GrpcLineAllowed(file, args->line, &left_out)) return;
+  if (const char* slash = std::strrchr(file, '/')) file = slash + 1;
   std::string text(args->message != nullptr ? args->message : "");
   if (left_out > 0) {
     absl::StrAppend(&text, " (and ", left_out, " more from here since the last line, left out)");
@@ -169,6 +174,10 @@ bool IsFarcallFlagFile(absl::string_view file) {
 }
 
 }  // namespace
+
+void SetGrpcLineIntervalForTest(absl::Duration interval) {
+  grpc_line_interval_ms.store(absl::ToInt64Milliseconds(interval), std::memory_order_relaxed);
+}
 
 absl::Status InitFromFlags(absl::string_view binary) {
   const std::string level = absl::AsciiStrToLower(absl::GetFlag(FLAGS_log_level));

@@ -21,6 +21,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 
 namespace farcall::log {
 
@@ -65,6 +66,10 @@ std::string EscapeControl(absl::string_view text);
 // The flags of the farcall binaries whose values differ from their
 // defaults, as "--name=value ..." (for the start-up line), sorted.
 std::string NonDefaultFlags();
+
+// How long each place in gRPC's source stays quiet after a line (10 s);
+// for tests.
+void SetGrpcLineIntervalForTest(absl::Duration interval);
 
 // Makes --help list every farcall flag, wherever it is defined (Abseil
 // lists only the main file's by default). Call before ParseCommandLine.

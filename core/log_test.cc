@@ -78,6 +78,28 @@ TEST(LogTest, GrpcLinesFromOnePlaceAreRateLimited) {
   EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 2) << text;
 }
 
+// Once the interval has passed, the next line from a place says how many
+// from there were left out; lines below the level are not counted.
+TEST(LogTest, TheNextGrpcLineSaysHowManyWereLeftOut) {
+  absl::SetFlag(&FLAGS_log_level, "info");
+  ASSERT_TRUE(InitFromFlags("log_test").ok());
+  gpr_set_log_verbosity(GPR_LOG_SEVERITY_DEBUG);
+  ::testing::internal::CaptureStderr();
+  for (int i = 0; i < 6; ++i) {
+    if (i == 5) SetGrpcLineIntervalForTest(absl::ZeroDuration());
+    gpr_log(GPR_ERROR, "connect failed %d", i);
+    gpr_log(GPR_DEBUG, "below the level %d", i);
+  }
+  SetGrpcLineIntervalForTest(absl::Seconds(10));
+  gpr_set_log_verbosity(GPR_LOG_SEVERITY_ERROR);
+  const std::string text = ::testing::internal::GetCapturedStderr();
+  EXPECT_THAT(text, HasSubstr("connect failed 0"));
+  EXPECT_THAT(text,
+              HasSubstr("connect failed 5 (and 4 more from here since the last line, left out)"));
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("below the level")));
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 2) << text;
+}
+
 // A caller chooses handler and platform names, which reach log lines: a
 // newline in one must not start a line of its own (a forged log entry).
 TEST(LogTest, TextLinesEscapeControlCharacters) {
