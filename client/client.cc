@@ -211,8 +211,12 @@ struct Client::State::Attempts : std::enable_shared_from_this<Attempts> {
     if (r.ok()) return std::nullopt;
     const bool landed = LandedResultOf(r.status()).has_value();
     const Hop hop = state->channel->IsRouter() ? Hop::kRouter : Hop::kAgent;
-    const RetryStep step = NextStep({r.status(), request->has_side_effect, hop,
-                                     /*not_delivered=*/false, !kept.empty()});
+    RetryStep step = NextStep({r.status(), request->has_side_effect, hop,
+                               /*not_delivered=*/false, !kept.empty()});
+    // A call whose caller named its id may have run, in an earlier call of
+    // the caller's, on the agent that refused it now as it drains (before
+    // its ledger was asked): it goes to no other agent.
+    if (insist && ReasonOf(r.status()) == ErrorReason::kAgentDraining) step = RetryStep::kDone;
     std::optional<absl::Duration> wait;
     if (step == RetryStep::kAnotherRouter || step == RetryStep::kSameTarget) {
       const bool router = step == RetryStep::kAnotherRouter;

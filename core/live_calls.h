@@ -6,7 +6,7 @@
 //   class MyReactor : public grpc::ServerUnaryReactor, public LiveCalls::Call { ... };
 //   live.Add(this);          // when the call starts
 //   live.Remove(this);       // in OnDone, before the reactor may go
-//   live.CutAll(DrainCutError("agent", drain));   // the drain ran out
+//   live.CutAll(DrainCutAnswers("agent", drain));   // the drain ran out
 //
 // Thread safety: every method may be called from any thread; CutAll holds
 // each call (Hold/Release) while it cuts it, outside the lock.
@@ -24,11 +24,20 @@ namespace farcall {
 
 class LiveCalls {
  public:
+  // What a drain that ran out answers: a call whose handler may have run
+  // (reason DRAIN_CUT: only a call without side effects is sent again), and
+  // one that certainly had not reached it (the draining reason: its caller
+  // sends it elsewhere, side effects or not).
+  struct Answers {
+    absl::Status may_have_run;
+    absl::Status did_not_run;
+  };
   class Call {
    public:
-    // Ends the call with `why`: at once, or as soon as what it waits for
-    // lets it; a call past the point of answering is left to end.
-    virtual void CutByDrain(const absl::Status& why) = 0;
+    // Ends the call with the answer that fits it: at once, or as soon as
+    // what it waits for lets it; a call past the point of answering is
+    // left to end.
+    virtual void CutByDrain(const Answers& answers) = 0;
     // The call's own reference count, held while it is cut.
     virtual void Hold() = 0;
     virtual void Release() = 0;
@@ -45,7 +54,7 @@ class LiveCalls {
     absl::MutexLock l(&mu_);
     calls_.erase(call);
   }
-  void CutAll(const absl::Status& why) {
+  void CutAll(const Answers& answers) {
     std::vector<Call*> calls;
     {
       absl::MutexLock l(&mu_);
@@ -55,7 +64,7 @@ class LiveCalls {
       }
     }
     for (Call* c : calls) {
-      c->CutByDrain(why);
+      c->CutByDrain(answers);
       c->Release();
     }
   }

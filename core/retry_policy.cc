@@ -68,7 +68,8 @@ RetryStep NextStep(const Attempt& a) {
     case Hop::kRouter:
       // A router that drains, or an agent it chose that drains (it refused
       // the call before running it): another replica, or this router's next
-      // choice, may take it, side effects or not.
+      // choice, may take it, side effects or not (the client keeps a call
+      // whose caller named its id with its agent: Client's Attempts::Next).
       if (reason == ErrorReason::kRouterDraining || reason == ErrorReason::kAgentDraining) {
         return RetryStep::kAnotherRouter;
       }

@@ -210,7 +210,10 @@ make_local_base() {
 }
 
 pull_args=()
-if [ -z "$base_image" ]; then
+# (Pushing what the store holds needs no base image.)
+if ! $build && ! $base_only; then
+  :
+elif [ -z "$base_image" ]; then
   if image_exists "$LOCAL_BASE" && ! $refresh_base; then
     base_image=$LOCAL_BASE
   elif command -v mmdebstrap >/dev/null 2>&1; then
@@ -225,7 +228,7 @@ fi
 if [ "$base_image" = "$LOCAL_BASE" ] && [ "$engine" = podman ]; then
   pull_args=(--pull=never)
 fi
-say "base image: $base_image"
+$build || $base_only && say "base image: $base_image"
 if $base_only; then
   echo "$base_image"
   exit 0

@@ -241,7 +241,7 @@ void AgentServer::Shutdown() {
   const int cut = StopGrpcServer(
       impl_->server.get(), shared.gate, drain, absl::InfiniteDuration(),
       [residents] { return residents != nullptr && residents->count() > 0; },
-      [&shared, drain] { shared.live.CutAll(DrainCutError("agent", drain)); });
+      [&shared, drain] { shared.live.CutAll(DrainCutAnswers("agent", drain)); });
   if (cut > 0) {
     log::Warning(DrainCutLine(cut, impl_->drain));
     // The cut calls were answered; their handlers were told to stop, and the

@@ -114,9 +114,21 @@ absl::Status Accept(const AgentState& state, const Credentials& credentials,
   }
   // A call refused on its own content: a limit, or an invalid call (a
   // malformed header, an unknown handler, a call that fails validation).
+  // Not the agent's own failures (every device failed: UNAVAILABLE), which
+  // stay a warning each.
   auto limit = [&call](absl::Status s) {
-    if (!s.ok()) {
-      call.set_refused(s.code() == absl::StatusCode::kResourceExhausted ? "limit" : "invalid");
+    switch (s.code()) {
+      case absl::StatusCode::kResourceExhausted:
+        call.set_refused("limit");
+        break;
+      case absl::StatusCode::kInvalidArgument:
+      case absl::StatusCode::kNotFound:
+      case absl::StatusCode::kFailedPrecondition:
+      case absl::StatusCode::kOutOfRange:
+        call.set_refused("invalid");
+        break;
+      default:
+        break;
     }
     return s;
   };
@@ -220,22 +232,23 @@ class AgentReactor : public GrpcReactor, public LiveCall {
   // budget or for its client to send is ended as the idle watchdog ends
   // it. Others (a device step, an answer on its way to its client) are left
   // to end as they will, or to gRPC's shutdown.
-  void CutByDrain(const absl::Status& why) override {
+  void CutByDrain(const LiveCalls::Answers& answers) override {
     bool running = false;
     {
       absl::MutexLock l(&run_mu_);
       if (run_ == Run::kRunning) {
         run_ = Run::kCut;
-        cut_ = why;
+        cut_ = answers.may_have_run;
         running = true;
       }
     }
     if (!running) {
-      EndWaiting(why);
+      // Waiting for the budget or for its inputs: its handler has not run.
+      EndWaiting(answers.did_not_run);
       return;
     }
     cancel_.Cancel();
-    this->Finish(ToGrpcStatus(why));
+    this->Finish(ToGrpcStatus(answers.may_have_run));
   }
   // What the caller gets instead of an OK answer that comes after its
   // deadline passed or it cancelled the call (gRPC answers it so); OK
@@ -292,9 +305,10 @@ class AgentReactor : public GrpcReactor, public LiveCall {
           if (Resume()) {
             admitted();
           } else {
-            // The watchdog ended the wait as it was admitted: too late to
-            // withdraw, so it ends here.
-            FinishWith(MaxCallTimeError(shared_.state.config.max_call_time));
+            // The watchdog (or a drain) ended the wait as it was admitted:
+            // too late to withdraw, so it ends here, as it was ended.
+            absl::Status ended = EndedWith();
+            FinishWith(!ended.ok() ? ended : MaxCallTimeError(shared_.state.config.max_call_time));
           }
           Unref();
         },

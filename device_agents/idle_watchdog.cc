@@ -65,6 +65,7 @@ void WatchedCall::ExpireIfIdle(absl::Time now, const IdleLimits& limits, bool co
       return;
     }
     expired_ = true;
+    ended_with_ = error;
   }
   if (waited == Wait::kBudget) return EndQueued(error);
   EndIdle(waited, error);
@@ -77,6 +78,7 @@ bool WatchedCall::EndWaiting(const absl::Status& error) {
     if (expired_ || waiting_ == Wait::kNone || waiting_ == Wait::kRead) return false;
     waited = waiting_;
     expired_ = true;
+    ended_with_ = error;
   }
   if (waited == Wait::kBudget) {
     EndQueued(error);
@@ -84,6 +86,11 @@ bool WatchedCall::EndWaiting(const absl::Status& error) {
     EndIdle(waited, error);
   }
   return true;
+}
+
+absl::Status WatchedCall::EndedWith() {
+  absl::MutexLock l(&mu_);
+  return ended_with_;
 }
 
 void WatchedCall::AwaitClient(Wait w, absl::Time now) {

@@ -59,6 +59,8 @@ class WatchedCall : public RefCounted {
   // the budget or for its client to send (not for its client to read: an
   // answer on its way is left to go). True if it did.
   bool EndWaiting(const absl::Status& error);
+  // What the call was ended with (ExpireIfIdle, EndWaiting); OK while not.
+  absl::Status EndedWith();
 
  protected:
   // Before each read or write that waits on the client (`now`: for tests).
@@ -84,6 +86,7 @@ class WatchedCall : public RefCounted {
   Wait waiting_ ABSL_GUARDED_BY(mu_) = Wait::kNone;
   absl::Time since_ ABSL_GUARDED_BY(mu_);
   bool expired_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status ended_with_ ABSL_GUARDED_BY(mu_);  // set with expired_
   bool holds_budget_ ABSL_GUARDED_BY(mu_) = false;
   bool moving_ ABSL_GUARDED_BY(mu_) = false;
   int64_t moved_ ABSL_GUARDED_BY(mu_) = 0;

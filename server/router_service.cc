@@ -282,10 +282,10 @@ class ForwardingExecute final : public grpc::ServerBidiReactor<grpc::ByteBuffer,
   // The router's drain ran out: the agent's stream is cancelled (its
   // handler told to stop), and the caller gets `why` in place of what that
   // leaves; an answer the agent already gave goes on to the caller.
-  void CutByDrain(const absl::Status& why) override {
+  void CutByDrain(const LiveCalls::Answers& answers) override {
     absl::MutexLock l(&mu_);
     if (finished_ || down_done_) return;
-    cut_ = why;
+    cut_ = answers;
     if (down_ != nullptr) down_->ctx.TryCancel();
   }
   void Hold() override { Ref(); }
@@ -395,7 +395,7 @@ class ForwardingExecute final : public grpc::ServerBidiReactor<grpc::ByteBuffer,
       down = down_ = attempts_.back().get();
       down->ctx.set_deadline(server_ctx_->deadline());
       AddAgentCredentials(shared_, route_, *agent, down->ctx);
-      if (cancelled_ || !cut_.ok()) down->ctx.TryCancel();
+      if (cancelled_ || !cut_.may_have_run.ok()) down->ctx.TryCancel();
       awaiting_caller_ = down_reads_ended_ = false;
     }
     agent->generic->PrepareBidiStreamingCall(&down->ctx, kAgentExecuteMethod, grpc::StubOptions(),
@@ -466,7 +466,7 @@ class ForwardingExecute final : public grpc::ServerBidiReactor<grpc::ByteBuffer,
       absl::MutexLock l(&mu_);
       agent = down_->agent;
       // Nothing reached the agent: safe to try another one.
-      retry = !accepted_ && !cancelled_ && cut_.ok() && !route_.has_side_effect &&
+      retry = !accepted_ && !cancelled_ && cut_.may_have_run.ok() && !route_.has_side_effect &&
               NeverReachedAgent(s, down_->ctx);
       if (!retry) {
         down_done_ = true;
@@ -492,7 +492,11 @@ class ForwardingExecute final : public grpc::ServerBidiReactor<grpc::ByteBuffer,
     {
       absl::MutexLock l(&mu_);
       if (!down_done_ || up_write_pending_) return;
-      s = !cut_.ok() && !final_.ok() ? ToGrpcStatus(cut_) : AsCallerSees(final_, cancelled_);
+      // The agent sends no frame back before it has the call, and gets the
+      // caller's frames only after that (OnAccepted): a call it never
+      // accepted never ran.
+      const absl::Status& cut = accepted_ ? cut_.may_have_run : cut_.did_not_run;
+      s = !cut.ok() && !final_.ok() ? ToGrpcStatus(cut) : AsCallerSees(final_, cancelled_);
     }
     FinishUp(s);
   }
@@ -536,7 +540,7 @@ class ForwardingExecute final : public grpc::ServerBidiReactor<grpc::ByteBuffer,
   bool down_done_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   grpc::Status final_ ABSL_GUARDED_BY(mu_);
-  absl::Status cut_ ABSL_GUARDED_BY(mu_);  // the caller's answer when the drain cut the call
+  LiveCalls::Answers cut_ ABSL_GUARDED_BY(mu_);  // the answers when the drain cut the call
 };
 
 // Router.Call: one frame each way; the agent's answer is passed through.
@@ -581,10 +585,11 @@ class ForwardingCall final : public grpc::ServerUnaryReactor,
     Unref();
   }
   // As ForwardingExecute's: the agent's call is cancelled, and a failure
-  // that leaves becomes `why`.
-  void CutByDrain(const absl::Status& why) override {
+  // that leaves becomes the cut's answer (may have run: the request went
+  // with the call).
+  void CutByDrain(const LiveCalls::Answers& answers) override {
     absl::MutexLock l(&mu_);
-    cut_ = why;
+    cut_ = answers;
     if (client_ctx_ != nullptr) client_ctx_->TryCancel();
   }
   void Hold() override { Ref(); }
@@ -592,6 +597,12 @@ class ForwardingCall final : public grpc::ServerUnaryReactor,
 
  private:
   void StartAttempt() {
+    absl::Status never_sent;
+    {
+      absl::MutexLock l(&mu_);
+      never_sent = cut_.did_not_run;
+    }
+    if (!never_sent.ok()) return FinishAndRecord(ToGrpcStatus(never_sent));
     std::shared_ptr<AgentHandle> agent = TakeAgent(route_);
     if (agent == nullptr) {
       record_.Refused("no_agent");
@@ -608,7 +619,7 @@ class ForwardingCall final : public grpc::ServerUnaryReactor,
       ctx = client_ctx_.get();
       ctx->set_deadline(server_ctx_->deadline());
       AddAgentCredentials(shared_, route_, *agent, *ctx);
-      if (cancelled_ || !cut_.ok()) ctx->TryCancel();
+      if (cancelled_ || !cut_.may_have_run.ok()) ctx->TryCancel();
     }
     Ref();
     agent->generic->UnaryCall(
@@ -619,7 +630,7 @@ class ForwardingCall final : public grpc::ServerUnaryReactor,
           absl::Status cut;
           {
             absl::MutexLock l(&mu_);
-            cut = cut_;
+            cut = cut_.may_have_run;
             retry =
                 !cancelled_ && cut.ok() && !route_.has_side_effect && NeverReachedAgent(s, *ctx);
           }
@@ -661,7 +672,7 @@ class ForwardingCall final : public grpc::ServerUnaryReactor,
   absl::Mutex mu_;
   std::unique_ptr<grpc::ClientContext> client_ctx_ ABSL_GUARDED_BY(mu_);
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Status cut_ ABSL_GUARDED_BY(mu_);  // the caller's answer when the drain cut the call
+  LiveCalls::Answers cut_ ABSL_GUARDED_BY(mu_);  // the answers when the drain cut the call
 };
 
 class RouterService final
@@ -833,7 +844,7 @@ void RouterServer::Shutdown() {
   LiveCalls& live = impl_->live;
   const absl::Duration drain = impl_->drain;
   const int cut = StopGrpcServer(impl_->server.get(), impl_->gate, drain, absl::Seconds(1), nullptr,
-                                 [&live, drain] { live.CutAll(DrainCutError("router", drain)); });
+                                 [&live, drain] { live.CutAll(DrainCutAnswers("router", drain)); });
   if (cut > 0) log::Warning(DrainCutLine(cut, impl_->drain));
   impl_->server.reset();
 }

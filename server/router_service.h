@@ -53,7 +53,6 @@ class RouterServer {
     std::string metrics_listen;
     // TLS and who may read it (--metrics_tls ...; by default plain, open).
     HttpServer::Access metrics_access;
-    TokenTable metrics_tokens;  // what metrics_access checks, reloaded
     // Calls one tenant may have in flight through the router (0: no
     // limit; a tokens-file line's max_calls= wins), and tenants with a
     // `tenant` label value of their own.

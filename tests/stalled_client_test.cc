@@ -21,6 +21,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "core/error_reason.h"
+#include "core/wire/grpc_status.h"
 #include "farcall/client.h"
 #include "farcall/v1/farcall.grpc.pb.h"
 #include "gmock/gmock.h"
@@ -181,6 +183,25 @@ TEST(StreamIdleTest, ACallerThatStopsSendingIsEndedAndItsBudgetFreed) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
   EXPECT_EQ(s.error_message(),
             "the caller sent nothing for 1s (--stream_idle_timeout); the call was ended.");
+}
+
+// A call still sending its inputs when the agent's drain runs out never
+// reached its handler: the agent answers it with the draining reason (it may
+// go elsewhere, side effects or not), not DRAIN_CUT, and exits.
+TEST(StreamIdleTest, ACallStillUploadingWhenTheDrainEndsIsAnsweredAsNeverRun) {
+  std::unique_ptr<StalledUpload> u = StartStalledUpload({"--drain_seconds=0.5"});
+  ASSERT_NE(u, nullptr);
+  const absl::Time start = absl::Now();
+  EXPECT_EQ(u->agent->Terminate(), 0);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  absl::Status s = FromGrpcStatus(u->Finish());
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_EQ(
+      s.message(),
+      "this agent's drain for shutdown ran out (--drain_seconds=0.5) before the call ran: its "
+      "handler did not run, and it may go elsewhere.");
+  EXPECT_EQ(ReasonOf(s), ErrorReason::kAgentDraining) << s;
+  EXPECT_TRUE(DidNotRun(s));
 }
 
 TEST(StreamIdleTest, ACallerThatStopsReadingIsEndedAndItsBudgetFreed) {

@@ -98,12 +98,22 @@ std::string DrainCutLine(int cut, absl::Duration drain) {
                       "--drain_seconds at least the handlers' longest run (--max_call_seconds)");
 }
 
-absl::Status DrainCutError(absl::string_view who, absl::Duration drain) {
-  return WithReason(absl::UnavailableError(absl::StrCat(
-                        "this ", who, "'s drain for shutdown ran out (--drain_seconds=",
-                        absl::ToDoubleSeconds(drain),
-                        ") while the call ran: it was cut, and its handler may have run in part.")),
-                    ErrorReason::kDrainCut);
+LiveCalls::Answers DrainCutAnswers(absl::string_view who, absl::Duration drain) {
+  const std::string ran_out = absl::StrCat(
+      "this ", who, "'s drain for shutdown ran out (--drain_seconds=", absl::ToDoubleSeconds(drain),
+      ")");
+  const bool agent = who == "agent";
+  return {WithReason(absl::UnavailableError(absl::StrCat(
+                         ran_out,
+                         " while the call ran: it was cut, and its handler may have run "
+                         "in part.")),
+                     ErrorReason::kDrainCut),
+          WithReason(absl::UnavailableError(absl::StrCat(
+                         ran_out,
+                         agent ? " before the call ran: its handler did not run"
+                               : " before the call reached an agent: no handler ran it",
+                         ", and it may go elsewhere.")),
+                     agent ? ErrorReason::kAgentDraining : ErrorReason::kRouterDraining)};
 }
 
 }  // namespace farcall

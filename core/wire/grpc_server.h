@@ -10,6 +10,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "core/drain_gate.h"
+#include "core/live_calls.h"
 #include "grpcpp/server.h"
 
 namespace farcall {
@@ -72,11 +73,12 @@ int StopGrpcServer(grpc::Server* server, DrainGate& gate, absl::Duration drain,
 // The warning line for `cut` calls cut by a drain of `drain` (none: "").
 std::string DrainCutLine(int cut, absl::Duration drain);
 
-// The answer to a call that `who` ("agent" or "router") cut because its
-// drain of `drain` ran out while the call ran: UNAVAILABLE, marked
-// ErrorReason::kDrainCut (it may have run in part: only a call without side
-// effects is sent again).
-absl::Status DrainCutError(absl::string_view who, absl::Duration drain);
+// The answers of `who` ("agent" or "router") to the calls its drain of
+// `drain` cut: UNAVAILABLE either way; marked ErrorReason::kDrainCut for a
+// call whose handler may have run (in part: only a call without side effects
+// is sent again), kAgentDraining or kRouterDraining for one that had not
+// reached its handler (sent elsewhere).
+LiveCalls::Answers DrainCutAnswers(absl::string_view who, absl::Duration drain);
 
 }  // namespace farcall
 
