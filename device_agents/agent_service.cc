@@ -195,12 +195,18 @@ class AgentReactor : public GrpcReactor, public LiveCall {
   }
   // Ends the call with `s`: records it, frees its memory, finishes the RPC.
   virtual void FinishWith(const absl::Status& s) = 0;
-  // Records the end of a call that the drain cut (CutByDrain) as `s`, once
-  // its handler returned, and frees its memory; the RPC is finished.
-  void SettleCut(const absl::Status& s) {
-    call_->RecordOutcome(s, nullptr, CallerGone());
-    shared_.Release(std::move(call_));
+  // Records the call's end as `s` (with `response`, the unary answer, when
+  // there is one) and frees its memory: what every end does before, or
+  // without, finishing the RPC.
+  void Settle(const absl::Status& s, const grpc::ByteBuffer* response) {
+    call_->RecordOutcome(s, response, CallerGone());
+    shared_.Release(std::move(call_));  // frees the call's memory now, not at OnDone
     SetHoldsBudget(false);
+  }
+  // Settles a call that the drain cut (CutByDrain) as `s`, once its handler
+  // returned; the RPC is finished already.
+  void SettleCut(const absl::Status& s) {
+    Settle(s, nullptr);
     bool leave;
     {
       absl::MutexLock l(&run_mu_);
@@ -477,9 +483,7 @@ class ExecuteReactor final
   }
 
   void FinishWith(const absl::Status& s) override {
-    call_->RecordOutcome(s, nullptr, CallerGone());
-    shared_.Release(std::move(call_));  // frees the call's memory now, not at OnDone
-    SetHoldsBudget(false);
+    Settle(s, nullptr);
     Finish(ToGrpcStatus(s));
   }
 
@@ -681,9 +685,7 @@ class CallReactor final : public AgentReactor<grpc::ServerUnaryReactor> {
   }
 
   void FinishWith(const absl::Status& s) override {
-    call_->RecordOutcome(s, response_, CallerGone());
-    shared_.Release(std::move(call_));
-    SetHoldsBudget(false);
+    Settle(s, response_);
     AwaitClient(Wait::kRead);
     Finish(ToGrpcStatus(s));
   }

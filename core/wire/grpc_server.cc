@@ -91,11 +91,13 @@ int StopGrpcServer(grpc::Server* server, DrainGate& gate, absl::Duration drain,
 
 std::string DrainCutLine(int cut, absl::Duration drain) {
   if (cut <= 0) return "";
-  return absl::StrCat("the drain ended after --drain_seconds=", absl::ToDoubleSeconds(drain),
-                      " with ", cut, cut == 1 ? " call" : " calls",
-                      " still running: cut, its callers get UNAVAILABLE, reason DRAIN_CUT (a call "
-                      "without side effects may be sent again from its start); make "
-                      "--drain_seconds at least the handlers' longest run (--max_call_seconds)");
+  return absl::StrCat(
+      "the drain ended after --drain_seconds=", absl::ToDoubleSeconds(drain), " with ", cut,
+      cut == 1 ? " call" : " calls",
+      " still running: cut, its callers get UNAVAILABLE, reason DRAIN_CUT where the "
+      "handler may have run (a call without side effects may be sent again from its "
+      "start), the draining reason where it had not; make --drain_seconds at least "
+      "the handlers' longest run (--max_call_seconds)");
 }
 
 LiveCalls::Answers DrainCutAnswers(absl::string_view who, absl::Duration drain) {
